@@ -1,0 +1,147 @@
+"""The `nvf_bookend` torch.compile backend: Dynamo graph -> aot_autograd -> planned, fused aten graphs.
+
+Each aten graph (forward, backward or inference) is partitioned into nvFuser regions, trimmed by the
+bookend pass, fused into submodules, and each submodule call is replaced by a RegionRuntime.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import threading
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch.fx import GraphModule
+
+from dynamo_nvf import nvf as nvf_env
+from dynamo_nvf.decompositions import decomposition_table
+from dynamo_nvf.passes.bookend import bookend_regions
+from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
+from dynamo_nvf.passes.partition import partition_regions
+from dynamo_nvf.plan import GraphPlan
+from dynamo_nvf.runtime.region import RegionRuntime
+from dynamo_nvf.settings import Settings
+
+log = logging.getLogger("dynamo_nvf")
+
+_graph_ids = itertools.count()
+_recorders = threading.local()
+
+
+def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", graph_id: int = 0) -> GraphModule:
+    """Partition, bookend and fuse passes; the GraphPlan ends up in `gm.meta["nvf_plan"]`."""
+    gm = partition_regions(gm, settings)
+    gm = bookend_regions(gm, settings)
+    gm = fuse_regions(gm, kind, graph_id)
+    return gm
+
+
+def install_runtimes(gm: GraphModule, plan: GraphPlan, settings: Settings) -> GraphModule:
+    """Replaces each `call_module nvf_region_i` with a call of its RegionRuntime."""
+    regions = {r.name: r for r in plan.regions}
+    for node in list(gm.graph.nodes):
+        if node.op == "call_module" and node.target in regions:
+            runtime = RegionRuntime(getattr(gm, node.target), regions[node.target], settings)
+            runtime.__name__ = node.target  # read by FX code generation
+            node.op = "call_function"
+            node.target = runtime
+    gm.recompile()
+    return gm
+
+
+class _Recorder:
+    """Collects the GraphPlans compiled while active (explain() uses one)."""
+
+    def __init__(self) -> None:
+        self.plans: list[GraphPlan] = []
+        self.graph_modules: list[GraphModule] = []
+
+
+def _active_recorders() -> list[_Recorder]:
+    if not hasattr(_recorders, "stack"):
+        _recorders.stack = []
+    return _recorders.stack
+
+
+class recording:
+    """Context manager: records every graph plan compiled inside it."""
+
+    def __enter__(self) -> _Recorder:
+        self.recorder = _Recorder()
+        _active_recorders().append(self.recorder)
+        return self.recorder
+
+    def __exit__(self, *exc: Any) -> None:
+        _active_recorders().remove(self.recorder)
+
+
+def _summary(plan: GraphPlan) -> str:
+    fused = sum(len(r.nodes) for r in plan.regions)
+    leading = sum(len(r.leading) for r in plan.regions)
+    trailing = sum(len(r.trailing) for r in plan.regions)
+    return (
+        f"{plan.kind} graph {plan.graph_id}: {len(plan.regions)} region(s), {fused} node(s) fused, "
+        f"{len(plan.eager_nodes)} eager, trimmed {leading} leading / {trailing} trailing"
+    )
+
+
+class _GraphCompiler:
+    """Compiles the aten graphs aot_autograd hands over for one Dynamo graph."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.plans: list[GraphPlan] = []
+
+    def __call__(self, gm: GraphModule, example_inputs: Sequence[Any], *, kind: str) -> Callable[..., Any]:
+        gm = plan_graph(gm, self.settings, kind, next(_graph_ids))
+        plan: GraphPlan = gm.meta[PLAN_KEY]
+        gm = install_runtimes(gm, plan, self.settings)
+        plan.code = gm.code
+        self.plans.append(plan)
+        for recorder in _active_recorders():
+            recorder.plans.append(plan)
+            recorder.graph_modules.append(gm)
+        log.info("dynamo_nvf: %s", _summary(plan))
+        if log.isEnabledFor(logging.DEBUG):
+            from dynamo_nvf.explain import render_plan_text
+
+            log.debug("dynamo_nvf plan:\n%s", render_plan_text(plan))
+        return gm
+
+    def needs_no_fusion(self) -> bool:
+        """True when every graph of this program was compiled and none has a region."""
+        kinds = {p.kind for p in self.plans}
+        complete = "inference" in kinds or {"forward", "backward"} <= kinds
+        return complete and all(not p.regions for p in self.plans)
+
+
+def nvf_bookend(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    options: Optional[dict[str, Any]] = None,
+    **kwargs: Any,
+) -> Callable[..., Any]:
+    """torch.compile backend: `torch.compile(model, backend="nvf_bookend", options={...})`."""
+    if kwargs.get("mode") not in (None, "default"):
+        log.warning("dynamo_nvf: mode=%r is ignored by nvf_bookend", kwargs["mode"])
+    settings = Settings.from_options(options)
+    if not nvf_env.nvfuser_available():
+        nvf_env.log_unavailable_once()
+    compiler = _GraphCompiler(settings)
+    compiled = aot_autograd(
+        fw_compiler=functools.partial(compiler, kind="forward"),
+        bw_compiler=functools.partial(compiler, kind="backward"),
+        inference_compiler=functools.partial(compiler, kind="inference"),
+        partition_fn=min_cut_rematerialization_partition,
+        decompositions=decomposition_table(),
+        keep_inference_input_mutations=True,
+    )(gm, example_inputs)
+    if compiler.needs_no_fusion():
+        # Nothing for nvFuser: skip every wrapper and run Dynamo's graph as it is (lone views, seed 003).
+        log.info("dynamo_nvf: no region in this graph; it runs as plain PyTorch")
+        return gm.forward
+    return compiled

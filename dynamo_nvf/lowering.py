@@ -1,0 +1,175 @@
+"""Turns one FX region into an nvFuser FusionDefinition, built for the real inputs of a call.
+
+The definition depends on the inputs' dtypes, ranks, size-1 (broadcast) dims and layouts, not on
+their sizes: sizes are symbolic (-1), so one definition serves every size with that description.
+Outputs are given the strides eager would produce (the traced node.meta["val"]).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Sequence
+
+import torch
+from torch.fx import GraphModule, Node
+from dynamo_nvf._compat import hint_int
+
+from dynamo_nvf.ops.dtypes import nvf_dtype, python_scalar_dtype_name
+from dynamo_nvf.ops.registry import LOWERINGS, op_name
+
+# Importing registers every lowering.
+import dynamo_nvf.ops.lowerings  # noqa: F401
+
+
+class LoweringError(RuntimeError):
+    """A node could not be lowered to nvFuser."""
+
+
+class LoweringContext:
+    """What a lowering sees: the fusion being defined and the nvFuser value of each FX node."""
+
+    def __init__(self, nvf: ModuleType, fd: Any) -> None:
+        self.nvf = nvf
+        self.fd = fd
+        self.ops = fd.ops
+        self.values: dict[Node, Any] = {}
+
+    def dtype(self, dtype: torch.dtype) -> Any:
+        return nvf_dtype(self.nvf, dtype)
+
+    def value(self, arg: Any) -> Any:
+        """The nvFuser value of an FX argument: a node's value, or a constant for a Python number."""
+        if isinstance(arg, Node):
+            return self.values[arg]
+        if isinstance(arg, (list, tuple)):
+            return [self.value(a) for a in arg]
+        if arg is None:
+            return None
+        if isinstance(arg, (bool, int, float)):
+            return self.fd.define_scalar(arg, dtype=getattr(self.nvf.DataType, python_scalar_dtype_name(arg)))
+        raise LoweringError(f"cannot lower argument {arg!r} of type {type(arg).__name__}")
+
+    def constant(self, value: Any, dtype: torch.dtype) -> Any:
+        """A scalar of the given dtype's kind (Double for floats, Int for ints, Bool for bools)."""
+        if isinstance(value, Node):
+            return self.values[value]
+        if dtype == torch.bool:
+            return self.value(bool(value))
+        if dtype.is_floating_point:
+            return self.value(float(value))
+        return self.value(int(value))
+
+    def index(self, index: Any) -> Any:
+        return self.values[index] if isinstance(index, Node) else self.value(int(index))
+
+    def shape(self, sizes: Sequence[Any]) -> list[Any]:
+        """A shape argument: ints stay ints, symbolic sizes become the region's scalar inputs."""
+        out: list[Any] = []
+        for s in sizes:
+            if isinstance(s, Node):
+                out.append(self.values[s])
+            elif isinstance(s, torch.SymInt):
+                raise LoweringError("symbolic size without a graph input")
+            else:
+                out.append(int(s))
+        return out
+
+    def cast(self, value: Any, dtype: torch.dtype) -> Any:
+        if isinstance(value, self.nvf.TensorView) and value.dtype() == self.dtype(dtype):
+            return value
+        return self.ops.cast(value, self.dtype(dtype))
+
+    def broadcast_to(self, value: Any, src: torch.Tensor, out_shape: Sequence[Any]) -> Any:
+        """Broadcasts `value` (eager value `src`) to `out_shape`, aligning trailing dims like aten."""
+        offset = len(out_shape) - src.dim()
+        return self.ops.broadcast_in_dim(value, self.shape(out_shape), list(range(offset, len(out_shape))))
+
+
+@dataclass(frozen=True)
+class BuiltFusion:
+    """A defined fusion and what explain() shows of it."""
+
+    fd: Any
+    definition: str
+
+
+def _stride_order(val: torch.Tensor) -> list[int]:
+    """nvFuser's stride order of eager's layout: entry i ranks dim i, higher is outer."""
+    rank = val.dim()
+    strides = [hint_int(s) for s in val.stride()]
+    sizes = [hint_int(s) for s in val.shape]
+    # Sort dims outermost first: by stride, then by position (stable), like compute_tensor_descriptor.
+    order = sorted(range(rank), key=lambda d: (-strides[d], -sizes[d] if strides[d] == 0 else 0, d))
+    result = [0] * rank
+    for position, dim in enumerate(order):
+        result[dim] = rank - 1 - position
+    return result
+
+
+def _define_input(ctx: LoweringContext, arg: Any) -> Any:
+    if isinstance(arg, torch.Tensor):
+        return ctx.fd.define_tensor(
+            sizes=list(arg.shape),
+            strides=list(arg.stride()),
+            dtype=ctx.dtype(arg.dtype),
+            is_cpu=arg.device.type == "cpu",
+        )
+    if isinstance(arg, (bool, int, float)):
+        return ctx.fd.define_scalar(dtype=getattr(ctx.nvf.DataType, python_scalar_dtype_name(arg)))
+    raise LoweringError(f"unsupported region input of type {type(arg).__name__}")
+
+
+def build_fusion(nvf: ModuleType, region: GraphModule, args: Sequence[Any]) -> BuiltFusion:
+    """Defines the fusion of `region` for these actual inputs."""
+    fd = nvf.FusionDefinition()
+    with fd:
+        ctx = LoweringContext(nvf, fd)
+        placeholders = [n for n in region.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(args):
+            raise LoweringError(f"region takes {len(placeholders)} inputs, got {len(args)}")
+        inputs = set()
+        for node, arg in zip(placeholders, args):
+            ctx.values[node] = _define_input(ctx, arg)
+            inputs.add(id(ctx.values[node]))
+        output_node = None
+        for node in region.graph.nodes:
+            if node.op == "placeholder":
+                continue
+            if node.op == "output":
+                output_node = node
+                continue
+            if node.op != "call_function" or node.target not in LOWERINGS:
+                raise LoweringError(f"no lowering for {node.format_node()}")
+            try:
+                result = LOWERINGS[node.target].lower(ctx, node)
+            except LoweringError:
+                raise
+            except Exception as exc:
+                raise LoweringError(f"lowering {op_name(node.target)} ({node.name}) failed: {exc}") from exc
+            ctx.values[node] = _match_dtype(ctx, node, result)
+        assert output_node is not None
+        for out in output_node.args[0]:
+            value = ctx.values[out]
+            if id(value) in inputs:
+                value = ctx.ops.set(value)  # nvFuser returns fresh tensors, never its inputs
+            val = out.meta.get("val")
+            if isinstance(val, torch.Tensor) and val.dim() > 1:
+                value = ctx.ops.stride_order(value, _stride_order(val))
+            fd.add_output(value)
+    return BuiltFusion(fd=fd, definition=repr(fd))
+
+
+def _match_dtype(ctx: LoweringContext, node: Node, result: Any) -> Any:
+    """Casts a lowering's result to the dtype eager produced, so type promotion always matches."""
+    val = node.meta.get("val")
+    if isinstance(result, tuple):
+        if isinstance(val, (tuple, list)):
+            return tuple(
+                ctx.cast(r, v.dtype) if isinstance(v, torch.Tensor) and isinstance(r, ctx.nvf.TensorView) else r
+                for r, v in zip(result, val)
+            )
+        return result
+    if isinstance(val, torch.Tensor) and isinstance(result, ctx.nvf.TensorView):
+        return ctx.cast(result, val.dtype)
+    return result

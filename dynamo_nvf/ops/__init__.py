@@ -1,0 +1,1 @@
+"""What nvFuser can run: the lowering registry, the metadata-op list and the dtype map."""

@@ -1,0 +1,642 @@
+"""nvFuser lowerings of aten ops, registered by overload into `ops.registry.LOWERINGS`.
+
+Each lowering maps one FX node onto `nvfuser_direct` ops. The fusion builder casts every result to the
+dtype eager produced (node.meta["val"]), so lowerings only need to get the values right.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Optional, Sequence
+
+import torch
+from torch.fx import Node
+
+from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS
+from dynamo_nvf.ops.registry import register_lowering
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+# --------------------------------------------------------------------------------------------------
+# Helpers shared by lowerings and checks
+# --------------------------------------------------------------------------------------------------
+
+
+def _val(arg: Any) -> Any:
+    return arg.meta.get("val") if isinstance(arg, Node) else arg
+
+
+def _rank(arg: Any) -> int:
+    return _val(arg).dim()
+
+
+def _norm_dim(dim: int, rank: int) -> int:
+    return dim + rank if dim < 0 else dim
+
+
+def _norm_dims(dims: Optional[Sequence[int]], rank: int) -> list[int]:
+    """Reduction dims; None or [] means all dims, as in aten."""
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted(_norm_dim(d, rank) for d in dims)
+
+
+def _static(size: Any) -> bool:
+    return isinstance(size, int) and not isinstance(size, bool)
+
+
+def _arg(node: Node, index: int, name: str, default: Any = None) -> Any:
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def _is_float_dtype(arg: Any) -> bool:
+    v = _val(arg)
+    if isinstance(v, torch.Tensor):
+        return v.dtype.is_floating_point
+    return isinstance(v, float)
+
+
+# --------------------------------------------------------------------------------------------------
+# Pointwise
+# --------------------------------------------------------------------------------------------------
+
+#: aten unary op -> (nvFuser op name, computes in floating point)
+UNARY_OPS: dict[Any, tuple[str, bool]] = {
+    aten.abs.default: ("abs", False),
+    aten.acos.default: ("acos", True),
+    aten.acosh.default: ("acosh", True),
+    aten.asin.default: ("asin", True),
+    aten.asinh.default: ("asinh", True),
+    aten.atan.default: ("atan", True),
+    aten.atanh.default: ("atanh", True),
+    aten.ceil.default: ("ceil", False),
+    aten.cos.default: ("cos", True),
+    aten.cosh.default: ("cosh", True),
+    aten.exp.default: ("exp", True),
+    aten.exp2.default: ("exp2", True),
+    aten.expm1.default: ("expm1", True),
+    aten.erf.default: ("erf", True),
+    aten.erfc.default: ("erfc", True),
+    aten.erfinv.default: ("erfinv", True),
+    aten.floor.default: ("floor", False),
+    aten.frac.default: ("frac", False),
+    aten.lgamma.default: ("lgamma", True),
+    aten.log.default: ("log", True),
+    aten.log10.default: ("log10", True),
+    aten.log1p.default: ("log1p", True),
+    aten.log2.default: ("log2", True),
+    aten.neg.default: ("neg", False),
+    aten.logical_not.default: ("logical_not", False),
+    aten.bitwise_not.default: ("bitwise_not", False),
+    aten.relu.default: ("relu", False),
+    aten.reciprocal.default: ("reciprocal", True),
+    aten.round.default: ("round", False),
+    aten.rsqrt.default: ("rsqrt", True),
+    aten.sign.default: ("sign", False),
+    aten.sigmoid.default: ("sigmoid", True),
+    aten.sin.default: ("sin", True),
+    aten.sinh.default: ("sinh", True),
+    aten.sqrt.default: ("sqrt", True),
+    aten.tan.default: ("tan", True),
+    aten.tanh.default: ("tanh", True),
+    aten.trunc.default: ("trunc", False),
+    aten.isfinite.default: ("isfinite", False),
+    aten.isinf.default: ("isinf", False),
+    aten.isnan.default: ("isnan", False),
+    aten.silu.default: ("silu", True),
+}
+
+#: aten binary op -> nvFuser op name. Overloads taking a Python scalar share the lowering.
+BINARY_OPS: dict[Any, str] = {
+    aten.mul.Tensor: "mul",
+    aten.mul.Scalar: "mul",
+    aten.div.Tensor: "truediv",
+    aten.div.Scalar: "truediv",
+    aten.pow.Tensor_Tensor: "pow",
+    aten.pow.Tensor_Scalar: "pow",
+    aten.pow.Scalar: "pow",
+    aten.remainder.Tensor: "remainder",
+    aten.remainder.Scalar: "remainder",
+    aten.fmod.Tensor: "fmod",
+    aten.fmod.Scalar: "fmod",
+    aten.atan2.default: "atan2",
+    aten.maximum.default: "maximum",
+    aten.minimum.default: "minimum",
+    aten.eq.Tensor: "eq",
+    aten.eq.Scalar: "eq",
+    aten.ne.Tensor: "ne",
+    aten.ne.Scalar: "ne",
+    aten.lt.Tensor: "lt",
+    aten.lt.Scalar: "lt",
+    aten.le.Tensor: "le",
+    aten.le.Scalar: "le",
+    aten.gt.Tensor: "gt",
+    aten.gt.Scalar: "gt",
+    aten.ge.Tensor: "ge",
+    aten.ge.Scalar: "ge",
+    aten.logical_and.default: "logical_and",
+    aten.logical_or.default: "logical_or",
+    aten.bitwise_and.Tensor: "bitwise_and",
+    aten.bitwise_and.Scalar: "bitwise_and",
+    aten.bitwise_or.Tensor: "bitwise_or",
+    aten.bitwise_or.Scalar: "bitwise_or",
+    aten.bitwise_xor.Tensor: "bitwise_xor",
+    aten.bitwise_xor.Scalar: "bitwise_xor",
+}
+
+#: Binary ops whose integer form would differ from aten's (aten promotes them to float).
+_FLOAT_RESULT_BINARY = {"truediv", "atan2"}
+
+
+def _unary_lowering(name: str, floating: bool):
+    def lower(ctx, node: Node) -> Any:
+        x = ctx.value(node.args[0])
+        if floating and not _is_float_dtype(node.args[0]):
+            x = ctx.cast(x, node.meta["val"].dtype)
+        return getattr(ctx.ops, name)(x)
+
+    return lower
+
+
+def _binary_lowering(name: str):
+    def lower(ctx, node: Node) -> Any:
+        a, b = ctx.value(node.args[0]), ctx.value(node.args[1])
+        return getattr(ctx.ops, name)(a, b)
+
+    return lower
+
+
+for _target, (_name, _floating) in UNARY_OPS.items():
+    register_lowering(_target)(_unary_lowering(_name, _floating))
+for _target, _name in BINARY_OPS.items():
+    register_lowering(_target)(_binary_lowering(_name))
+
+
+def _alpha(ctx, node: Node, b: Any) -> Any:
+    alpha = node.kwargs.get("alpha", 1)
+    if alpha == 1:
+        return b
+    return ctx.ops.mul(b, ctx.value(alpha))
+
+
+@register_lowering(aten.add.Tensor, aten.add.Scalar)
+def _add(ctx, node: Node) -> Any:
+    a, b = ctx.value(node.args[0]), ctx.value(node.args[1])
+    return ctx.ops.add(a, _alpha(ctx, node, b))
+
+
+@register_lowering(aten.sub.Tensor, aten.sub.Scalar)
+def _sub(ctx, node: Node) -> Any:
+    a, b = ctx.value(node.args[0]), ctx.value(node.args[1])
+    return ctx.ops.sub(a, _alpha(ctx, node, b))
+
+
+def _check_div_mode(node: Node) -> Optional[str]:
+    mode = node.kwargs.get("rounding_mode")
+    if mode == "floor":
+        return "unsupported op: floor division rounds differently in nvFuser"
+    return None
+
+
+@register_lowering(aten.div.Tensor_mode, aten.div.Scalar_mode, check=_check_div_mode)
+def _div_mode(ctx, node: Node) -> Any:
+    a, b = ctx.value(node.args[0]), ctx.value(node.args[1])
+    if node.kwargs.get("rounding_mode") is None:
+        return ctx.ops.truediv(a, b)
+    if node.meta["val"].dtype.is_floating_point:
+        return ctx.ops.trunc(ctx.ops.truediv(a, b))
+    return ctx.ops.div(a, b)  # integer division truncates, like C
+
+
+@register_lowering(aten.where.self)
+def _where(ctx, node: Node) -> Any:
+    return ctx.ops.where(*(ctx.value(a) for a in node.args[:3]))
+
+
+@register_lowering(aten.clamp.default, aten.clamp.Tensor)
+def _clamp(ctx, node: Node) -> Any:
+    x = ctx.value(node.args[0])
+    lo, hi = _arg(node, 1, "min"), _arg(node, 2, "max")
+    if lo is not None:
+        x = ctx.ops.maximum(x, ctx.value(lo))
+    if hi is not None:
+        x = ctx.ops.minimum(x, ctx.value(hi))
+    return x
+
+
+@register_lowering(aten.clamp_min.default, aten.clamp_min.Tensor)
+def _clamp_min(ctx, node: Node) -> Any:
+    return ctx.ops.maximum(ctx.value(node.args[0]), ctx.value(node.args[1]))
+
+
+@register_lowering(aten.clamp_max.default, aten.clamp_max.Tensor)
+def _clamp_max(ctx, node: Node) -> Any:
+    return ctx.ops.minimum(ctx.value(node.args[0]), ctx.value(node.args[1]))
+
+
+@register_lowering(aten.lerp.Scalar, aten.lerp.Tensor)
+def _lerp(ctx, node: Node) -> Any:
+    return ctx.ops.lerp(*(ctx.value(a) for a in node.args[:3]))
+
+
+# --------------------------------------------------------------------------------------------------
+# Casts and copies
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_to_copy(node: Node) -> Optional[str]:
+    src, out = _val(node.args[0]), node.meta.get("val")
+    if isinstance(src, torch.Tensor) and isinstance(out, torch.Tensor) and src.device != out.device:
+        return f"device: _to_copy moves {src.device} -> {out.device}"
+    if node.kwargs.get("layout") not in (None, torch.strided):
+        return "unsupported op: _to_copy to a non-strided layout"
+    return None
+
+
+@register_lowering(aten._to_copy.default, check=_check_to_copy)
+def _to_copy(ctx, node: Node) -> Any:
+    return ctx.cast(ctx.value(node.args[0]), node.meta["val"].dtype)
+
+
+@register_lowering(prims.convert_element_type.default)
+def _convert_element_type(ctx, node: Node) -> Any:
+    return ctx.cast(ctx.value(node.args[0]), node.args[1])
+
+
+@register_lowering(aten.clone.default)
+def _clone(ctx, node: Node) -> Any:
+    # Layout is set where the value leaves the fusion (eager's strides), so a clone is a plain copy.
+    return ctx.ops.set(ctx.value(node.args[0]))
+
+
+@register_lowering(aten.copy.default)
+def _copy(ctx, node: Node) -> Any:
+    dst, src = _val(node.args[0]), node.args[1]
+    value = ctx.value(src)
+    if isinstance(src, Node) and tuple(_val(src).shape) != tuple(dst.shape):
+        value = ctx.broadcast_to(value, _val(src), list(dst.shape))
+    return ctx.cast(value, dst.dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Reductions
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_reduction(node: Node) -> Optional[str]:
+    if _rank(node.args[0]) == 0:
+        return "unsupported op: reduction of a 0-dim tensor"
+    return None
+
+
+def _reduction_dtype(ctx, node: Node, index: int) -> Any:
+    dtype = _arg(node, index, "dtype")
+    return ctx.dtype(dtype) if dtype is not None else ctx.nvf.DataType.Null
+
+
+@register_lowering(aten.sum.dim_IntList, check=_check_reduction)
+def _sum_dims(ctx, node: Node) -> Any:
+    x = node.args[0]
+    dims = _norm_dims(_arg(node, 1, "dim"), _rank(x))
+    keepdim = bool(_arg(node, 2, "keepdim", False))
+    return ctx.ops.sum(ctx.value(x), dims, keepdim, _reduction_dtype(ctx, node, 3))
+
+
+@register_lowering(aten.sum.default, check=_check_reduction)
+def _sum_all(ctx, node: Node) -> Any:
+    x = node.args[0]
+    return ctx.ops.sum(ctx.value(x), list(range(_rank(x))), False, _reduction_dtype(ctx, node, 1))
+
+
+def _mean(ctx, node: Node, dims: list[int], keepdim: bool) -> Any:
+    x = node.args[0]
+    xv = ctx.value(x)
+    acc = ctx.nvf.DataType.Float if _val(x).dtype in LOW_PRECISION_FLOATS else ctx.nvf.DataType.Null
+    total = ctx.ops.sum(xv, dims, keepdim, acc)
+    count = None
+    for d in dims:
+        size = ctx.ops.size(xv, d)
+        count = size if count is None else ctx.ops.mul(count, size)
+    return ctx.ops.truediv(total, count)
+
+
+@register_lowering(aten.mean.dim, check=_check_reduction)
+def _mean_dims(ctx, node: Node) -> Any:
+    dims = _norm_dims(_arg(node, 1, "dim"), _rank(node.args[0]))
+    return _mean(ctx, node, dims, bool(_arg(node, 2, "keepdim", False)))
+
+
+@register_lowering(aten.mean.default, check=_check_reduction)
+def _mean_all(ctx, node: Node) -> Any:
+    return _mean(ctx, node, list(range(_rank(node.args[0]))), False)
+
+
+def _minmax_lowering(name: str):
+    def lower(ctx, node: Node) -> Any:
+        x = node.args[0]
+        dims = _norm_dims(_arg(node, 1, "dim"), _rank(x))
+        keepdim = bool(_arg(node, 2, "keepdim", False))
+        return getattr(ctx.ops, name)(ctx.value(x), dims, keepdim, ctx.nvf.DataType.Null)
+
+    return lower
+
+
+register_lowering(aten.amax.default, check=_check_reduction)(_minmax_lowering("max"))
+register_lowering(aten.amin.default, check=_check_reduction)(_minmax_lowering("min"))
+
+
+@register_lowering(aten.prod.dim_int, check=_check_reduction)
+def _prod_dim(ctx, node: Node) -> Any:
+    x = node.args[0]
+    dims = _norm_dims([_arg(node, 1, "dim")], _rank(x))
+    keepdim = bool(_arg(node, 2, "keepdim", False))
+    return ctx.ops.prod(ctx.value(x), dims, keepdim, _reduction_dtype(ctx, node, 3))
+
+
+@register_lowering(aten.prod.default, check=_check_reduction)
+def _prod_all(ctx, node: Node) -> Any:
+    x = node.args[0]
+    return ctx.ops.prod(ctx.value(x), list(range(_rank(x))), False, _reduction_dtype(ctx, node, 1))
+
+
+def _correction(node: Node) -> int:
+    correction = node.kwargs.get("correction")
+    return 1 if correction is None else int(correction)
+
+
+def _check_var(node: Node) -> Optional[str]:
+    reason = _check_reduction(node)
+    if reason:
+        return reason
+    correction = node.kwargs.get("correction")
+    if correction is not None and float(correction) != int(correction):
+        return "unsupported op: non-integer variance correction"
+    if not _val(node.args[0]).dtype.is_floating_point:
+        return "dtype: variance of a non-floating tensor"
+    return None
+
+
+def _var_input(ctx, node: Node) -> Any:
+    x = ctx.value(node.args[0])
+    if _val(node.args[0]).dtype in LOW_PRECISION_FLOATS:
+        x = ctx.cast(x, torch.float32)
+    return x
+
+
+@register_lowering(aten.var.correction, check=_check_var)
+def _var(ctx, node: Node) -> Any:
+    dims = _norm_dims(_arg(node, 1, "dim"), _rank(node.args[0]))
+    keepdim = bool(node.kwargs.get("keepdim", False))
+    return ctx.ops.var(_var_input(ctx, node), dims, _correction(node), keepdim)
+
+
+@register_lowering(aten.var_mean.correction, check=_check_var)
+def _var_mean(ctx, node: Node) -> Any:
+    dims = _norm_dims(_arg(node, 1, "dim"), _rank(node.args[0]))
+    keepdim = bool(node.kwargs.get("keepdim", False))
+    var, mean = ctx.ops.var_mean(_var_input(ctx, node), dims, _correction(node), keepdim)
+    return (var, mean)
+
+
+@register_lowering(operator.getitem)
+def _getitem(ctx, node: Node) -> Any:
+    return ctx.values[node.args[0]][node.args[1]]
+
+
+# --------------------------------------------------------------------------------------------------
+# Factories
+# --------------------------------------------------------------------------------------------------
+
+
+def _full_like_lowering(fill: Any):
+    def lower(ctx, node: Node) -> Any:
+        value = node.args[1] if fill is None else fill
+        dtype = node.meta["val"].dtype
+        return ctx.ops.full(ctx.shape(node.args[0]), ctx.constant(value, dtype), ctx.dtype(dtype))
+
+    return lower
+
+
+register_lowering(aten.full.default)(_full_like_lowering(None))
+register_lowering(aten.zeros.default)(_full_like_lowering(0))
+register_lowering(aten.ones.default)(_full_like_lowering(1))
+
+
+@register_lowering(aten.scalar_tensor.default)
+def _scalar_tensor(ctx, node: Node) -> Any:
+    dtype = node.meta["val"].dtype
+    return ctx.ops.full([], ctx.constant(node.args[0], dtype), ctx.dtype(dtype))
+
+
+# --------------------------------------------------------------------------------------------------
+# Shape ops (metadata inside a region) and data movement
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_reshape(node: Node) -> Optional[str]:
+    shape = node.args[1]
+    if any(isinstance(s, int) and s == -1 for s in shape) and not all(
+        _static(s) for s in node.meta["val"].shape
+    ):
+        return "unsupported op: reshape with an inferred (-1) dim under dynamic shapes"
+    return None
+
+
+@register_lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default, check=_check_reshape)
+def _reshape(ctx, node: Node) -> Any:
+    shape = node.args[1]
+    if any(isinstance(s, int) and s == -1 for s in shape):
+        shape = list(node.meta["val"].shape)
+    return ctx.ops.reshape(ctx.value(node.args[0]), ctx.shape(shape))
+
+
+@register_lowering(aten.permute.default)
+def _permute(ctx, node: Node) -> Any:
+    rank = _rank(node.args[0])
+    return ctx.ops.permute(ctx.value(node.args[0]), [_norm_dim(d, rank) for d in node.args[1]])
+
+
+@register_lowering(aten.transpose.int)
+def _transpose(ctx, node: Node) -> Any:
+    rank = _rank(node.args[0])
+    if rank < 2:
+        return ctx.value(node.args[0])
+    d0, d1 = _norm_dim(node.args[1], rank), _norm_dim(node.args[2], rank)
+    perm = list(range(rank))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return ctx.ops.permute(ctx.value(node.args[0]), perm)
+
+
+@register_lowering(aten.t.default)
+def _t(ctx, node: Node) -> Any:
+    if _rank(node.args[0]) < 2:
+        return ctx.value(node.args[0])
+    return ctx.ops.permute(ctx.value(node.args[0]), [1, 0])
+
+
+def _squeeze(ctx, node: Node, dims: list[int]) -> Any:
+    x = node.args[0]
+    shape = _val(x).shape
+    ones = [d for d in dims if _static(shape[d]) and shape[d] == 1]
+    if not ones:
+        return ctx.value(x)
+    return ctx.ops.squeeze(ctx.value(x), ones)
+
+
+@register_lowering(aten.squeeze.default)
+def _squeeze_all(ctx, node: Node) -> Any:
+    return _squeeze(ctx, node, list(range(_rank(node.args[0]))))
+
+
+@register_lowering(aten.squeeze.dim)
+def _squeeze_dim(ctx, node: Node) -> Any:
+    rank = _rank(node.args[0])
+    return _squeeze(ctx, node, [_norm_dim(node.args[1], max(rank, 1))] if rank else [])
+
+
+@register_lowering(aten.squeeze.dims)
+def _squeeze_dims(ctx, node: Node) -> Any:
+    rank = _rank(node.args[0])
+    return _squeeze(ctx, node, [_norm_dim(d, max(rank, 1)) for d in node.args[1]] if rank else [])
+
+
+@register_lowering(aten.unsqueeze.default)
+def _unsqueeze(ctx, node: Node) -> Any:
+    rank = _rank(node.args[0]) + 1
+    dim = _norm_dim(node.args[1], rank)
+    return ctx.ops.broadcast(ctx.value(node.args[0]), [d == dim for d in range(rank)])
+
+
+@register_lowering(aten.expand.default)
+def _expand(ctx, node: Node) -> Any:
+    src = _val(node.args[0])
+    out_shape = list(node.args[1])
+    offset = len(out_shape) - src.dim()
+    for i, s in enumerate(out_shape):
+        if isinstance(s, int) and s == -1:
+            out_shape[i] = src.shape[i - offset]
+    return ctx.broadcast_to(ctx.value(node.args[0]), src, out_shape)
+
+
+def _check_slice(node: Node) -> Optional[str]:
+    src = _val(node.args[0])
+    dim = _norm_dim(_arg(node, 1, "dim", 0), src.dim())
+    if not all(_static(s) for s in src.shape):
+        return "unsupported op: slice of a tensor with dynamic sizes"
+    for bound in (_arg(node, 2, "start"), _arg(node, 3, "end"), _arg(node, 4, "step", 1)):
+        if bound is not None and not _static(bound):
+            return "unsupported op: slice with symbolic bounds"
+    if (_arg(node, 4, "step", 1) or 1) < 1:
+        return "unsupported op: slice with a non-positive step"
+    del dim
+    return None
+
+
+@register_lowering(aten.slice.Tensor, check=_check_slice)
+def _slice(ctx, node: Node) -> Any:
+    src = _val(node.args[0])
+    rank = src.dim()
+    dim = _norm_dim(_arg(node, 1, "dim", 0), rank)
+    size = int(src.shape[dim])
+    start, end = _arg(node, 2, "start"), _arg(node, 3, "end")
+    step = _arg(node, 4, "step", 1) or 1
+    start = 0 if start is None else (start + size if start < 0 else start)
+    end = size if end is None else (end + size if end < 0 else end)
+    start, end = min(max(start, 0), size), min(max(end, 0), size)
+    end = max(end, start)
+    starts = [0] * rank
+    ends = [int(s) for s in src.shape]
+    steps = [1] * rank
+    starts[dim], ends[dim], steps[dim] = start, end, step
+    return ctx.ops.slice(ctx.value(node.args[0]), starts, ends, steps)
+
+
+def _check_static_dim(node: Node) -> Optional[str]:
+    src = _val(node.args[0])
+    dim = _norm_dim(_arg(node, 1, "dim", 0), src.dim())
+    if not _static(src.shape[dim]):
+        return "unsupported op: indexing a dynamic dim"
+    return None
+
+
+@register_lowering(aten.select.int, check=_check_static_dim)
+def _select(ctx, node: Node) -> Any:
+    src = _val(node.args[0])
+    dim = _norm_dim(node.args[1], src.dim())
+    index = node.args[2]
+    if _static(index) and index < 0:
+        index += int(src.shape[dim])
+    return ctx.ops.select(ctx.value(node.args[0]), ctx.index(index), dim)
+
+
+@register_lowering(aten.unbind.int, check=_check_static_dim)
+def _unbind(ctx, node: Node) -> Any:
+    src = _val(node.args[0])
+    dim = _norm_dim(_arg(node, 1, "dim", 0), src.dim())
+    x = ctx.value(node.args[0])
+    return tuple(ctx.ops.select(x, ctx.index(i), dim) for i in range(int(src.shape[dim])))
+
+
+def _check_split(node: Node) -> Optional[str]:
+    reason = _check_static_dim(node)
+    if reason:
+        return reason
+    if not all(_static(s) for s in _val(node.args[0]).shape):
+        return "unsupported op: split of a tensor with dynamic sizes"
+    return None
+
+
+@register_lowering(aten.split.Tensor, aten.split_with_sizes.default, check=_check_split)
+def _split(ctx, node: Node) -> Any:
+    src = _val(node.args[0])
+    rank = src.dim()
+    dim = _norm_dim(_arg(node, 2, "dim", 0), rank)
+    x = ctx.value(node.args[0])
+    pieces = []
+    start = 0
+    for piece in node.meta["val"]:
+        length = int(piece.shape[dim])
+        starts, ends = [0] * rank, [int(s) for s in src.shape]
+        starts[dim], ends[dim] = start, start + length
+        pieces.append(ctx.ops.slice(x, starts, ends, [1] * rank))
+        start += length
+    return tuple(pieces)
+
+
+@register_lowering(aten.alias.default, aten.detach.default)
+def _alias(ctx, node: Node) -> Any:
+    return ctx.value(node.args[0])
+
+
+def _check_cat(node: Node) -> Optional[str]:
+    for t in node.args[0]:
+        v = _val(t)
+        if not isinstance(v, torch.Tensor) or any(_static(s) and s == 0 for s in v.shape):
+            return "unsupported op: cat of an empty tensor"
+    return None
+
+
+@register_lowering(aten.cat.default, check=_check_cat)
+def _cat(ctx, node: Node) -> Any:
+    out = node.meta["val"]
+    dim = _norm_dim(_arg(node, 1, "dim", 0), out.dim())
+    parts = [ctx.cast(ctx.value(t), out.dtype) for t in node.args[0]]
+    return ctx.ops.cat(parts, dim)
+
+
+def _check_pad(node: Node) -> Optional[str]:
+    if any((not _static(p)) or p < 0 for p in node.args[1]):
+        return "unsupported op: negative or symbolic padding"
+    return None
+
+
+@register_lowering(aten.constant_pad_nd.default, check=_check_pad)
+def _constant_pad_nd(ctx, node: Node) -> Any:
+    value = _arg(node, 2, "value", 0)
+    dtype = node.meta["val"].dtype
+    return ctx.ops.pad(ctx.value(node.args[0]), list(node.args[1]), ctx.constant(value, dtype))

@@ -1,0 +1,117 @@
+"""The one list of metadata-only aten ops, each with the rule for when eager runs it as a zero-copy alias.
+
+The bookend pass moves such nodes off a region's boundary only when the rule says eager makes a view
+for the layout the node will actually see; otherwise (a reshape that would copy) the node stays inside
+the region, where nvFuser does the copy as part of the kernel.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from torch.fx import Node
+from dynamo_nvf._compat import hint_int
+
+aten = torch.ops.aten
+
+#: Returns None when the node is a zero-copy alias in eager, else the reason it would copy.
+AliasRule = Callable[[Node], Optional[str]]
+
+
+@dataclass(frozen=True)
+class MetadataOp:
+    """A metadata-only op: `alias_rule` says if eager makes it a view; `broadcast` marks expand."""
+
+    name: str
+    alias_rule: AliasRule
+    broadcast: bool = False
+
+
+def _always_alias(node: Node) -> Optional[str]:
+    return None
+
+
+def _hints(values: Any) -> list[int]:
+    return [hint_int(v) for v in values]
+
+
+def _input_val(node: Node) -> Any:
+    src = node.args[0]
+    return src.meta.get("val") if isinstance(src, Node) else None
+
+
+def _view_is_alias(node: Node) -> Optional[str]:
+    """A view/reshape is an alias only if the input's strides allow the new shape without a copy."""
+    val = _input_val(node)
+    out = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return "no shape information to prove the reshape is a view"
+    try:
+        probe = torch.empty_strided(_hints(val.shape), _hints(val.stride()), dtype=val.dtype, device="meta")
+        probe.view(_hints(out.shape))
+    except RuntimeError:
+        return "reshape of this layout is a copy in eager, so nvFuser does it inside the kernel"
+    return None
+
+
+def _getitem_alias(node: Node) -> Optional[str]:
+    src = node.args[0]
+    if isinstance(src, Node) and src.op == "call_function" and src.target in MULTI_OUTPUT_METADATA_OPS:
+        return None
+    return "getitem of a compute op's result"
+
+
+_VIEW = MetadataOp("view", _view_is_alias)
+_ALIAS = MetadataOp("alias", _always_alias)
+
+#: aten overload -> rule. The single source of truth for "metadata op" in this package.
+METADATA_OPS: dict[Any, MetadataOp] = {
+    aten.view.default: _VIEW,
+    aten._unsafe_view.default: _VIEW,
+    aten.reshape.default: _VIEW,
+    aten.permute.default: MetadataOp("permute", _always_alias),
+    aten.transpose.int: MetadataOp("transpose", _always_alias),
+    aten.t.default: MetadataOp("t", _always_alias),
+    aten.squeeze.default: MetadataOp("squeeze", _always_alias),
+    aten.squeeze.dim: MetadataOp("squeeze", _always_alias),
+    aten.squeeze.dims: MetadataOp("squeeze", _always_alias),
+    aten.unsqueeze.default: MetadataOp("unsqueeze", _always_alias),
+    aten.expand.default: MetadataOp("expand", _always_alias, broadcast=True),
+    aten.slice.Tensor: MetadataOp("slice", _always_alias),
+    aten.select.int: MetadataOp("select", _always_alias),
+    aten.alias.default: _ALIAS,
+    aten.detach.default: _ALIAS,
+    aten.split.Tensor: MetadataOp("split", _always_alias),
+    aten.split_with_sizes.default: MetadataOp("split", _always_alias),
+    aten.unbind.int: MetadataOp("unbind", _always_alias),
+    operator.getitem: MetadataOp("getitem", _getitem_alias),
+}
+
+#: Metadata ops that return a list of views, read through operator.getitem.
+MULTI_OUTPUT_METADATA_OPS = frozenset(
+    {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int}
+)
+
+#: View-like ops whose chains collapse into one reshape inside a region (seed 002's separateNestedViews).
+RESHAPE_OPS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
+
+
+def is_metadata(node: Node) -> bool:
+    """True for a node that only changes metadata (including getitem of a split)."""
+    if node.op != "call_function" or node.target not in METADATA_OPS:
+        return False
+    if node.target is operator.getitem:
+        return _getitem_alias(node) is None
+    return True
+
+
+def alias_violation(node: Node) -> Optional[str]:
+    """None when eager runs this metadata node as a zero-copy alias of its input, else why not."""
+    return METADATA_OPS[node.target].alias_rule(node)
+
+
+def is_broadcast(node: Node) -> bool:
+    return node.op == "call_function" and node.target in METADATA_OPS and METADATA_OPS[node.target].broadcast

@@ -1,0 +1,122 @@
+"""Registry of nvFuser lowerings keyed by aten overload, in the manner of torch/_inductor/lowering.py.
+
+Both the partitioner (is this node supported?) and the fusion builder (how is it lowered?) ask this
+one table, so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+
+import torch
+from torch.fx import Node
+
+from dynamo_nvf.ops.dtypes import SUPPORTED_DTYPES
+
+if TYPE_CHECKING:
+    from dynamo_nvf.lowering import LoweringContext
+    from dynamo_nvf.settings import Settings
+
+#: Lowers one FX node into nvFuser values; returns a value or a tuple of values.
+LowerFn = Callable[["LoweringContext", Node], Any]
+#: Op-specific capability check: None when supported, else the reason.
+CheckFn = Callable[[Node], Optional[str]]
+
+MAX_RANK = 8
+
+
+@dataclass(frozen=True)
+class Lowering:
+    target: Any
+    lower: LowerFn
+    check: Optional[CheckFn] = None
+
+
+LOWERINGS: dict[Any, Lowering] = {}
+
+
+def register_lowering(*targets: Any, check: Optional[CheckFn] = None) -> Callable[[LowerFn], LowerFn]:
+    """Registers `fn` as the lowering of every overload in `targets`."""
+
+    def decorate(fn: LowerFn) -> LowerFn:
+        for target in targets:
+            if target in LOWERINGS:
+                raise ValueError(f"duplicate lowering for {target}")
+            LOWERINGS[target] = Lowering(target, fn, check)
+        return fn
+
+    return decorate
+
+
+def op_name(target: Any) -> str:
+    """An op's display name: `aten.mul.Tensor` for overloads, `operator.getitem` for Python callables."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(target)
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__name__", repr(target))
+    return f"{module.replace('_operator', 'operator')}.{name}" if module else name
+
+
+def _tensor_vals(value: Any) -> Iterable[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensor_vals(v)
+
+
+def _arg_nodes(node: Node) -> list[Node]:
+    return list(node.all_input_nodes)
+
+
+def _check_tensor(t: torch.Tensor, settings: "Settings", is_input: bool) -> Optional[str]:
+    if t.dtype not in SUPPORTED_DTYPES:
+        return f"dtype: {t.dtype} is not mapped to nvFuser"
+    device = t.device.type
+    cuda_like = device == "cuda" or (settings.plan_cpu_as_cuda and device == "cpu")
+    if not cuda_like:
+        if not (is_input and device == "cpu" and t.dim() == 0):
+            return f"device: {device} tensor (nvFuser runs CUDA tensors and 0-dim CPU scalars)"
+    if t.dim() > MAX_RANK:
+        return f"rank: {t.dim()} > {MAX_RANK}"
+    return None
+
+
+_SCALAR_TYPES = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
+    """None when nvFuser can take this node, else a reason string that explain() shows."""
+    if node.op != "call_function":
+        return f"not an op ({node.op})"
+    lowering = LOWERINGS.get(node.target)
+    if lowering is None:
+        return f"unsupported op: {op_name(node.target)} has no nvFuser lowering"
+    if node.target is operator.getitem:
+        # Follows its producer; only tuple results of lowered ops are indexed.
+        src = node.args[0]
+        if not isinstance(src, Node) or src.target not in LOWERINGS:
+            return "unsupported op: getitem of an unsupported producer"
+    for inp in _arg_nodes(node):
+        val = inp.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            reason = _check_tensor(val, settings, is_input=True)
+            if reason:
+                return reason
+        elif isinstance(val, (list, tuple)) and node.target is operator.getitem:
+            continue
+        elif not isinstance(val, _SCALAR_TYPES):
+            return f"unsupported input: {inp.name} has no tensor or scalar value"
+    out = node.meta.get("val")
+    outs = list(_tensor_vals(out))
+    if not outs:
+        return "not a tensor op (its result is not a tensor)"
+    for t in outs:
+        reason = _check_tensor(t, settings, is_input=False)
+        if reason:
+            return reason
+    if lowering.check is not None:
+        return lowering.check(node)
+    return None

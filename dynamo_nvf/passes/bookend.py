@@ -1,0 +1,148 @@
+"""Bookend pass: trims metadata-only nodes off the start and end of every region.
+
+Trimmed nodes run in PyTorch as zero-copy aliases, so nvFuser sees only compute (seeds 000 and 003).
+Rules, in order:
+
+- Leading: a metadata node whose inputs all come from outside its region moves out, when eager makes
+  it a view of the layout it will see. Repeated, for chains.
+- Trailing: a metadata node used outside its region moves out (a copy of it, when the region still
+  uses it too), under the same alias rule. Repeated. Its input then leaves the fusion with eager's
+  strides (the fusion builder sets them), which is the layout the alias rule was checked against.
+- A reshape that would copy in eager stays inside: nvFuser does the copy within the kernel (the
+  reason Thunder gave for dropping bookending).
+- Leading broadcasts (`expand`) stay inside unless `trim_broadcasts`: nvFuser broadcasts for free,
+  while a trimmed expand hands it stride-0 inputs, the pattern that split Thunder's var_mean backward
+  into extra kernels. perf/ measures both (`layernorm_train`, `bias_gelu_bwd`).
+- Interior chains of reshapes collapse into one (seed 002's separateNestedViews).
+- A region left with fewer than `min_region_size` compute nodes (none at all for a metadata-only
+  region) goes back to eager: it would only pay nvFuser's host cost (Thunder #1251).
+
+With `bookend=False` no node is trimmed and only regions without a single compute node go back to
+eager, so untrimmed runs show nvFuser's own handling of boundary views.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from torch.fx import GraphModule, Node
+
+from dynamo_nvf.ops.metadata import RESHAPE_OPS, alias_violation, is_broadcast, is_metadata
+from dynamo_nvf.ops.registry import op_name
+from dynamo_nvf.passes.partition import REASON_KEY, REGION_KEY, regions_of, set_eager
+from dynamo_nvf.plan import Decision
+from dynamo_nvf.settings import Settings
+
+DECISIONS_KEY = "nvf_decisions"
+TRIM_KEY = "nvf_trim"
+
+
+def _record(gm: GraphModule, node: Node, region: int, side: str, action: str, reason: str) -> Decision:
+    decision = Decision(node=node.name, op=op_name(node.target), action=action, reason=reason)
+    gm.meta.setdefault(DECISIONS_KEY, []).append((region, side, decision))
+    return decision
+
+
+def _in(node: Node, region: int) -> bool:
+    return node.meta.get(REGION_KEY) == region
+
+
+def _trim_leading(gm: GraphModule, region: int, settings: Settings, kept: set[Node]) -> bool:
+    changed = False
+    for node in regions_of(gm).get(region, []):
+        if node in kept or not is_metadata(node):
+            continue
+        if any(_in(p, region) for p in node.all_input_nodes):
+            continue
+        if is_broadcast(node) and not settings.trim_broadcasts:
+            kept.add(node)
+            _record(gm, node, region, "leading", "kept",
+                    "broadcast stays inside: free in nvFuser, and stride-0 inputs can split kernels")
+            continue
+        violation = alias_violation(node)
+        if violation:
+            kept.add(node)
+            _record(gm, node, region, "leading", "kept", violation)
+            continue
+        set_eager([node], "trimmed (leading): zero-copy alias of a region input, run by PyTorch")
+        node.meta[TRIM_KEY] = (region, "leading")
+        _record(gm, node, region, "leading", "trimmed", "zero-copy alias of a region input")
+        changed = True
+    return changed
+
+
+def _trim_trailing(gm: GraphModule, region: int, kept: set[Node]) -> bool:
+    changed = False
+    for node in reversed(regions_of(gm).get(region, [])):
+        if node in kept or not is_metadata(node):
+            continue
+        outside = [u for u in node.users if not _in(u, region)]
+        if not outside:
+            continue
+        violation = alias_violation(node)
+        if violation:
+            kept.add(node)
+            _record(gm, node, region, "trailing", "kept", violation)
+            continue
+        inside = [u for u in node.users if _in(u, region)]
+        if not inside:
+            set_eager([node], "trimmed (trailing): zero-copy alias of a region output, run by PyTorch")
+            node.meta[TRIM_KEY] = (region, "trailing")
+            _record(gm, node, region, "trailing", "trimmed", "zero-copy alias of a region output")
+        else:
+            with gm.graph.inserting_after(node):
+                copy = gm.graph.node_copy(node)
+            copy.meta = {k: v for k, v in node.meta.items() if k not in (REGION_KEY, REASON_KEY)}
+            for user in outside:
+                user.replace_input_with(node, copy)
+            set_eager([copy], "trimmed (trailing): alias of a region output, duplicated out of the region")
+            copy.meta[TRIM_KEY] = (region, "trailing")
+            _record(gm, copy, region, "trailing", "duplicated",
+                    f"also used inside the region; the outside users read an alias ({copy.name}) instead")
+        changed = True
+    return changed
+
+
+def _collapse_reshape_chains(gm: GraphModule, region: int) -> None:
+    for node in regions_of(gm).get(region, []):
+        if node.op != "call_function" or node.target not in RESHAPE_OPS:
+            continue
+        src = node.args[0]
+        while (
+            isinstance(src, Node)
+            and _in(src, region)
+            and src.target in RESHAPE_OPS
+            and len(src.users) == 1
+        ):
+            inner = src
+            src = inner.args[0]
+            node.args = (src,) + tuple(node.args[1:])
+            _record(gm, inner, region, "interior", "collapsed", f"reshape chain folded into {node.name}")
+            gm.graph.erase_node(inner)
+
+
+def _compute_nodes(nodes: list[Node]) -> list[Node]:
+    return [n for n in nodes if not is_metadata(n) and n.target is not operator.getitem]
+
+
+def bookend_regions(gm: GraphModule, settings: Settings) -> GraphModule:
+    """Trims each region's boundary metadata nodes and drops regions with too little compute."""
+    gm.meta[DECISIONS_KEY] = []
+    for region in sorted(regions_of(gm)):
+        if settings.bookend:
+            kept: set[Node] = set()
+            while _trim_leading(gm, region, settings, kept) | _trim_trailing(gm, region, kept):
+                pass
+            _collapse_reshape_chains(gm, region)
+        nodes = regions_of(gm).get(region, [])
+        compute = _compute_nodes(nodes)
+        if not compute:
+            set_eager(nodes, "metadata-only: region has no compute, so PyTorch runs it as aliases")
+        elif settings.bookend and len(compute) < settings.min_region_size:
+            set_eager(nodes, f"single-op policy: {len(compute)} compute op(s) < min_region_size="
+                             f"{settings.min_region_size}")
+        elif not settings.bookend and len(nodes) < settings.min_region_size:
+            set_eager(nodes, f"single-op policy: {len(nodes)} op(s) < min_region_size={settings.min_region_size}")
+    gm.graph.lint()
+    gm.recompile()
+    return gm

@@ -1,0 +1,125 @@
+"""Partition pass: groups nvFuser-capable aten nodes into regions, recorded in node.meta.
+
+Why not CapabilityBasedPartitioner: it merges unrelated nodes horizontally without limit and has no
+cap on a partition's inputs and outputs, both of which this pass needs. Regions are grown along
+producer -> consumer edges only, a merge is refused if it would create a cycle through a node outside
+the merged region, or take the region past `max_region_io` (the NVRTC argument limit of seed 002).
+The result is written as `node.meta[REGION_KEY]` (region id) or `node.meta[REASON_KEY]` (why the
+node stays in eager); submodules are created later by `fuse_regions`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from torch.fx import GraphModule, Node
+
+from dynamo_nvf.ops.registry import unsupported_reason
+from dynamo_nvf.settings import Settings
+
+REGION_KEY = "nvf_region"
+REASON_KEY = "nvf_eager_reason"
+_SKIPPED_OPS = ("placeholder", "output", "get_attr")
+
+
+class _Group:
+    __slots__ = ("nodes",)
+
+    def __init__(self, node: Node) -> None:
+        self.nodes: set[Node] = {node}
+
+
+def _creates_cycle(union: set[Node], order: dict[Node, int]) -> bool:
+    """True if some path leaves `union` and comes back into it (fusing it would need a cycle)."""
+    last = max(order[n] for n in union)
+    stack = [u for n in union for u in n.users if u not in union]
+    seen: set[Node] = set()
+    while stack:
+        node = stack.pop()
+        if node in seen or order[node] > last:
+            continue
+        seen.add(node)
+        for user in node.users:
+            if user in union:
+                return True
+            stack.append(user)
+    return False
+
+
+def region_io_count(nodes: set[Node]) -> int:
+    """Inputs (distinct outside producers) plus outputs (nodes used outside) of a node set."""
+    inputs = {p for n in nodes for p in n.all_input_nodes if p not in nodes}
+    outputs = [n for n in nodes if any(u not in nodes for u in n.users)]
+    return len(inputs) + len(outputs)
+
+
+def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
+    """Annotates every node of `gm` with its region id, or with the reason it stays in eager."""
+    nodes = list(gm.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    group_of: dict[Node, _Group] = {}
+
+    for node in nodes:
+        node.meta.pop(REGION_KEY, None)
+        node.meta.pop(REASON_KEY, None)
+        node.meta.pop(SPLIT_KEY, None)
+        if node.op in _SKIPPED_OPS:
+            continue
+        reason = unsupported_reason(node, settings)
+        if reason is not None:
+            node.meta[REASON_KEY] = reason
+            continue
+        group = _Group(node)
+        group_of[node] = group
+        for producer in node.all_input_nodes:
+            other = group_of.get(producer)
+            if other is None or other is group:
+                continue
+            union = other.nodes | group.nodes
+            if region_io_count(union) > settings.max_region_io:
+                _note_split(node, producer, f"IO limit: merging would pass max_region_io={settings.max_region_io}")
+                continue
+            if _creates_cycle(union, order):
+                _note_split(node, producer, "cycle: merging would need a path through eager code")
+                continue
+            keep, drop = (other, group) if len(other.nodes) >= len(group.nodes) else (group, other)
+            keep.nodes |= drop.nodes
+            for n in drop.nodes:
+                group_of[n] = keep
+            group = keep
+
+    groups: list[_Group] = []
+    seen: set[int] = set()
+    for node in nodes:
+        group = group_of.get(node)
+        if group is not None and id(group) not in seen:
+            seen.add(id(group))
+            groups.append(group)
+    for region_id, group in enumerate(groups):
+        for node in group.nodes:
+            node.meta[REGION_KEY] = region_id
+    return gm
+
+
+SPLIT_KEY = "nvf_split"
+
+
+def _note_split(node: Node, producer: Node, reason: str) -> None:
+    """Remembers why `node` did not join its producer's region, for explain()."""
+    node.meta.setdefault(SPLIT_KEY, []).append((producer.name, reason))
+
+
+def regions_of(gm: GraphModule) -> dict[int, list[Node]]:
+    """Region id -> its nodes in graph order, read from the annotations."""
+    regions: dict[int, list[Node]] = {}
+    for node in gm.graph.nodes:
+        region = node.meta.get(REGION_KEY)
+        if region is not None:
+            regions.setdefault(region, []).append(node)
+    return regions
+
+
+def set_eager(nodes: Iterable[Node], reason: str) -> None:
+    for node in nodes:
+        node.meta.pop(REGION_KEY, None)
+        node.meta[REASON_KEY] = reason

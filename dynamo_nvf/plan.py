@@ -1,0 +1,137 @@
+"""The plan of one compiled graph: its regions, trimmed nodes and the reason for each decision.
+
+Planning fills it; the runtime adds what nvFuser did (definition, kernels, fallbacks); explain()
+renders it. Everything here is plain data, JSON-serialisable through `to_dict()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch.fx import Node
+from dynamo_nvf._compat import hint_int
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    shape: list[Any]
+    dtype: str
+    stride: list[Any]
+    device: str
+
+    @classmethod
+    def of(cls, node: Node) -> "TensorInfo":
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return cls(
+                name=node.name,
+                shape=[_size(s) for s in val.shape],
+                dtype=str(val.dtype).replace("torch.", ""),
+                stride=[_size(s) for s in val.stride()],
+                device=str(val.device),
+            )
+        kind = type(val).__name__ if val is not None else "unknown"
+        return cls(name=node.name, shape=[], dtype=kind, stride=[], device="")
+
+
+def _size(s: Any) -> Any:
+    return s if isinstance(s, int) else str(s)
+
+
+@dataclass
+class Decision:
+    """A bookend decision about one node at a region's boundary."""
+
+    node: str
+    op: str
+    action: str  # "trimmed", "kept", "duplicated" or "collapsed"
+    reason: str
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    scheduler: str
+    time_ms: Optional[float] = None
+    compile_time_ms: Optional[float] = None
+    segment_id: Optional[int] = None
+
+
+@dataclass
+class RegionPlan:
+    id: int
+    name: str
+    ops: list[str]
+    nodes: list[str]
+    leading: list[Decision] = field(default_factory=list)
+    trailing: list[Decision] = field(default_factory=list)
+    kept: list[Decision] = field(default_factory=list)
+    boundary: list[str] = field(default_factory=list)
+    inputs: list[TensorInfo] = field(default_factory=list)
+    outputs: list[TensorInfo] = field(default_factory=list)
+    #: "nvfuser" once it ran there, "eager" when it cannot (no CUDA/nvFuser) or fell back, else "planned".
+    executor: str = "planned"
+    executor_reason: str = ""
+    definition: Optional[str] = None
+    kernels: list[KernelInfo] = field(default_factory=list)
+    segments: Optional[int] = None
+    profile_source: str = ""
+    cuda_source: Optional[str] = None
+    calls_nvfuser: int = 0
+    calls_eager: int = 0
+
+    @property
+    def compute_ops(self) -> list[str]:
+        from dynamo_nvf.ops.metadata import METADATA_OPS
+        from dynamo_nvf.ops.registry import op_name
+
+        metadata = {op_name(t) for t in METADATA_OPS}
+        return [op for op in self.ops if op not in metadata]
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    op: str
+    region: Optional[int]
+    reason: str = ""
+
+
+@dataclass
+class GraphPlan:
+    kind: str  # "forward", "backward" or "inference"
+    graph_id: int
+    nodes: list[NodeInfo] = field(default_factory=list)
+    regions: list[RegionPlan] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    code: str = ""
+
+    @property
+    def eager_nodes(self) -> list[NodeInfo]:
+        return [n for n in self.nodes if n.region is None]
+
+    def to_dict(self) -> dict[str, Any]:
+        regions = []
+        for region in self.regions:
+            d = asdict(region)
+            d["compute_ops"] = region.compute_ops
+            regions.append(d)
+        return {
+            "kind": self.kind,
+            "graph_id": self.graph_id,
+            "regions": regions,
+            "eager_nodes": [{"node": n.name, "op": n.op, "reason": n.reason} for n in self.eager_nodes],
+            "nodes": [asdict(n) for n in self.nodes],
+            "decisions": [asdict(d) for d in self.decisions],
+        }
+
+
+def describe_value(val: Any) -> str:
+    """Short text of a node's value for tables: `f32[8, 16]`."""
+    if isinstance(val, torch.Tensor):
+        dtype = str(val.dtype).replace("torch.", "")
+        return f"{dtype}{[hint_int(s) if not isinstance(s, int) else s for s in val.shape]}"
+    return type(val).__name__

@@ -1,0 +1,195 @@
+"""Runs one region: on nvFuser when it can, else its eager FX submodule, with the same results.
+
+Per call it only builds a cache key and executes; definitions are built and compiled once per input
+description (dtype, rank, broadcast dims, layout, device) and kept in a bounded LRU. Any nvFuser error
+(build, compile or run) makes the region eager from then on, with one warning naming the region.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections import OrderedDict
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+from torch.fx import GraphModule
+
+from dynamo_nvf import nvf as nvf_env
+from dynamo_nvf.lowering import build_fusion
+from dynamo_nvf.plan import KernelInfo, RegionPlan
+from dynamo_nvf.runtime.stats import STATS
+from dynamo_nvf.settings import Settings
+
+log = logging.getLogger("dynamo_nvf")
+
+
+class NvFuserRegionError(RuntimeError):
+    """Raised in strict mode where the region would otherwise fall back to eager."""
+
+
+def _descriptor(arg: Any) -> Any:
+    """What a fusion definition depends on: never the sizes themselves, only size-1 dims and layout."""
+    if isinstance(arg, torch.Tensor):
+        sizes, strides = arg.shape, arg.stride()
+        order = tuple(sorted(range(arg.dim()), key=lambda d: -strides[d]))
+        dense = tuple(
+            strides[d] == (strides[order[i + 1]] * sizes[order[i + 1]] if i + 1 < len(order) else 1)
+            for i, d in enumerate(order)
+        )
+        return (arg.dtype, arg.device, tuple(s == 1 for s in sizes), tuple(st == 0 for st in strides), order, dense)
+    return type(arg)
+
+
+def _exact_key(args: Sequence[Any]) -> tuple:
+    return tuple(
+        (a.dtype, a.device, a.shape, a.stride()) if isinstance(a, torch.Tensor) else type(a) for a in args
+    )
+
+
+class _Entry:
+    __slots__ = ("fd", "fec", "eager_reason")
+
+    def __init__(self, fd: Any = None, eager_reason: str = "") -> None:
+        self.fd = fd
+        self.fec = None
+        self.eager_reason = eager_reason
+
+
+def _runs_on_nvfuser(args: Sequence[Any]) -> str:
+    """'' when nvFuser can take these inputs, else why not."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.device.type != "cuda" and not (a.device.type == "cpu" and a.dim() == 0):
+            return f"inputs on {a.device.type}: nvFuser runs CUDA tensors"
+    return ""
+
+
+class RegionRuntime:
+    """The callable that replaces a region's submodule in the compiled graph."""
+
+    def __init__(self, eager: GraphModule, plan: RegionPlan, settings: Settings) -> None:
+        self.eager = eager
+        self._eager_forward: Callable[..., Any] = eager.forward
+        self.plan = plan
+        self.settings = settings
+        self.failed: Optional[str] = None
+        self._by_exact: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._by_descriptor: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._nvf = nvf_env.nvfuser_module() if nvf_env.nvfuser_available() else None
+        if self._nvf is None:
+            plan.executor = "eager"
+            plan.executor_reason = nvf_env.unavailable_reason()
+
+    # -- the hot path -----------------------------------------------------------------------------
+    def __call__(self, *args: Any) -> Any:
+        if self._nvf is None or self.failed is not None:
+            return self._run_eager(args)
+        entry = self._by_exact.get(_exact_key(args))
+        if entry is None:
+            entry = self._lookup(args)
+        if entry.eager_reason:
+            return self._run_eager(args)
+        try:
+            if entry.fec is not None and not self.settings.profile:
+                outputs = entry.fec.execute(args)
+            else:
+                outputs = self._first_or_profiled_execute(entry, args)
+        except Exception as exc:  # nvFuser run-time error
+            return self._fail(f"nvFuser execution failed: {type(exc).__name__}: {exc}", args)
+        STATS.nvfuser_calls += 1
+        self.plan.calls_nvfuser += 1
+        return outputs
+
+    # -- misses, fallbacks, profiling -------------------------------------------------------------
+    def _run_eager(self, args: Sequence[Any]) -> Any:
+        STATS.eager_calls += 1
+        self.plan.calls_eager += 1
+        return self._eager_forward(*args)
+
+    def _lookup(self, args: Sequence[Any]) -> _Entry:
+        exact = _exact_key(args)
+        descriptor = tuple(_descriptor(a) for a in args)
+        entry = self._by_descriptor.get(descriptor)
+        if entry is None:
+            STATS.cache_misses += 1
+            reason = _runs_on_nvfuser(args)
+            entry = _Entry(eager_reason=reason) if reason else self._build(args)
+            self._by_descriptor[descriptor] = entry
+            if len(self._by_descriptor) > self.settings.fusion_cache_size:
+                self._by_descriptor.popitem(last=False)
+                STATS.evictions += 1
+        else:
+            STATS.cache_hits += 1
+            self._by_descriptor.move_to_end(descriptor)
+        self._by_exact[exact] = entry
+        if len(self._by_exact) > 8 * self.settings.fusion_cache_size:
+            self._by_exact.popitem(last=False)
+        return entry
+
+    def _build(self, args: Sequence[Any]) -> _Entry:
+        try:
+            built = build_fusion(self._nvf, self.eager, args)
+        except Exception as exc:
+            if self.settings.strict:
+                raise NvFuserRegionError(f"{self.plan.name}: building the fusion failed: {exc}") from exc
+            self._warn(f"building the fusion failed: {type(exc).__name__}: {exc}")
+            return _Entry(eager_reason=self.failed or "build failed")
+        STATS.fusions_built += 1
+        self.plan.definition = built.definition
+        return _Entry(fd=built.fd)
+
+    def _first_or_profiled_execute(self, entry: _Entry, args: Sequence[Any]) -> Any:
+        start = time.perf_counter()
+        if self.settings.profile:
+            outputs = self._profiled_execute(entry, args)
+        else:
+            outputs = entry.fd.execute(list(args))
+        if entry.fec is None:
+            entry.fec = entry.fd.fec
+            log.debug("%s: first nvFuser run (compile) took %.1f ms", self.plan.name,
+                      (time.perf_counter() - start) * 1e3)
+        self.plan.executor = "nvfuser"
+        self.plan.executor_reason = ""
+        return outputs
+
+    def _profiled_execute(self, entry: _Entry, args: Sequence[Any]) -> Any:
+        nvf = self._nvf
+        try:
+            with nvf.PythonProfiler() as profiler:
+                outputs = entry.fd.execute(list(args)) if entry.fec is None else entry.fec.execute(args)
+            profile = profiler.profile
+            self.plan.kernels = [
+                KernelInfo(
+                    name=str(k.name),
+                    scheduler=str(k.scheduler),
+                    time_ms=float(k.time_ms),
+                    compile_time_ms=float(k.compile_time_ms),
+                    segment_id=int(k.segment_id),
+                )
+                for k in profile.kernel_profiles
+            ]
+            self.plan.segments = int(profile.segments)
+            self.plan.profile_source = "nvfuser_direct.PythonProfiler"
+        except Exception as exc:  # profiling is reported unstable on CUDA 13: degrade, say so
+            self.plan.profile_source = f"nvFuser profiler failed ({type(exc).__name__}: {exc})"
+            outputs = entry.fd.execute(list(args)) if entry.fec is None else entry.fec.execute(args)
+        return outputs
+
+    def _fail(self, message: str, args: Sequence[Any]) -> Any:
+        if self.settings.strict:
+            raise NvFuserRegionError(f"{self.plan.name}: {message}")
+        self._warn(message)
+        return self._run_eager(args)
+
+    def _warn(self, message: str) -> None:
+        self.failed = message
+        self.plan.executor = "eager"
+        self.plan.executor_reason = f"fallback after nvFuser error: {message}"
+        STATS.fallbacks += 1
+        warnings.warn(
+            f"dynamo_nvf: {self.plan.name} ({', '.join(self.plan.compute_ops[:4])}"
+            f"{', ...' if len(self.plan.compute_ops) > 4 else ''}) runs in eager from now on: {message}",
+            RuntimeWarning,
+            stacklevel=3,
+        )

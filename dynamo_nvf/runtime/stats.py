@@ -1,0 +1,26 @@
+"""Process-wide counters of the runtime, for tests and explain(): did regions really run on nvFuser?"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class RuntimeStats:
+    nvfuser_calls: int = 0
+    eager_calls: int = 0
+    fusions_built: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    evictions: int = 0
+    fallbacks: int = 0
+
+    def reset(self) -> None:
+        for name in asdict(self):
+            setattr(self, name, 0)
+
+    def snapshot(self) -> dict[str, int]:
+        return asdict(self)
+
+
+STATS = RuntimeStats()

@@ -1,0 +1,67 @@
+"""Backend options, held in one dataclass: `torch.compile(..., options={...})` maps onto it."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Options of the `nvf_bookend` backend.
+
+    Every field can be passed as `torch.compile(fn, backend="nvf_bookend", options={name: value})`.
+    """
+
+    #: Trim metadata-only nodes (views, permutes, ...) off the start and end of each region so that
+    #: PyTorch runs them as zero-copy aliases (the bookend pass). False sends regions untrimmed.
+    bookend: bool = True
+    #: A region must keep at least this many compute (non-metadata) nodes, after trimming, to be sent
+    #: to nvFuser; smaller regions run in eager. One op gains nothing from fusion but pays nvFuser's
+    #: host cost (Thunder #1251), so the default is 2. Set 1 to send single ops (tests do).
+    min_region_size: int = 2
+    #: Cap on a region's inputs plus outputs (the NVRTC kernel-argument limit of seed 002).
+    max_region_io: int = 128
+    #: Raise instead of falling back to eager on an nvFuser error (for tests).
+    strict: bool = False
+    #: Also trim leading broadcasts (`expand`). Off: kept inside, where nvFuser broadcasts for free;
+    #: moving them out hands nvFuser stride-0 inputs, the pattern that split Thunder's var_mean
+    #: backward into extra kernels.
+    trim_broadcasts: bool = False
+    #: Plan CPU tensors as if they were CUDA tensors. The regions then still run eagerly (nvFuser needs
+    #: CUDA); explain() and CPU tests use it to show and check the plan a GPU would get.
+    plan_cpu_as_cuda: bool = False
+    #: Fusion definitions kept per region (LRU), keyed by the inputs' dtypes, ranks and layouts.
+    fusion_cache_size: int = 32
+    #: Profile each region's nvFuser run (segments, schedulers, kernel times); explain() sets it.
+    profile: bool = False
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | None) -> "Settings":
+        """Builds settings from torch.compile's `options`, rejecting unknown names and wrong types."""
+        if not options:
+            return cls()
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ValueError(
+                f"unknown nvf_bookend option(s) {unknown}; known options: {sorted(known)}"
+            )
+        values: dict[str, Any] = {}
+        for name, value in options.items():
+            default = getattr(cls, name)
+            if isinstance(default, bool):
+                if not isinstance(value, bool):
+                    raise TypeError(f"option {name!r} takes a bool, got {value!r}")
+            elif isinstance(default, int) and (not isinstance(value, int) or isinstance(value, bool)):
+                raise TypeError(f"option {name!r} takes an int, got {value!r}")
+            values[name] = value
+        if values.get("min_region_size", 1) < 1:
+            raise ValueError("min_region_size must be at least 1")
+        if values.get("max_region_io", 2) < 2:
+            raise ValueError("max_region_io must be at least 2")
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> "Settings":
+        return dataclasses.replace(self, **changes)

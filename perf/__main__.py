@@ -1,0 +1,291 @@
+"""Command line: ``python -m perf`` (see ``python -m perf --help``)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from tabulate import tabulate
+
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+
+DESCRIPTION = """\
+Benchmark the nvf_bookend torch.compile backend against eager, inductor and the
+untrimmed nvf backend: GPU time, kernel count, host time, compile time, peak memory
+and bandwidth vs a copy roofline, per workload.  Prints an environment header and
+one github table per metric, and writes every number to a JSON file."""
+
+EPILOG = """\
+backends: eager, inductor, nvf_bookend, nvf_untrimmed (= nvf_bookend with
+  options={"bookend": False}); inductor_ro (mode="reduce-overhead") with
+  --reduce-overhead or when named in --backends.
+
+baseline check (GPU time per call):
+  a (workload, backend) regresses when new > baseline * (1 + THRESHOLD).  In a live
+  run each suspect is re-measured --remeasure times (fresh compile) and flagged only
+  if the best re-measurement still regresses.  A pair that errors now but had a time
+  in the baseline is a regression too.
+  By default every backend is compared with the same backend of the baseline.
+  --compare-backend NEW_B --baseline-backend BASE_B compares only this run's NEW_B
+  with the baseline's BASE_B, e.g. check an untrimmed run against a trimmed baseline:
+    python -m perf --backends nvf_untrimmed --baseline base.json \\
+        --compare-backend nvf_untrimmed --baseline-backend nvf_bookend
+  Either flag alone compares that backend with the same name on the other side.
+  --compare NEW.json --baseline OLD.json compares two stored files (no GPU, no
+  re-measure).
+
+exit status: 0 no regression; 1 regression found; 2 usage or environment error
+  (bad flag, unknown workload/backend, unreadable file, no CUDA device).
+
+examples:
+  python -m perf --list
+  python -m perf --quick
+  python -m perf --only 'gelu_*' bias_gelu_bwd --backends eager,nvf_bookend
+  python -m perf --json out.json --baseline perf/baseline.json --threshold 0.05
+  python -m perf --report out.json"""
+
+
+class UsageError(Exception):
+    """Bad flags or inputs: exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m perf",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sel = p.add_argument_group("selection")
+    sel.add_argument("--list", action="store_true", help="list workloads and backends, then exit (no GPU needed)")
+    sel.add_argument("--quick", action="store_true", help="the quick set (seeds + layernorm) with fewer iterations (< 1 min)")
+    sel.add_argument(
+        "--only", nargs="+", action="extend", metavar="NAME", default=[],
+        help="workload names or glob patterns (repeatable); overrides the --quick set, keeps its iteration counts",
+    )
+    sel.add_argument("--tag", action="append", default=[], metavar="TAG", help="keep workloads with this tag (seed, block, bf16, train, ...)")
+    sel.add_argument("--backends", metavar="A,B", help="comma-separated backends (default: eager,inductor,nvf_bookend,nvf_untrimmed)")
+    sel.add_argument("--reduce-overhead", action="store_true", help="also run inductor_ro (torch.compile mode='reduce-overhead')")
+
+    m = p.add_argument_group("measurement")
+    m.add_argument("--iters", type=int, metavar="N", help="timed calls for GPU time (default 100, quick 30)")
+    m.add_argument("--warmup", type=int, metavar="N", help="calls after the first before timing (default 10, quick 3)")
+    m.add_argument("--profile-iters", type=int, metavar="N", help="calls under torch.profiler (default 10, quick 3)")
+    m.add_argument("--host-iters", type=int, metavar="N", help="tiny-input calls timed for host time (default 200, quick 60)")
+    m.add_argument("--no-host", action="store_true", help="skip host time (saves the second, tiny-shape compile)")
+    m.add_argument("--no-profile", action="store_true", help="skip torch.profiler kernel counts")
+    m.add_argument("--no-l2-flush", action="store_true", help="do not flush the L2 cache before each timed call")
+
+    o = p.add_argument_group("output")
+    o.add_argument("--json", metavar="PATH", help="result file (default perf/results/perf-<UTC time>.json)")
+    o.add_argument("--report", metavar="FILE", help="print the tables of a stored result file, then exit (no GPU needed)")
+
+    b = p.add_argument_group("baseline")
+    b.add_argument("--baseline", metavar="FILE", help="stored result file to check this run (or --compare FILE) against")
+    b.add_argument("--threshold", type=float, default=0.10, metavar="F", help="allowed GPU-time growth, fraction (default 0.10)")
+    b.add_argument("--compare", metavar="NEW", help="compare stored result file NEW with --baseline, no measuring (no GPU needed)")
+    b.add_argument("--compare-backend", metavar="NAME", help="backend of the new results to check (default: all shared backends)")
+    b.add_argument("--baseline-backend", metavar="NAME", help="backend of the baseline to check against (default: same name)")
+    b.add_argument("--remeasure", type=int, default=None, metavar="N", help="re-measurements of a suspect before flagging (default 3, quick 2; 0: none)")
+    return p
+
+
+# ----------------------------------------------------------------------------- modes
+
+
+def _resolve_backends(args: argparse.Namespace) -> list[str]:
+    from .backends import BACKENDS, DEFAULT_BACKENDS
+
+    names = [n.strip() for n in args.backends.split(",") if n.strip()] if args.backends else list(DEFAULT_BACKENDS)
+    if args.reduce_overhead and "inductor_ro" not in names:
+        names.append("inductor_ro")
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown:
+        raise UsageError(f"unknown backend(s) {', '.join(unknown)}; known: {', '.join(BACKENDS)}")
+    if not names:
+        raise UsageError("--backends is empty")
+    return list(dict.fromkeys(names))
+
+
+def _select(args: argparse.Namespace):
+    from .workloads import select
+
+    try:
+        wls = select(only=args.only, tags=args.tag, quick=args.quick)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+    if not wls:
+        raise UsageError("no workload selected")
+    return wls
+
+
+def list_mode(args: argparse.Namespace) -> int:
+    from .backends import BACKENDS
+
+    rows = []
+    for w in _select(args):
+        meta = w.meta()
+        rows.append([w.name, meta["kind"], meta["dtype"], ",".join(meta["tags"]), "yes" if w.quick else "", meta["description"]])
+    print(tabulate(rows, headers=["workload", "kind", "dtype", "tags", "quick", "description"], tablefmt="github"))
+    print()
+    print(tabulate([[b.name, b.description] for b in BACKENDS.values()], headers=["backend", "description"], tablefmt="github"))
+    return EXIT_OK
+
+
+def _load(path: str):
+    from .report import load_document
+
+    try:
+        return load_document(path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _pairs(new_backends: Sequence[str], base: dict, args: argparse.Namespace) -> list[tuple[str, str]]:
+    from .baseline import backend_pairs
+    from .report import backends_of
+
+    try:
+        return backend_pairs(new_backends, backends_of(base), args.compare_backend, args.baseline_backend)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def compare_mode(args: argparse.Namespace) -> int:
+    from .baseline import compare, render_comparison
+    from .report import backends_of
+
+    if not args.baseline:
+        raise UsageError("--compare needs --baseline FILE")
+    new, base = _load(args.compare), _load(args.baseline)
+    cmp = compare(new, base, threshold=args.threshold, pairs=_pairs(backends_of(new), base, args))
+    print(render_comparison(cmp))
+    return cmp.exit_code
+
+
+def report_mode(args: argparse.Namespace) -> int:
+    from .report import render_report
+
+    print(render_report(_load(args.report)), end="")
+    return EXIT_OK
+
+
+def _default_json_path() -> Path:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path(__file__).resolve().parent / "results" / f"perf-{stamp}.json"
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_mode(args: argparse.Namespace) -> int:
+    backends = _resolve_backends(args)
+    workloads = _select(args)
+    base = _load(args.baseline) if args.baseline else None
+    pairs = _pairs(backends, base, args) if base is not None else None
+
+    import torch
+
+    if not torch.cuda.is_available():
+        _stderr(
+            "perf: no CUDA device: the benchmarks need a GPU.  Without one, use --list, "
+            "--report FILE or --compare NEW --baseline OLD."
+        )
+        return EXIT_USAGE
+
+    from .baseline import compare, render_comparison
+    from .env import collect_env, format_env
+    from .measure import DEFAULT_CONFIG, QUICK_CONFIG, Runner, with_overrides
+    from .report import make_document, render_report, write_document
+
+    cfg = with_overrides(
+        QUICK_CONFIG if args.quick else DEFAULT_CONFIG,
+        iters=args.iters,
+        warmup=args.warmup,
+        profile_iters=args.profile_iters,
+        host_iters=args.host_iters,
+        remeasure_repeats=args.remeasure,
+    )
+    if args.no_host or args.no_profile or args.no_l2_flush:
+        cfg = with_overrides(
+            cfg,
+            host=False if args.no_host else None,
+            profile=False if args.no_profile else None,
+            flush_l2=False if args.no_l2_flush else None,
+        )
+
+    env = collect_env()
+    print(format_env(env) + "\n", flush=True)
+    if any(b.startswith("nvf") for b in backends) and (env.get("dynamo_nvf") is None or str(env["dynamo_nvf"]).startswith("import failed")):
+        _stderr("perf: warning: dynamo_nvf is not importable; the nvf_* columns will hold errors")
+    _stderr(f"perf: {len(workloads)} workload(s) x {len(backends)} backend(s): {', '.join(backends)}")
+
+    runner = Runner(cfg, progress=_stderr)
+    roofline = runner.measure_roofline()
+    results = runner.run(workloads, backends)
+    doc = make_document(
+        env=env,
+        config={
+            "measure": cfg.to_json(),
+            "quick": args.quick,
+            "only": args.only,
+            "tags": args.tag,
+            "backends": backends,
+        },
+        backends=backends,
+        workloads={w.name: w.meta() for w in workloads},
+        results=results,
+        roofline=roofline,
+    )
+    print(render_report(doc, with_env=False), flush=True)
+
+    code = EXIT_OK
+    if base is not None:
+        repeats = cfg.remeasure_repeats
+        cmp = compare(
+            doc,
+            base,
+            threshold=args.threshold,
+            pairs=pairs,
+            remeasure=runner.remeasure if repeats > 0 else None,
+            repeats=max(1, repeats),
+        )
+        print(render_comparison(cmp), flush=True)
+        doc["comparison"] = cmp.to_json()
+        code = cmp.exit_code
+
+    path = write_document(doc, args.json or _default_json_path())
+    print(f"results written to {path}")
+    return code
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point; returns the exit status (argparse itself exits 2 on bad flags)."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.threshold < 0:
+            raise UsageError("--threshold must be >= 0")
+        for flag in ("iters", "warmup", "profile_iters", "host_iters"):
+            val = getattr(args, flag)
+            if val is not None and val < (0 if flag == "warmup" else 1):
+                raise UsageError(f"--{flag.replace('_', '-')} is too small: {val}")
+        if args.remeasure is not None and args.remeasure < 0:
+            raise UsageError("--remeasure must be >= 0")
+        if args.list:
+            return list_mode(args)
+        if args.report:
+            return report_mode(args)
+        if args.compare:
+            return compare_mode(args)
+        return run_mode(args)
+    except UsageError as exc:
+        _stderr(f"perf: error: {exc}")
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""Regression check of a run against a stored result file (same schema).
+
+A (workload, backend) regresses when its new GPU time exceeds
+``baseline * (1 + threshold)``.  GPU timings are noisy, so a suspect is not flagged
+straight away when a ``remeasure`` callback is given: the pair is measured again
+``repeats`` times, the re-measurements are reduced (min by default: the question is
+"can it still run as fast as the baseline?") and only a regression that persists is
+flagged.  Comparing two stored files has no callback, so suspects are flagged as is.
+
+A pair that errors now but had a time in the baseline counts as a regression too: a
+backend that stopped working must not pass the check.
+
+Backends can be compared across names: ``pairs=[("nvf_untrimmed", "nvf_bookend")]``
+checks the new run's nvf_untrimmed against the baseline's nvf_bookend.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional, Sequence
+
+from tabulate import tabulate
+
+from .report import TABLEFMT, backends_of, fmt_num, fmt_ratio
+
+Remeasure = Callable[[str, str, int], Sequence[float]]
+"""remeasure(workload, backend, repeats) -> that many fresh GPU times (us); empty on failure."""
+
+DEFAULT_THRESHOLD = 0.10
+METRIC = "gpu_us"
+
+OK = "ok"
+FASTER = "faster"
+REGRESSION = "REGRESSION"
+NOISE = "noise (cleared on re-measure)"
+NEW_ERROR = "REGRESSION (now errors)"
+FIXED = "fixed (baseline errored)"
+BOTH_ERROR = "error (in both)"
+NO_BASELINE = "no baseline"
+
+FAILING = frozenset({REGRESSION, NEW_ERROR})
+
+_REDUCERS: dict[str, Callable[[Sequence[float]], float]] = {"min": min, "median": statistics.median}
+
+
+@dataclass
+class Row:
+    """One compared pair."""
+
+    workload: str
+    backend: str
+    baseline_backend: str
+    baseline_us: Optional[float]
+    new_us: Optional[float]
+    status: str
+    remeasured: list[float] = field(default_factory=list)
+    final_us: Optional[float] = None  # value the verdict used (re-measured if any)
+    note: str = ""
+
+    @property
+    def ratio(self) -> Optional[float]:
+        used = self.final_us if self.final_us is not None else self.new_us
+        if used is None or not self.baseline_us:
+            return None
+        return used / self.baseline_us
+
+
+@dataclass
+class Comparison:
+    rows: list[Row]
+    threshold: float
+    pairs: list[tuple[str, str]]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[Row]:
+        return [r for r in self.rows if r.status in FAILING]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regressions else 0
+
+    def to_json(self) -> dict:
+        return {
+            "threshold": self.threshold,
+            "metric": METRIC,
+            "pairs": [list(p) for p in self.pairs],
+            "warnings": self.warnings,
+            "regressions": len(self.regressions),
+            "rows": [dict(asdict(r), ratio=r.ratio) for r in self.rows],
+        }
+
+
+def backend_pairs(
+    new_backends: Sequence[str],
+    base_backends: Sequence[str],
+    compare_backend: Optional[str] = None,
+    baseline_backend: Optional[str] = None,
+) -> list[tuple[str, str]]:
+    """(new backend, baseline backend) pairs to check.
+
+    Neither flag: every backend present in both, each against itself.  One or both: that
+    single pair (a missing side defaults to the other's name).  ValueError when a named
+    backend is absent from its side.
+    """
+    if compare_backend is None and baseline_backend is None:
+        pairs = [(b, b) for b in new_backends if b in base_backends]
+        if not pairs:
+            raise ValueError("the run and the baseline have no backend in common")
+        return pairs
+    new_b = compare_backend or baseline_backend
+    base_b = baseline_backend or compare_backend
+    assert new_b is not None and base_b is not None
+    if new_b not in new_backends:
+        raise ValueError(f"backend {new_b!r} is not in the new results ({', '.join(new_backends)})")
+    if base_b not in base_backends:
+        raise ValueError(f"backend {base_b!r} is not in the baseline ({', '.join(base_backends)})")
+    return [(new_b, base_b)]
+
+
+def env_warnings(new: dict, base: dict) -> list[str]:
+    """Differences that make a comparison doubtful (another GPU, another torch)."""
+    out = []
+    ne, be = new.get("env") or {}, base.get("env") or {}
+    for key in ("gpu", "torch", "driver", "nvfuser_direct"):
+        if ne.get(key) != be.get(key) and (ne.get(key) or be.get(key)):
+            out.append(f"{key} differs: baseline {be.get(key)!r}, new {ne.get(key)!r}")
+    return out
+
+
+def compare(
+    new: dict,
+    base: dict,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    pairs: Optional[Sequence[tuple[str, str]]] = None,
+    remeasure: Optional[Remeasure] = None,
+    repeats: int = 3,
+    reduce: str = "min",
+) -> Comparison:
+    """Compare ``new`` with ``base`` (both result documents); see the module docstring."""
+    if threshold < 0:
+        raise ValueError("threshold must be >= 0")
+    reducer = _REDUCERS[reduce]
+    if pairs is None:
+        pairs = backend_pairs(backends_of(new), backends_of(base))
+    rows: list[Row] = []
+    for wl, per_backend in new["results"].items():
+        base_wl = base["results"].get(wl) or {}
+        for new_b, base_b in pairs:
+            if new_b not in per_backend:
+                continue  # not measured in this run (e.g. --only / --backends)
+            rows.append(_compare_one(wl, new_b, base_b, per_backend[new_b], base_wl.get(base_b), threshold))
+    for row in rows:
+        if row.status == REGRESSION and remeasure is not None:
+            _recheck(row, remeasure, repeats, reducer, threshold)
+    return Comparison(rows=rows, threshold=threshold, pairs=list(pairs), warnings=env_warnings(new, base))
+
+
+def _compare_one(wl: str, new_b: str, base_b: str, rec: dict, base_rec: Optional[dict], th: float) -> Row:
+    new_us = rec.get(METRIC)
+    base_us = (base_rec or {}).get(METRIC)
+    row = Row(wl, new_b, base_b, base_us, new_us, OK, final_us=new_us)
+    if base_rec is None:
+        row.status = NO_BASELINE
+    elif new_us is None and base_us is None:
+        row.status = BOTH_ERROR
+    elif new_us is None:
+        row.status = NEW_ERROR
+        row.note = str(rec.get("error") or "no GPU time")[:160]
+    elif base_us is None:
+        row.status = FIXED
+    elif new_us > base_us * (1 + th):
+        row.status = REGRESSION
+    elif new_us < base_us * (1 - th):
+        row.status = FASTER
+    return row
+
+
+def _recheck(row: Row, remeasure: Remeasure, repeats: int, reducer, th: float) -> None:
+    try:
+        again = [float(v) for v in remeasure(row.workload, row.backend, repeats) if v is not None]
+    except Exception as exc:  # noqa: BLE001  (keep the original verdict)
+        again = []
+        row.note = f"re-measure failed: {type(exc).__name__}: {exc}"[:160]
+    row.remeasured = again
+    if not again:
+        row.note = row.note or "re-measure gave no number; original verdict kept"
+        return
+    row.final_us = reducer(again)
+    assert row.baseline_us is not None
+    if row.final_us <= row.baseline_us * (1 + th):
+        row.status = NOISE
+
+
+def render_comparison(cmp: Comparison, only_interesting: bool = False) -> str:
+    """Github table of the comparison, warnings and a one-line verdict."""
+    headers = ["workload", "backend", "baseline backend", "baseline us", "new us", "re-measured us", "new/base", "status"]
+    body = []
+    for r in cmp.rows:
+        if only_interesting and r.status in (OK, NO_BASELINE):
+            continue
+        again = ", ".join(fmt_num(v, 1) for v in r.remeasured) if r.remeasured else "-"
+        status = r.status + (f" ({r.note})" if r.note else "")
+        body.append(
+            [r.workload, r.backend, r.baseline_backend, fmt_num(r.baseline_us, 1), fmt_num(r.new_us, 1), again, fmt_ratio(r.ratio), status]
+        )
+    parts = [f"### Baseline comparison (GPU time, threshold +{cmp.threshold * 100:.0f}%)"]
+    parts += [f"warning: {w}" for w in cmp.warnings]
+    if body:
+        parts.append(tabulate(body, headers=headers, tablefmt=TABLEFMT, disable_numparse=True))
+    n = len(cmp.regressions)
+    parts.append(f"{n} regression(s) in {len(cmp.rows)} compared pair(s)" if n else f"no regression in {len(cmp.rows)} compared pair(s)")
+    return "\n\n".join(parts) + "\n"
