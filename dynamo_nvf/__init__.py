@@ -7,6 +7,7 @@ without an import.
 from __future__ import annotations
 
 from dynamo_nvf.backend import nvf_bookend, plan_graph, recording
+from dynamo_nvf.reporting import Report, explain
 from dynamo_nvf.runtime.stats import STATS
 from dynamo_nvf.settings import Settings
 
@@ -22,11 +23,3 @@ def _register() -> None:
 
 
 _register()
-
-
-def __getattr__(name: str):
-    if name in ("explain", "Report"):
-        from dynamo_nvf import explain as _explain_module
-
-        return getattr(_explain_module, name)
-    raise AttributeError(name)

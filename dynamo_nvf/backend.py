@@ -6,7 +6,9 @@ bookend pass, fused into submodules, and each submodule call is replaced by a Re
 
 from __future__ import annotations
 
+import copy
 import functools
+import warnings
 import itertools
 import logging
 import threading
@@ -14,6 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.fx import GraphModule
 
@@ -97,7 +100,23 @@ class _GraphCompiler:
         self.plans: list[GraphPlan] = []
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any], *, kind: str) -> Callable[..., Any]:
-        gm = plan_graph(gm, self.settings, kind, next(_graph_ids))
+        graph_id = next(_graph_ids)
+        if self.settings.strict:
+            return self._compile(gm, kind, graph_id)
+        original = copy.copy(gm.graph)
+        try:
+            return self._compile(gm, kind, graph_id)
+        except Exception as exc:  # planning must never break the user's program
+            warnings.warn(f"dynamo_nvf: planning {kind} graph {graph_id} failed, it runs in eager: "
+                          f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
+            gm.graph = original
+            gm.recompile()
+            plan = GraphPlan(kind=kind, graph_id=graph_id)
+            self.plans.append(plan)
+            return make_boxed_func(gm.forward)
+
+    def _compile(self, gm: GraphModule, kind: str, graph_id: int) -> Callable[..., Any]:
+        gm = plan_graph(gm, self.settings, kind, graph_id)
         plan: GraphPlan = gm.meta[PLAN_KEY]
         gm = install_runtimes(gm, plan, self.settings)
         plan.code = gm.code
@@ -107,10 +126,10 @@ class _GraphCompiler:
             recorder.graph_modules.append(gm)
         log.info("dynamo_nvf: %s", _summary(plan))
         if log.isEnabledFor(logging.DEBUG):
-            from dynamo_nvf.explain import render_plan_text
+            from dynamo_nvf.reporting import render_plan_text
 
             log.debug("dynamo_nvf plan:\n%s", render_plan_text(plan))
-        return gm
+        return make_boxed_func(gm.forward)
 
     def needs_no_fusion(self) -> bool:
         """True when every graph of this program was compiled and none has a region."""

@@ -556,9 +556,11 @@ def _slice(ctx, node: Node) -> Any:
     return ctx.ops.slice(ctx.value(node.args[0]), starts, ends, steps)
 
 
-def _check_static_dim(node: Node) -> Optional[str]:
+def _check_static_dim(node: Node, dim_index: int = 1) -> Optional[str]:
     src = _val(node.args[0])
-    dim = _norm_dim(_arg(node, 1, "dim", 0), src.dim())
+    if src.dim() == 0:
+        return "unsupported op: indexing a 0-dim tensor"
+    dim = _norm_dim(_arg(node, dim_index, "dim", 0), src.dim())
     if not _static(src.shape[dim]):
         return "unsupported op: indexing a dynamic dim"
     return None
@@ -583,7 +585,7 @@ def _unbind(ctx, node: Node) -> Any:
 
 
 def _check_split(node: Node) -> Optional[str]:
-    reason = _check_static_dim(node)
+    reason = _check_static_dim(node, dim_index=2)
     if reason:
         return reason
     if not all(_static(s) for s in _val(node.args[0]).shape):

@@ -89,6 +89,13 @@ _SCALAR_TYPES = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
 
 def unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
     """None when nvFuser can take this node, else a reason string that explain() shows."""
+    try:
+        return _unsupported_reason(node, settings)
+    except Exception as exc:  # a check that cannot decide keeps the node in eager
+        return f"unsupported: capability check failed ({type(exc).__name__}: {exc})"
+
+
+def _unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
     if node.op != "call_function":
         return f"not an op ({node.op})"
     lowering = LOWERINGS.get(node.target)

@@ -155,6 +155,7 @@ class RegionRuntime:
 
     def _profiled_execute(self, entry: _Entry, args: Sequence[Any]) -> Any:
         nvf = self._nvf
+        self._last_profiled = (entry, list(args))
         try:
             with nvf.PythonProfiler() as profiler:
                 outputs = entry.fd.execute(list(args)) if entry.fec is None else entry.fec.execute(args)
@@ -175,6 +176,17 @@ class RegionRuntime:
             self.plan.profile_source = f"nvFuser profiler failed ({type(exc).__name__}: {exc})"
             outputs = entry.fd.execute(list(args)) if entry.fec is None else entry.fec.execute(args)
         return outputs
+
+    def attach_cuda_source(self) -> None:
+        """Stores the CUDA source of the last profiled run in the plan (explain(cuda_source=True))."""
+        last = getattr(self, "_last_profiled", None)
+        if last is None or last[0].fec is None:
+            return
+        entry, args = last
+        try:
+            self.plan.cuda_source = entry.fec.get_cuda_kernel(args)
+        except Exception as exc:
+            self.plan.cuda_source = f"unavailable: {type(exc).__name__}: {exc}"
 
     def _fail(self, message: str, args: Sequence[Any]) -> Any:
         if self.settings.strict:

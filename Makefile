@@ -1,0 +1,19 @@
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+
+.PHONY: setup demo test test-gpu bench
+
+setup:  ## install the package with its test extra (CPU torch from the index when torch is missing)
+	$(PIP) install -q -e ".[test]"
+
+demo: setup  ## compile a small model with backend="nvf_bookend" and print explain()
+	$(PYTHON) examples/demo.py
+
+test: setup  ## CPU test suite (GPU tests skip themselves)
+	$(PYTHON) -m pytest -q -m "not gpu" tests
+
+test-gpu:  ## GPU suite, on a machine with CUDA and nvFuser
+	$(PYTHON) -m pytest -q -m gpu tests -rs
+
+bench:  ## benchmark suite (GPU)
+	$(PYTHON) -m perf

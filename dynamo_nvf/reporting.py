@@ -1,0 +1,320 @@
+"""explain(): how a program was split, trimmed and run, as text, notebook HTML and a dict.
+
+It compiles the program with the nvf_bookend backend, runs it once (forward, and backward when an
+input requires grad) with nvFuser's profiler on, and reports every compiled graph: which node went to
+which region or why it stayed in eager, what the bookend pass trimmed and why, the fusion definitions
+and what nvFuser made of them (kernels, schedulers, times). Without CUDA or nvFuser it still shows the
+plan a GPU would get (CPU tensors are planned as CUDA tensors) and says that nothing ran on nvFuser.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch._dynamo
+from tabulate import tabulate
+
+from dynamo_nvf import nvf as nvf_env
+from dynamo_nvf.backend import nvf_bookend, recording
+from dynamo_nvf.plan import GraphPlan, RegionPlan
+from dynamo_nvf.runtime.stats import STATS
+
+
+@dataclass
+class GraphBreak:
+    reason: str
+    count: int
+
+
+@dataclass
+class Report:
+    """What explain() returns: print it, display it in a notebook, or serialise `to_dict()`."""
+
+    graphs: list[GraphPlan]
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
+    nvfuser_available: bool = False
+    unavailable_reason: str = ""
+    kernels_total: Optional[int] = None
+    kernels_nvfuser: Optional[int] = None
+    kernel_source: str = ""
+    runtime: dict[str, int] = field(default_factory=dict)
+
+    # -- totals ------------------------------------------------------------------------------------
+    def totals(self) -> dict[str, Any]:
+        regions = [r for g in self.graphs for r in g.regions]
+        fused = sum(len(r.nodes) for r in regions)
+        eager = sum(len(g.eager_nodes) for g in self.graphs)
+        nvf_kernels = sum(len(r.kernels) for r in regions if r.kernels)
+        return {
+            "graphs": len(self.graphs),
+            "regions": len(regions),
+            "nodes_fused": fused,
+            "nodes_eager": eager,
+            "regions_on_nvfuser": sum(r.executor == "nvfuser" for r in regions),
+            "kernels_nvfuser_profiled": nvf_kernels if any(r.kernels for r in regions) else None,
+            "kernels_nvfuser_torch_profiler": self.kernels_nvfuser,
+            "kernels_eager": None if self.kernels_total is None else self.kernels_total - (self.kernels_nvfuser or 0),
+            "kernels_total": self.kernels_total,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nvfuser_available": self.nvfuser_available,
+            "unavailable_reason": self.unavailable_reason,
+            "graph_breaks": [{"reason": b.reason, "count": b.count} for b in self.graph_breaks],
+            "graphs": [g.to_dict() for g in self.graphs],
+            "totals": self.totals(),
+            "kernel_source": self.kernel_source,
+            "runtime": dict(self.runtime),
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def __str__(self) -> str:
+        return render_text(self)
+
+    def _repr_html_(self) -> str:
+        return render_html(self)
+
+
+# --------------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------------
+
+
+def _decisions(region: RegionPlan) -> list[list[str]]:
+    rows = []
+    for side, items in (("leading", region.leading), ("trailing", region.trailing), ("kept", region.kept)):
+        for d in items:
+            rows.append([side, d.node, d.op, d.action, d.reason])
+    return rows
+
+
+def _io_rows(region: RegionPlan) -> list[list[str]]:
+    rows = []
+    for role, infos in (("in", region.inputs), ("out", region.outputs)):
+        for t in infos:
+            rows.append([role, t.name, t.dtype, str(t.shape), str(t.stride), t.device])
+    return rows
+
+
+def _kernel_rows(region: RegionPlan) -> list[list[Any]]:
+    return [[k.segment_id, k.scheduler, k.name, _ms(k.time_ms), _ms(k.compile_time_ms)] for k in region.kernels]
+
+
+def _ms(value: Optional[float]) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def _region_status(region: RegionPlan) -> str:
+    status = region.executor
+    if region.executor_reason:
+        status += f" ({region.executor_reason})"
+    return status
+
+
+def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
+    """Text of one compiled graph's plan."""
+    lines = [f"== {plan.kind} graph {plan.graph_id}: {len(plan.regions)} region(s) =="]
+    node_rows = [[n.name, n.op, "" if n.region is None else f"region {n.region}",
+                  n.reason if n.region is None else ""] for n in plan.nodes]
+    lines.append(tabulate(node_rows, headers=["node", "op", "where", "why eager"], tablefmt="simple"))
+    for region in plan.regions:
+        lines.append("")
+        lines.append(f"-- {region.name}: {len(region.nodes)} node(s), {len(region.compute_ops)} compute, "
+                     f"executor {_region_status(region)}")
+        lines.append(tabulate(_io_rows(region), headers=["", "tensor", "dtype", "shape", "stride", "device"],
+                              tablefmt="simple"))
+        rows = _decisions(region)
+        if rows:
+            lines.append("bookend decisions:")
+            lines.append(tabulate(rows, headers=["side", "node", "op", "action", "reason"], tablefmt="simple"))
+        if region.boundary:
+            lines.append("boundaries:")
+            lines.extend(f"  {b}" for b in region.boundary)
+        if region.kernels:
+            lines.append(f"nvFuser segments: {region.segments} ({region.profile_source})")
+            lines.append(tabulate(_kernel_rows(region), headers=["segment", "scheduler", "kernel", "time ms", "compile ms"],
+                                  tablefmt="simple"))
+        elif region.profile_source:
+            lines.append(f"nvFuser segments: unknown ({region.profile_source})")
+        if show_definitions and region.definition:
+            lines.append("fusion definition:")
+            lines.append(region.definition.rstrip())
+    if plan.decisions:
+        lines.append("")
+        lines.append("regions returned to eager after trimming:")
+        lines.append(tabulate([[d.node, d.op, d.action, d.reason] for d in plan.decisions],
+                              headers=["node", "op", "action", "reason"], tablefmt="simple"))
+    return "\n".join(lines)
+
+
+def render_text(report: Report) -> str:
+    lines = ["dynamo_nvf explain"]
+    if report.nvfuser_available:
+        lines.append("nvFuser: available; regions ran on nvFuser unless marked otherwise")
+    else:
+        lines.append(f"nvFuser: not available here ({report.unavailable_reason}); this is the plan for CUDA, "
+                     "and nothing ran on nvFuser")
+    if report.graph_breaks:
+        lines.append(tabulate([[b.reason, b.count] for b in report.graph_breaks], headers=["graph break", "count"],
+                              tablefmt="simple"))
+    else:
+        lines.append("Dynamo graph breaks: none")
+    totals = report.totals()
+    lines.append(tabulate([[k, "" if v is None else v] for k, v in totals.items()], headers=["total", "value"],
+                          tablefmt="simple"))
+    for plan in report.graphs:
+        lines.append("")
+        lines.append(render_plan_text(plan))
+    return "\n".join(lines)
+
+
+_REGION_COLORS = ["#d0e8ff", "#d8f5d0", "#ffe8c8", "#f0d8ff", "#fff6b0", "#ffd6d6"]
+
+
+def _html_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    return tabulate(rows, headers=headers, tablefmt="html")
+
+
+def render_html(report: Report) -> str:
+    esc = html.escape
+    parts = ["<div class='dynamo-nvf-report'>", "<h3>dynamo_nvf explain</h3>"]
+    if report.nvfuser_available:
+        parts.append("<p>nvFuser: available</p>")
+    else:
+        parts.append(f"<p>nvFuser: not available ({esc(report.unavailable_reason)}); plan for CUDA, "
+                     "nothing ran on nvFuser</p>")
+    if report.graph_breaks:
+        parts.append(_html_table([[b.reason, b.count] for b in report.graph_breaks], ["graph break", "count"]))
+    parts.append(_html_table([[k, "" if v is None else v] for k, v in report.totals().items()], ["total", "value"]))
+    for plan in report.graphs:
+        parts.append(f"<h4>{esc(plan.kind)} graph {plan.graph_id}</h4>")
+        rows = []
+        for n in plan.nodes:
+            color = "" if n.region is None else _REGION_COLORS[n.region % len(_REGION_COLORS)]
+            where = "eager" if n.region is None else f"region {n.region}"
+            rows.append(f"<tr style='background:{color}'><td>{esc(n.name)}</td><td>{esc(n.op)}</td>"
+                        f"<td>{where}</td><td>{esc(n.reason)}</td></tr>")
+        parts.append("<table><thead><tr><th>node</th><th>op</th><th>where</th><th>why eager</th></tr></thead>"
+                     f"<tbody>{''.join(rows)}</tbody></table>")
+        for region in plan.regions:
+            parts.append(f"<h5>{esc(region.name)}: executor {esc(_region_status(region))}</h5>")
+            parts.append(_html_table(_io_rows(region), ["", "tensor", "dtype", "shape", "stride", "device"]))
+            if _decisions(region):
+                parts.append(_html_table(_decisions(region), ["side", "node", "op", "action", "reason"]))
+            if region.boundary:
+                parts.append("<ul>" + "".join(f"<li>{esc(b)}</li>" for b in region.boundary) + "</ul>")
+            if region.kernels:
+                parts.append(_html_table(_kernel_rows(region), ["segment", "scheduler", "kernel", "time ms", "compile ms"]))
+            if region.definition:
+                parts.append(f"<details><summary>fusion definition</summary><pre>{esc(region.definition)}</pre></details>")
+        if plan.code:
+            parts.append(f"<details><summary>compiled graph code</summary><pre>{esc(plan.code)}</pre></details>")
+    parts.append("</div>")
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# explain()
+# --------------------------------------------------------------------------------------------------
+
+
+def _graph_break_counter() -> Counter:
+    from torch._dynamo.utils import counters
+
+    return Counter(counters["graph_break"])
+
+
+def _requires_grad(values: Sequence[Any]) -> bool:
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+
+
+def _flat_tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _flat_tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flat_tensors(v)]
+    return []
+
+
+def _count_kernels(run: Callable[[], Any]) -> tuple[Any, Optional[int], Optional[int], str]:
+    """Runs `run` under torch.profiler; returns its result and (all, nvFuser) GPU kernel counts."""
+    if not torch.cuda.is_available():
+        return run(), None, None, "no CUDA: no kernels launched"
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        result = run()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    names = [n for n in names if "memcpy" not in n.lower() and "memset" not in n.lower()]
+    nvf = [n for n in names if "nvfuser" in n.lower() or "CudaCodeGen" in n]
+    return result, len(names), len(nvf), "torch.profiler"
+
+
+def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Optional[dict[str, Any]] = None,
+            cuda_source: bool = False, **kwargs: Any) -> Report:
+    """Compiles `fn_or_module` with nvf_bookend, runs it once on the inputs and reports.
+
+    `options` are the backend's options; `kwargs` go to `fn_or_module`. With `cuda_source=True` the
+    report carries each region's generated CUDA source (on a GPU).
+    """
+    available = nvf_env.nvfuser_available()
+    opts = dict(options or {})
+    opts["profile"] = True
+    if not available:
+        opts.setdefault("plan_cpu_as_cuda", True)
+    breaks_before = _graph_break_counter()
+    stats_before = STATS.snapshot()
+    # A fresh backend object, so Dynamo compiles anew rather than reusing an earlier compile's cache.
+    backend = functools.partial(nvf_bookend, options=opts)
+    compiled = torch.compile(fn_or_module, backend=backend)
+    # A first call compiles and runs; a second, profiled one shows the steady state.
+    with recording() as recorder:
+        result = compiled(*example_inputs, **kwargs)
+        if _requires_grad(list(example_inputs) + list(kwargs.values())):
+            outs = [t for t in _flat_tensors(result) if t.requires_grad]
+            if outs:
+                torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+
+        def run_again() -> Any:
+            out = compiled(*example_inputs, **kwargs)
+            tensors = [t for t in _flat_tensors(out) if t.requires_grad]
+            if tensors:
+                torch.autograd.backward(tensors, [torch.ones_like(t) for t in tensors])
+            return out
+
+        _, total, nvf_count, source = _count_kernels(run_again)
+    breaks = _graph_break_counter() - breaks_before
+    stats_after = STATS.snapshot()
+    report = Report(
+        graphs=list(recorder.plans),
+        graph_breaks=[GraphBreak(reason=r, count=c) for r, c in breaks.items()],
+        nvfuser_available=available,
+        unavailable_reason="" if available else nvf_env.unavailable_reason(),
+        kernels_total=total,
+        kernels_nvfuser=nvf_count,
+        kernel_source=source,
+        runtime={k: stats_after[k] - stats_before[k] for k in stats_after},
+    )
+    if cuda_source and available:
+        _attach_cuda_source(recorder)
+    return report
+
+
+def _attach_cuda_source(recorder: Any) -> None:
+    from dynamo_nvf.runtime.region import RegionRuntime
+
+    for gm in recorder.graph_modules:
+        for node in gm.graph.nodes:
+            if isinstance(node.target, RegionRuntime):
+                node.target.attach_cuda_source()

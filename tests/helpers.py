@@ -1,0 +1,104 @@
+"""Shared test helpers: compile by backend name, compare with eager (values, strides, gradients)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch._dynamo
+from torch._prims_common import check_significant_strides
+
+import dynamo_nvf  # noqa: F401  (registers the backend)
+from dynamo_nvf.backend import recording
+
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (1e-2, 2e-2),
+}
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    return TOLERANCES.get(dtype, (0.0, 0.0))
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _flatten(v)]
+    return [value]
+
+
+def assert_same(actual: Any, expected: Any, rtol: Optional[float] = None, atol: Optional[float] = None) -> None:
+    """Values within dtype tolerance, same dtype, same shape, same significant strides."""
+    actual_list, expected_list = _flatten(actual), _flatten(expected)
+    assert len(actual_list) == len(expected_list)
+    for a, e in zip(actual_list, expected_list):
+        if not isinstance(e, torch.Tensor):
+            assert a == e
+            continue
+        assert isinstance(a, torch.Tensor)
+        assert a.dtype == e.dtype, (a.dtype, e.dtype)
+        assert a.shape == e.shape, (a.shape, e.shape)
+        r, t = tolerance(e.dtype)
+        torch.testing.assert_close(a, e, rtol=rtol if rtol is not None else r, atol=atol if atol is not None else t,
+                                   equal_nan=True)
+        same, _ = check_significant_strides(a, e, only_cuda=False)
+        assert same, f"strides differ: compiled {a.stride()} vs eager {e.stride()} for shape {tuple(e.shape)}"
+
+
+def clone_inputs(inputs: Sequence[Any], requires_grad: bool = False) -> list[Any]:
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            y = x.detach().clone()
+            if requires_grad and y.dtype.is_floating_point:
+                y.requires_grad_(True)
+            out.append(y)
+        else:
+            out.append(x)
+    return out
+
+
+def compile_fn(fn: Callable[..., Any], options: Optional[dict[str, Any]] = None, **kwargs: Any) -> Callable[..., Any]:
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="nvf_bookend", options=options or {}, **kwargs)
+
+
+def check_inference(fn: Callable[..., Any], inputs: Sequence[Any], options: Optional[dict[str, Any]] = None,
+                    **tol: Any):
+    """Compiles `fn`, runs it under no_grad and compares with eager; returns the recorded plans."""
+    compiled = compile_fn(fn, options)
+    with torch.no_grad(), recording() as rec:
+        actual = compiled(*inputs)
+        expected = fn(*inputs)
+    assert_same(actual, expected, **tol)
+    return rec.plans
+
+
+def check_training(fn: Callable[..., Any], inputs: Sequence[Any], options: Optional[dict[str, Any]] = None,
+                   params: Sequence[torch.nn.Parameter] = (), **tol: Any):
+    """Compiles `fn`, runs forward and backward, compares outputs and input/parameter gradients."""
+    compiled = compile_fn(fn, options)
+    eager_inputs = clone_inputs(inputs, requires_grad=True)
+    comp_inputs = clone_inputs(inputs, requires_grad=True)
+    with recording() as rec:
+        actual = compiled(*comp_inputs)
+        expected = fn(*eager_inputs)
+        assert_same(actual, expected, **tol)
+        grads_out = [torch.randn_like(t) for t in _flatten(expected) if isinstance(t, torch.Tensor) and t.requires_grad]
+        outs_a = [t for t in _flatten(actual) if isinstance(t, torch.Tensor) and t.requires_grad]
+        outs_e = [t for t in _flatten(expected) if isinstance(t, torch.Tensor) and t.requires_grad]
+        param_grads_e = torch.autograd.grad(outs_e, [x for x in eager_inputs if isinstance(x, torch.Tensor) and x.requires_grad] + list(params), grads_out, allow_unused=True)
+        param_grads_a = torch.autograd.grad(outs_a, [x for x in comp_inputs if isinstance(x, torch.Tensor) and x.requires_grad] + list(params), grads_out, allow_unused=True)
+    for ga, ge in zip(param_grads_a, param_grads_e):
+        if ge is None:
+            assert ga is None
+            continue
+        r, t = tolerance(ge.dtype)
+        torch.testing.assert_close(ga, ge, rtol=tol.get("rtol", r) * 10, atol=tol.get("atol", t) * 10)
+    return rec.plans
+
+
+def region_ops(plans: Sequence[Any], kind: Optional[str] = None) -> list[list[str]]:
+    return [r.ops for p in plans if kind is None or p.kind == kind for r in p.regions]
