@@ -11,7 +11,6 @@ import functools
 import warnings
 import itertools
 import logging
-import threading
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -32,7 +31,7 @@ from dynamo_nvf.settings import Settings
 log = logging.getLogger("dynamo_nvf")
 
 _graph_ids = itertools.count()
-_recorders = threading.local()
+_recorder_stack: list["_Recorder"] = []
 
 
 def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", graph_id: int = 0) -> GraphModule:
@@ -65,9 +64,8 @@ class _Recorder:
 
 
 def _active_recorders() -> list[_Recorder]:
-    if not hasattr(_recorders, "stack"):
-        _recorders.stack = []
-    return _recorders.stack
+    # Process-wide, not thread-local: autograd compiles and runs backward graphs on its own thread.
+    return _recorder_stack
 
 
 class recording:

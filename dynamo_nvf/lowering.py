@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch.fx import GraphModule, Node
 from dynamo_nvf._compat import hint_int
 
-from dynamo_nvf.ops.dtypes import nvf_dtype, python_scalar_dtype_name
+from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS, nvf_dtype, python_scalar_dtype_name
 from dynamo_nvf.ops.registry import LOWERINGS, op_name
 
 # Importing registers every lowering.
@@ -92,6 +92,8 @@ class BuiltFusion:
 
     fd: Any
     definition: str
+    #: Per output, eager's dense dim order (nvFuser stride order), or None where eager's is not dense.
+    output_orders: list[Optional[list[int]]]
 
 
 def _stride_order(val: torch.Tensor) -> list[int]:
@@ -107,16 +109,21 @@ def _stride_order(val: torch.Tensor) -> list[int]:
     return result
 
 
-def _define_input(ctx: LoweringContext, arg: Any) -> Any:
+def _define_input(ctx: LoweringContext, arg: Any) -> tuple[Any, Any]:
+    """Defines a fusion input; returns (the input, the value computations read)."""
     if isinstance(arg, torch.Tensor):
-        return ctx.fd.define_tensor(
+        tv = ctx.fd.define_tensor(
             sizes=list(arg.shape),
             strides=list(arg.stride()),
             dtype=ctx.dtype(arg.dtype),
             is_cpu=arg.device.type == "cpu",
         )
+        if arg.dtype in LOW_PRECISION_FLOATS:
+            return tv, ctx.ops.cast(tv, ctx.dtype(torch.float32))
+        return tv, tv
     if isinstance(arg, (bool, int, float)):
-        return ctx.fd.define_scalar(dtype=getattr(ctx.nvf.DataType, python_scalar_dtype_name(arg)))
+        scalar = ctx.fd.define_scalar(dtype=getattr(ctx.nvf.DataType, python_scalar_dtype_name(arg)))
+        return scalar, scalar
     raise LoweringError(f"unsupported region input of type {type(arg).__name__}")
 
 
@@ -130,8 +137,9 @@ def build_fusion(nvf: ModuleType, region: GraphModule, args: Sequence[Any]) -> B
             raise LoweringError(f"region takes {len(placeholders)} inputs, got {len(args)}")
         inputs = set()
         for node, arg in zip(placeholders, args):
-            ctx.values[node] = _define_input(ctx, arg)
-            inputs.add(id(ctx.values[node]))
+            defined, value = _define_input(ctx, arg)
+            ctx.values[node] = value
+            inputs.add(id(defined))
         output_node = None
         for node in region.graph.nodes:
             if node.op == "placeholder":
@@ -149,27 +157,58 @@ def build_fusion(nvf: ModuleType, region: GraphModule, args: Sequence[Any]) -> B
                 raise LoweringError(f"lowering {op_name(node.target)} ({node.name}) failed: {exc}") from exc
             ctx.values[node] = _match_dtype(ctx, node, result)
         assert output_node is not None
+        layouts: list[Optional[list[int]]] = []
         for out in output_node.args[0]:
             value = ctx.values[out]
+            val = out.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                value = ctx.cast(value, val.dtype)  # low-precision values were computed in f32
             if id(value) in inputs:
                 value = ctx.ops.set(value)  # nvFuser returns fresh tensors, never its inputs
-            val = out.meta.get("val")
-            if isinstance(val, torch.Tensor) and val.dim() > 1:
-                value = ctx.ops.stride_order(value, _stride_order(val))
+            order = _stride_order(val) if isinstance(val, torch.Tensor) and _is_dense(val) else None
+            if order is not None and val.dim() > 1:
+                value = ctx.ops.stride_order(value, order)
+            layouts.append(order)
             fd.add_output(value)
-    return BuiltFusion(fd=fd, definition=repr(fd))
+    return BuiltFusion(fd=fd, definition=repr(fd), output_orders=layouts)
+
+
+_EXPLICIT_CASTS = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)
 
 
 def _match_dtype(ctx: LoweringContext, node: Node, result: Any) -> Any:
-    """Casts a lowering's result to the dtype eager produced, so type promotion always matches."""
+    """Casts a lowering's result to the dtype eager produced, so type promotion always matches.
+
+    Half and bfloat16 values are kept in float32 inside the fusion (as inductor does) and cast back
+    where they leave it; an explicit cast to them still rounds.
+    """
     val = node.meta.get("val")
     if isinstance(result, tuple):
         if isinstance(val, (tuple, list)):
-            return tuple(
-                ctx.cast(r, v.dtype) if isinstance(v, torch.Tensor) and isinstance(r, ctx.nvf.TensorView) else r
-                for r, v in zip(result, val)
-            )
+            return tuple(_match_one(ctx, node, r, v) for r, v in zip(result, val))
         return result
-    if isinstance(val, torch.Tensor) and isinstance(result, ctx.nvf.TensorView):
-        return ctx.cast(result, val.dtype)
-    return result
+    return _match_one(ctx, node, result, val)
+
+
+def _match_one(ctx: LoweringContext, node: Node, result: Any, val: Any) -> Any:
+    if not isinstance(val, torch.Tensor) or not isinstance(result, ctx.nvf.TensorView):
+        return result
+    if val.dtype in LOW_PRECISION_FLOATS:
+        if node.target in _EXPLICIT_CASTS:
+            result = ctx.cast(result, val.dtype)
+        return ctx.cast(result, torch.float32)
+    return ctx.cast(result, val.dtype)
+
+
+def _is_dense(val: torch.Tensor) -> bool:
+    """Non-overlapping and dense: eager's strides are a permutation of contiguous strides."""
+    sizes = [hint_int(s) for s in val.shape]
+    strides = [hint_int(s) for s in val.stride()]
+    expected = 1
+    for d in sorted(range(val.dim()), key=lambda d: (strides[d], sizes[d])):
+        if sizes[d] == 1:
+            continue
+        if strides[d] != expected:
+            return False
+        expected *= sizes[d]
+    return True

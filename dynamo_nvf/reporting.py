@@ -23,6 +23,7 @@ from tabulate import tabulate
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.backend import nvf_bookend, recording
 from dynamo_nvf.plan import GraphPlan, RegionPlan
+from dynamo_nvf.runtime.region import PROFILING
 from dynamo_nvf.runtime.stats import STATS
 
 
@@ -270,7 +271,6 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
     """
     available = nvf_env.nvfuser_available()
     opts = dict(options or {})
-    opts["profile"] = True
     if not available:
         opts.setdefault("plan_cpu_as_cuda", True)
     breaks_before = _graph_break_counter()
@@ -278,22 +278,24 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
     # A fresh backend object, so Dynamo compiles anew rather than reusing an earlier compile's cache.
     backend = functools.partial(nvf_bookend, options=opts)
     compiled = torch.compile(fn_or_module, backend=backend)
-    # A first call compiles and runs; a second, profiled one shows the steady state.
+    def run() -> Any:
+        out = compiled(*example_inputs, **kwargs)
+        tensors = [t for t in _flat_tensors(out) if t.requires_grad]
+        if tensors:
+            torch.autograd.backward(tensors, [torch.ones_like(t) for t in tensors])
+        return out
+
+    # Call 1 compiles; call 2 counts kernels with torch.profiler; call 3 runs under nvFuser's own
+    # profiler. That order matters: both use CUPTI, and torch.profiler cannot start after nvFuser's.
     with recording() as recorder:
-        result = compiled(*example_inputs, **kwargs)
-        if _requires_grad(list(example_inputs) + list(kwargs.values())):
-            outs = [t for t in _flat_tensors(result) if t.requires_grad]
-            if outs:
-                torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
-
-        def run_again() -> Any:
-            out = compiled(*example_inputs, **kwargs)
-            tensors = [t for t in _flat_tensors(out) if t.requires_grad]
-            if tensors:
-                torch.autograd.backward(tensors, [torch.ones_like(t) for t in tensors])
-            return out
-
-        _, total, nvf_count, source = _count_kernels(run_again)
+        run()
+        _, total, nvf_count, source = _count_kernels(run)
+        if available:
+            PROFILING.enabled = True
+            try:
+                run()
+            finally:
+                PROFILING.enabled = False
     breaks = _graph_break_counter() - breaks_before
     stats_after = STATS.snapshot()
     report = Report(

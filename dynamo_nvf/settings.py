@@ -34,8 +34,6 @@ class Settings:
     plan_cpu_as_cuda: bool = False
     #: Fusion definitions kept per region (LRU), keyed by the inputs' dtypes, ranks and layouts.
     fusion_cache_size: int = 32
-    #: Profile each region's nvFuser run (segments, schedulers, kernel times); explain() sets it.
-    profile: bool = False
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> "Settings":

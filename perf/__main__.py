@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     sel = p.add_argument_group("selection")
     sel.add_argument("--list", action="store_true", help="list workloads and backends, then exit (no GPU needed)")
     sel.add_argument("--quick", action="store_true", help="the quick set (seeds + layernorm) with fewer iterations (< 1 min)")
+    sel.add_argument("--all", action="store_true", help="every workload, bf16 training blocks included (default set leaves those out)")
     sel.add_argument(
         "--only", nargs="+", action="extend", metavar="NAME", default=[],
         help="workload names or glob patterns (repeatable); overrides the --quick set, keeps its iteration counts",
@@ -114,7 +115,7 @@ def _select(args: argparse.Namespace):
     from .workloads import select
 
     try:
-        wls = select(only=args.only, tags=args.tag, quick=args.quick)
+        wls = select(only=args.only, tags=args.tag, quick=args.quick, all_=args.all)
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from None
     if not wls:
@@ -128,8 +129,9 @@ def list_mode(args: argparse.Namespace) -> int:
     rows = []
     for w in _select(args):
         meta = w.meta()
-        rows.append([w.name, meta["kind"], meta["dtype"], ",".join(meta["tags"]), "yes" if w.quick else "", meta["description"]])
-    print(tabulate(rows, headers=["workload", "kind", "dtype", "tags", "quick", "description"], tablefmt="github"))
+        sets = ",".join(s for s, on in (("default", w.default), ("quick", w.quick)) if on) or "all"
+        rows.append([w.name, meta["kind"], meta["dtype"], ",".join(meta["tags"]), sets, meta["description"]])
+    print(tabulate(rows, headers=["workload", "kind", "dtype", "tags", "in sets", "description"], tablefmt="github"))
     print()
     print(tabulate([[b.name, b.description] for b in BACKENDS.values()], headers=["backend", "description"], tablefmt="github"))
     return EXIT_OK
@@ -232,6 +234,7 @@ def run_mode(args: argparse.Namespace) -> int:
         config={
             "measure": cfg.to_json(),
             "quick": args.quick,
+            "all": args.all,
             "only": args.only,
             "tags": args.tag,
             "backends": backends,

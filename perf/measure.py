@@ -30,6 +30,7 @@ import gc
 import statistics
 import time
 import traceback
+import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Optional, Sequence
 
@@ -155,10 +156,12 @@ def profile_counts(step: Callable[[], object], iters: int) -> tuple[float, float
     from torch.profiler import ProfilerActivity, profile
 
     _sync()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            step()
-        _sync()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle"
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                step()
+            _sync()
     kernels = memops = 0
     dev_us = 0.0
     for evt in prof.events():
@@ -244,7 +247,6 @@ class Runner:
         """All metrics of one (workload, backend) pair; never raises for workload failures."""
         cfg = self.config
         rec = empty_record()
-        _cleanup()
         inst = step = None
         try:
             try:

@@ -47,7 +47,7 @@ class Instance:
         """Run one step with ``fn`` (default: the uncompiled ``self.fn``)."""
         for t in self.grads:
             t.grad = None
-        out = (fn or self.fn)(*self.inputs)
+        out = (self.fn if fn is None else fn)(*self.inputs)  # no `or`: compiled modules define __len__
         if self.backward:
             out.backward()
         return out
@@ -67,6 +67,7 @@ class Workload:
     bytes_moved: Optional[BytesMoved] = None
     description: str = ""
     step_included: bool = False  # build() returns a whole training step (does its own backward)
+    default: bool = True  # in a plain run; False: only with --all or --only (keeps a run < 5 min)
 
     def instantiate(self, device: "torch.device | str", tiny: bool = False, seed: int = 0) -> Instance:
         """Build the callable and its inputs on ``device`` (seeded, so backends see equal data)."""
@@ -94,6 +95,7 @@ class Workload:
             "dtype": str(self.dtype).replace("torch.", ""),
             "tags": sorted(self.tags),
             "quick": self.quick,
+            "default": self.default,
             "has_bytes_moved": self.bytes_moved is not None,
             "description": self.description,
         }
@@ -158,12 +160,14 @@ def select(
     only: Sequence[str] = (),
     tags: Sequence[str] = (),
     quick: bool = False,
+    all_: bool = False,
 ) -> list[Workload]:
     """Pick workloads in registry order.
 
     ``only`` entries are exact names or fnmatch patterns; an entry matching nothing raises
-    KeyError (a typo should not silently benchmark nothing).  ``tags`` keeps workloads having
-    any of the tags; ``quick`` keeps the --quick set (ignored when ``only`` is given).
+    KeyError (a typo should not silently benchmark nothing).  Without ``only``: the --quick
+    set if ``quick``, every workload if ``all_``, else the default set.  ``tags`` then keeps
+    workloads having any of the tags.
     """
     from fnmatch import fnmatchcase
 
@@ -178,6 +182,8 @@ def select(
         chosen = [w for w in chosen if w.name in keep]
     elif quick:
         chosen = [w for w in chosen if w.quick]
+    elif not all_:
+        chosen = [w for w in chosen if w.default]
     if tags:
         chosen = [w for w in chosen if w.tags & set(tags)]
     return chosen
@@ -499,6 +505,8 @@ def _register_blocks() -> None:
                         quick=quick and fwd and dtype == torch.float32,
                         bytes_moved=moved if fwd else None,
                         description=f"{base} {what}, {dsuf}",
+                        # bf16 training adds compile time but little beyond f32 train + bf16 fwd
+                        default=fwd or dtype == torch.float32,
                     )
                 )
 

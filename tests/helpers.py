@@ -102,3 +102,32 @@ def check_training(fn: Callable[..., Any], inputs: Sequence[Any], options: Optio
 
 def region_ops(plans: Sequence[Any], kind: Optional[str] = None) -> list[list[str]]:
     return [r.ops for p in plans if kind is None or p.kind == kind for r in p.regions]
+
+
+def cuda_plans(fn: Callable[..., Any], *shapes: Any, options: Optional[dict[str, Any]] = None,
+               train: bool = False, dtype: torch.dtype = torch.float32, fake: bool = True) -> list[Any]:
+    """The plans a GPU would get, without a GPU.
+
+    fake=True traces `fn` on fake CUDA tensors. Some aten ops cannot run as fake CUDA tensors on a
+    CPU-only build (clone with a memory format), so fake=False runs real CPU tensors with
+    `plan_cpu_as_cuda`, which plans exactly as for CUDA and runs the regions eagerly.
+    `shapes` are tuples (tensor shapes) or plain Python values passed as they are.
+    """
+    import contextlib
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    opts = dict(options or {})
+    if not fake:
+        opts["plan_cpu_as_cuda"] = True
+    compiled = compile_fn(fn, opts)
+    with FakeTensorMode() if fake else contextlib.nullcontext():
+        device = "cuda" if fake else "cpu"
+        inputs = [torch.randn(s, device=device).to(dtype).requires_grad_(train) if isinstance(s, tuple) else s
+                  for s in shapes]
+        with recording() as rec:
+            out = compiled(*inputs)
+            if train:
+                outs = [t for t in _flatten(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+                torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+    return rec.plans

@@ -192,12 +192,13 @@ FACTORIES_AND_SHAPES = {
     "transpose": lambda x: (x * 2).transpose(0, 1) * 3,
     "squeeze": lambda x: (x.sum(1, keepdim=True) * 2).squeeze(1) + 1,
     "unsqueeze": lambda x: (x * 2).unsqueeze(1) * 3,
-    "slice": lambda x: (x * 2)[1:3, 2:7:2] + 1,
+    "slice": lambda x: (x * 2)[1:3, 2:7] + 1,
+    "slice_step_stays_eager": lambda x: (x * 2)[1:3, 2:7:2] + 1,
     "select": lambda x: (x * 2)[2] + 1,
     "cat": lambda x: torch.cat([x * 2, x + 1], dim=1) * 3,
     "pad": lambda x: torch.nn.functional.pad(x * 2, (1, 2, 0, 1), value=0.5) + 1,
     "clone": lambda x: (x * 2).clone() + 1,
-    "split": lambda x: sum(t * 2 for t in (x + 1).split(3, dim=1)),
+    "split": lambda x: sum(t * 2 for t in (x + 1).split(4, dim=1)),
     "copy": lambda x: x.new_zeros(4, 8).copy_(x * 2) + 1,
 }
 

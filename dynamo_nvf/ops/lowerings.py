@@ -531,8 +531,8 @@ def _check_slice(node: Node) -> Optional[str]:
     for bound in (_arg(node, 2, "start"), _arg(node, 3, "end"), _arg(node, 4, "step", 1)):
         if bound is not None and not _static(bound):
             return "unsupported op: slice with symbolic bounds"
-    if (_arg(node, 4, "step", 1) or 1) < 1:
-        return "unsupported op: slice with a non-positive step"
+    if (_arg(node, 4, "step", 1) or 1) != 1:
+        return "unsupported op: nvFuser slices only with step 1"
     del dim
     return None
 

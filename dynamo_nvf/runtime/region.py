@@ -49,12 +49,45 @@ def _exact_key(args: Sequence[Any]) -> tuple:
 
 
 class _Entry:
-    __slots__ = ("fd", "fec", "eager_reason")
+    """One fusion definition: its executor cache once run, and outputs whose layout needs a fix."""
 
-    def __init__(self, fd: Any = None, eager_reason: str = "") -> None:
+    __slots__ = ("fd", "fec", "eager_reason", "output_orders", "fixups")
+
+    def __init__(self, fd: Any = None, eager_reason: str = "", output_orders: Sequence[Any] = ()) -> None:
         self.fd = fd
         self.fec = None
         self.eager_reason = eager_reason
+        self.output_orders = list(output_orders)
+        self.fixups: list[tuple[int, list[int]]] = []
+
+
+def _dense_in_order(t: torch.Tensor, order: Sequence[int]) -> bool:
+    """True when `t` is dense with its dims laid out as nvFuser stride order `order` says."""
+    expected = 1
+    for d in sorted(range(t.dim()), key=lambda d: order[d]):
+        if t.shape[d] == 1:
+            continue
+        if t.stride(d) != expected:
+            return False
+        expected *= t.shape[d]
+    return True
+
+
+def _relayout(t: torch.Tensor, order: Sequence[int]) -> torch.Tensor:
+    """A dense copy of `t` in the given stride order (eager's), e.g. of an expanded output."""
+    perm = sorted(range(t.dim()), key=lambda d: -order[d])
+    out = torch.empty_permuted(t.shape, perm, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+class _Profiling:
+    """Switched on by explain() around the runs it profiles; read on every call, so kept tiny."""
+
+    enabled = False
+
+
+PROFILING = _Profiling()
 
 
 def _runs_on_nvfuser(args: Sequence[Any]) -> str:
@@ -91,12 +124,14 @@ class RegionRuntime:
         if entry.eager_reason:
             return self._run_eager(args)
         try:
-            if entry.fec is not None and not self.settings.profile:
+            if entry.fec is not None and not PROFILING.enabled:
                 outputs = entry.fec.execute(args)
             else:
                 outputs = self._first_or_profiled_execute(entry, args)
         except Exception as exc:  # nvFuser run-time error
             return self._fail(f"nvFuser execution failed: {type(exc).__name__}: {exc}", args)
+        for index, order in entry.fixups:
+            outputs[index] = _relayout(outputs[index], order)
         STATS.nvfuser_calls += 1
         self.plan.calls_nvfuser += 1
         return outputs
@@ -137,11 +172,11 @@ class RegionRuntime:
             return _Entry(eager_reason=self.failed or "build failed")
         STATS.fusions_built += 1
         self.plan.definition = built.definition
-        return _Entry(fd=built.fd)
+        return _Entry(fd=built.fd, output_orders=built.output_orders)
 
     def _first_or_profiled_execute(self, entry: _Entry, args: Sequence[Any]) -> Any:
         start = time.perf_counter()
-        if self.settings.profile:
+        if PROFILING.enabled:
             outputs = self._profiled_execute(entry, args)
         else:
             outputs = entry.fd.execute(list(args))
@@ -149,6 +184,12 @@ class RegionRuntime:
             entry.fec = entry.fd.fec
             log.debug("%s: first nvFuser run (compile) took %.1f ms", self.plan.name,
                       (time.perf_counter() - start) * 1e3)
+            # nvFuser keeps broadcast dims of expanded inputs as stride-0 outputs; eager
+            # materialises them. Checked once per definition; only such outputs pay a copy.
+            entry.fixups = [
+                (i, order) for i, (out, order) in enumerate(zip(outputs, entry.output_orders))
+                if order is not None and not _dense_in_order(out, order)
+            ]
         self.plan.executor = "nvfuser"
         self.plan.executor_reason = ""
         return outputs

@@ -1,0 +1,169 @@
+"""The bookend pass on the seeds' programs: the plans a GPU gets, computed on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import programs
+from helpers import assert_same, check_inference, compile_fn, cuda_plans
+
+GELU_OPS = ["aten.mul.Tensor", "aten.mul.Tensor", "aten.erf.default", "aten.add.Tensor", "aten.mul.Tensor"]
+
+
+def only_plan(plans):
+    assert len(plans) == 1
+    return plans[0]
+
+
+def test_seed000_gelu_trims_both_views():
+    plan = only_plan(cuda_plans(programs.seed000_gelu, (8192, 3072)))
+    assert len(plan.regions) == 1
+    region = plan.regions[0]
+    assert region.ops == GELU_OPS
+    assert [(d.node, d.op, d.action) for d in region.leading] == [("view", "aten.view.default", "trimmed")]
+    assert [(d.node, d.op, d.action) for d in region.trailing] == [("view_1", "aten.view.default", "trimmed")]
+    assert [t.shape for t in region.inputs] == [[64, 128, 3072]]
+    assert [t.shape for t in region.outputs] == [[64, 128, 3072]]
+    eager = {n.name: n.reason for n in plan.eager_nodes}
+    assert eager["view"].startswith("trimmed (leading)") and eager["view_1"].startswith("trimmed (trailing)")
+
+
+def test_seed000_gelu_with_view_output_does_not_output_a_view_of_its_input():
+    plan = only_plan(cuda_plans(programs.seed000_gelu_with_view_output, (8192, 3072)))
+    region = only_plan([plan]).regions[0]
+    assert region.ops == GELU_OPS
+    assert [t.name for t in region.outputs] == ["mul_2"]
+    assert [t.name for t in region.inputs] == ["view"]
+
+
+def test_seed000_gelu_with_view_output_returns_a_real_alias():
+    x = torch.randn(256, 48)
+    compiled = compile_fn(programs.seed000_gelu_with_view_output, {"plan_cpu_as_cuda": True})
+    out, view = compiled(x)
+    assert view.data_ptr() == x.data_ptr() and view._base is x
+    assert_same((out, view), programs.seed000_gelu_with_view_output(x))
+
+
+def test_seed000_transpose_keeps_the_copy_and_trims_views_and_permute():
+    for options in ({}, {"min_region_size": 1}):
+        plan = only_plan(cuda_plans(programs.seed000_transpose, (768, 128, 64), options=options, fake=False))
+        assert len(plan.regions) <= 1
+        for region in plan.regions:
+            assert region.ops == ["aten.clone.default"]
+            assert [d.op for d in region.leading] == ["aten.view.default", "aten.permute.default"]
+            assert {d.op for d in region.trailing} == {"aten.view.default"}
+    # The default policy leaves a lone copy to eager (one op gains nothing from fusion).
+    plan = only_plan(cuda_plans(programs.seed000_transpose, (768, 128, 64), fake=False))
+    assert plan.regions == []
+    clone = next(n for n in plan.nodes if n.op == "aten.clone.default")
+    assert clone.reason.startswith("single-op policy")
+
+
+def test_metadata_only_program_never_reaches_nvfuser():
+    plan = only_plan(cuda_plans(programs.metadata_only, (64, 32)))
+    assert plan.regions == []
+    assert all(n.region is None for n in plan.nodes)
+    reasons = {n.reason for n in plan.nodes}
+    assert any(r.startswith("metadata-only") or r.startswith("trimmed") for r in reasons), reasons
+
+
+def test_metadata_only_program_runs_the_dynamo_graph_as_is():
+    x = torch.randn(64, 32)
+    compiled = compile_fn(programs.metadata_only, {"plan_cpu_as_cuda": True})
+    out = compiled(x)
+    expected = programs.metadata_only(x)
+    assert out.data_ptr() == x.data_ptr() and out.stride() == expected.stride()
+    assert_same(out, expected)
+
+
+def test_lone_view_has_no_region():
+    plan = only_plan(cuda_plans(lambda x: x.view(64, 128, 3072), (8192, 3072)))
+    assert plan.regions == []
+
+
+def test_bookend_false_keeps_views_inside():
+    plan = only_plan(cuda_plans(programs.seed000_gelu, (8192, 3072), options={"bookend": False}))
+    region = plan.regions[0]
+    assert region.ops == ["aten.view.default"] + GELU_OPS + ["aten.view.default"]
+    assert region.leading == [] and region.trailing == []
+
+
+SEQUENTIAL = {
+    # views kept -> (region ops, leading trimmed, trailing trimmed)
+    "ABC": (["aten.add.Tensor", "aten.view.default", "aten.mul.Tensor"], 1, 1),
+    "BC": (["aten.add.Tensor", "aten.view.default", "aten.mul.Tensor"], 0, 1),
+    "AC": (["aten.add.Tensor", "aten.mul.Tensor"], 1, 1),
+    "AB": (["aten.add.Tensor", "aten.view.default", "aten.mul.Tensor"], 1, 0),
+    "A": (["aten.add.Tensor", "aten.mul.Tensor"], 1, 0),
+    "B": (["aten.add.Tensor", "aten.view.default", "aten.mul.Tensor"], 0, 0),
+    "C": (["aten.add.Tensor", "aten.mul.Tensor"], 0, 1),
+    "": (["aten.add.Tensor", "aten.mul.Tensor"], 0, 0),
+}
+
+
+@pytest.mark.parametrize("views", list(SEQUENTIAL))
+def test_seed000_sequential_study(views):
+    """Seed 000's view-add-view-mul-view study.
+
+    The plan trims the boundary views A and C and keeps the interior view B. nvFuser itself
+    segmented view+add | view | mul+view with all three views, but the A+C-removed fusion
+    (add+view+mul) in one segment: that is exactly what the trimmed region hands it.
+    """
+    ops, leading, trailing = SEQUENTIAL[views]
+    plan = only_plan(cuda_plans(lambda x: programs.seed000_sequential(x, views), (8192, 3072)))
+    assert len(plan.regions) == 1
+    region = plan.regions[0]
+    assert region.ops == ops
+    assert len(region.leading) == leading and len(region.trailing) == trailing
+    x = torch.randn(256, 16)
+    check_inference(lambda t: programs.seed000_sequential(t, views), [x], {"plan_cpu_as_cuda": True})
+
+
+def test_interior_reshape_chain_collapses():
+    def fn(x):
+        y = x * 2
+        z = y.view(4, 8, 16).view(32, 16).view(8, 64)
+        return z + 1
+
+    plan = only_plan(cuda_plans(fn, (32, 16), options={"min_region_size": 1}))
+    region = plan.regions[0]
+    assert region.ops.count("aten.view.default") == 1
+    assert sum(d.action == "collapsed" for d in region.kept) == 2
+    check_inference(fn, [torch.randn(32, 16)], {"plan_cpu_as_cuda": True, "min_region_size": 1})
+
+
+def test_reshape_that_copies_stays_inside():
+    def fn(x):
+        return (x * 2).t().reshape(-1) + 1  # the transpose makes the reshape a copy
+
+    plan = only_plan(cuda_plans(fn, (16, 32), options={"min_region_size": 1}, fake=False))
+    ops = [op for r in plan.regions for op in r.ops]
+    assert "aten.t.default" in ops or "aten.permute.default" in ops or "aten.clone.default" in ops
+    check_inference(fn, [torch.randn(16, 32)], {"plan_cpu_as_cuda": True, "min_region_size": 1})
+
+
+def test_leading_expand_stays_inside_by_default():
+    def fn(x, b):
+        return x * b.unsqueeze(0).expand(x.shape[0], -1) + 1
+
+    plan = only_plan(cuda_plans(fn, (32, 16), (16,)))
+    region = plan.regions[0]
+    assert "aten.expand.default" in region.ops
+    assert any(d.op == "aten.expand.default" and d.action == "kept" for d in region.kept)
+    trimmed = only_plan(cuda_plans(fn, (32, 16), (16,), options={"trim_broadcasts": True}))
+    assert "aten.expand.default" not in trimmed.regions[0].ops
+
+
+def test_trailing_metadata_also_used_inside_is_duplicated_out():
+    def fn(x):
+        y = torch.exp(x)
+        v = y.view(-1)
+        return v * 2, v
+
+    plan = only_plan(cuda_plans(fn, (8, 16), options={"min_region_size": 1}))
+    region = plan.regions[0]
+    assert [d.action for d in region.trailing] == ["duplicated"]
+    assert all("view" not in t.name for t in region.outputs)
+    x = torch.randn(8, 16)
+    check_inference(fn, [x], {"plan_cpu_as_cuda": True, "min_region_size": 1})
