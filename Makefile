@@ -3,7 +3,8 @@ PIP ?= $(PYTHON) -m pip
 
 .PHONY: setup demo test test-gpu bench
 
-setup:  ## install the package with its test extra (CPU torch from the index when torch is missing)
+setup:  ## install the package with its test extra (and torch 2.13.0 where no torch is installed)
+	$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q "torch==2.13.0"
 	$(PIP) install -q -e ".[test]"
 
 demo: setup  ## compile a small model with backend="nvf_bookend" and print explain()

@@ -16,10 +16,16 @@ __version__ = "0.1.0"
 
 
 def _register() -> None:
+    """Registers the backend by name unless the installed entry point will (Dynamo loads it lazily,
+    and a second registration of the same name is an error)."""
     from torch._dynamo.backends import registry
 
-    if "nvf_bookend" not in registry._COMPILER_FNS:
-        registry.register_backend(name="nvf_bookend")(nvf_bookend)
+    discover = getattr(registry, "_discover_entrypoint_backends", None)
+    if discover is not None:
+        discover()
+    if "nvf_bookend" in registry._COMPILER_FNS or registry._BACKENDS.get("nvf_bookend") is not None:
+        return
+    registry.register_backend(name="nvf_bookend")(nvf_bookend)
 
 
 _register()

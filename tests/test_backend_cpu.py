@@ -1,0 +1,219 @@
+"""The backend on a machine without a GPU: registration, options, partition structure, and
+numerical match with eager through the rewritten graph (regions planned as for CUDA, run eagerly)."""
+
+from __future__ import annotations
+
+import logging
+import operator
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import pytest
+import torch
+import torch._dynamo
+
+import dynamo_nvf
+import programs
+from dynamo_nvf import Settings
+from dynamo_nvf.ops.metadata import METADATA_OPS
+from dynamo_nvf.ops.registry import LOWERINGS, op_name, unsupported_reason
+from dynamo_nvf.runtime.stats import STATS
+from helpers import check_inference, check_training, compile_fn, cuda_plans, region_ops
+
+PLAN = {"plan_cpu_as_cuda": True}
+
+
+# -- registration and options ----------------------------------------------------------------------
+
+
+def test_entry_point_registers_the_backend():
+    names = {ep.name: ep.value for ep in entry_points(group="torch_dynamo_backends")}
+    assert names.get("nvf_bookend") == "dynamo_nvf.backend:nvf_bookend"
+    assert "nvf_bookend" in torch._dynamo.list_backends()
+
+
+def test_backend_by_name_without_importing_the_package():
+    code = (
+        "import torch, sys\n"
+        "f = torch.compile(lambda x: torch.sigmoid(x) * 2, backend='nvf_bookend')\n"
+        "x = torch.randn(4, 4)\n"
+        "assert torch.allclose(f(x), torch.sigmoid(x) * 2)\n"
+        "assert 'dynamo_nvf' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_options_map_onto_settings():
+    s = Settings.from_options({"bookend": False, "max_region_io": 16, "strict": True})
+    assert (s.bookend, s.max_region_io, s.strict) == (False, 16, True)
+    assert Settings.from_options(None) == Settings()
+    with pytest.raises(ValueError, match="unknown nvf_bookend option"):
+        Settings.from_options({"bookends": True})
+    with pytest.raises(TypeError):
+        Settings.from_options({"bookend": "yes"})
+    with pytest.raises(ValueError):
+        Settings.from_options({"min_region_size": 0})
+
+
+def test_unknown_option_fails_the_compile():
+    f = compile_fn(lambda x: x + 1, {"no_such_option": 1})
+    with pytest.raises(Exception, match="unknown nvf_bookend option"):
+        f(torch.randn(2))
+
+
+def test_logs_unavailability_and_one_line_per_graph(caplog):
+    with caplog.at_level(logging.INFO, logger="dynamo_nvf"):
+        check_inference(programs.seed000_gelu, [torch.randn(128, 16)], PLAN)
+    lines = [r.getMessage() for r in caplog.records if "inference graph" in r.getMessage()]
+    assert len(lines) == 1 and "1 region(s)" in lines[0]
+
+
+# -- single sources of truth ------------------------------------------------------------------------
+
+
+def test_every_metadata_op_has_a_lowering():
+    assert set(METADATA_OPS) <= set(LOWERINGS)
+
+
+def test_op_names_are_overload_strings():
+    assert op_name(torch.ops.aten.mul.Tensor) == "aten.mul.Tensor"
+    assert op_name(operator.getitem) == "operator.getitem"
+
+
+# -- capability checks ------------------------------------------------------------------------------
+
+
+def _reasons(fn, *inputs, options=None):
+    plans = check_inference(fn, inputs, options)
+    return {n.name: n.reason for p in plans for n in p.nodes if n.region is None}
+
+
+def test_cpu_tensors_stay_eager_with_a_device_reason():
+    reasons = _reasons(lambda x: torch.sigmoid(x) * 2, torch.randn(4, 4))
+    assert reasons and all(r.startswith("device: cpu") for r in reasons.values())
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.int8, torch.uint8, torch.int16])
+def test_unmapped_dtypes_stay_eager(dtype):
+    x = (torch.randn(4, 4) * 4).to(dtype)
+    reasons = _reasons(lambda t: t * 2 + 1, x, options=PLAN)
+    assert reasons and all(r.startswith("dtype:") for r in reasons.values()), reasons
+
+
+def test_rank_above_eight_stays_eager():
+    x = torch.randn(*([2] * 9))
+    reasons = _reasons(lambda t: torch.exp(t) * 2, x, options=PLAN)
+    assert reasons and all(r.startswith("rank: 9") for r in reasons.values())
+
+
+def test_matmul_is_left_to_aten_and_pointwise_around_it_fused():
+    plans = check_inference(programs.MLPGelu(16, 32), [torch.randn(4, 16)], PLAN)
+    ops = [op for r in region_ops(plans) for op in r]
+    assert "aten.erf.default" in ops and not any("mm" in op for op in ops)
+    reasons = {n.op: n.reason for p in plans for n in p.nodes if n.region is None}
+    assert reasons["aten.addmm.default"].startswith("unsupported op")
+
+
+def test_cycle_through_eager_code_splits_regions():
+    w = torch.randn(16, 16)
+
+    def fn(x):
+        a = torch.exp(x)
+        b = a @ w  # eager
+        return torch.sigmoid(a) + b
+
+    plan = cuda_plans(fn, (16, 16), options={"min_region_size": 1}, fake=False)[0]
+    by_node = {n.name: n.region for n in plan.nodes}
+    assert by_node["exp"] is not None and by_node["add"] is not None
+    # exp feeds mm which feeds add: exp and add in one region would need a cycle.
+    assert by_node["exp"] != by_node["add"]
+    check_inference(fn, [torch.randn(16, 16)], {**PLAN, "min_region_size": 1})
+
+
+def test_max_region_io_caps_regions():
+    def fn(*xs):
+        acc = xs[0] * 1.0
+        for x in xs[1:]:
+            acc = acc + torch.sin(x)
+        return acc
+
+    inputs = [torch.randn(8) for _ in range(12)]
+    plans = check_inference(fn, inputs, {**PLAN, "max_region_io": 6})
+    regions = [r for p in plans for r in p.regions]
+    assert len(regions) > 1
+    assert all(len(r.inputs) + len(r.outputs) <= 6 for r in regions)
+    assert any("IO limit" in b for r in regions for b in r.boundary)
+    uncapped = check_inference(fn, inputs, PLAN)
+    assert len([r for p in uncapped for r in p.regions]) == 1
+
+
+def test_capability_check_errors_become_reasons():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    node = graph.call_function(torch.ops.aten.exp.default, (x,))
+    x.meta["val"] = object()  # nonsense metadata must not crash planning
+    node.meta["val"] = torch.empty(2)
+    reason = unsupported_reason(node, Settings(plan_cpu_as_cuda=True))
+    assert reason is not None
+
+
+# -- numerics through the rewritten graph -----------------------------------------------------------
+
+MODELS = {
+    "mlp_gelu": lambda: (programs.MLPGelu(32, 64), (4, 8, 32)),
+    "layernorm_block": lambda: (programs.LayerNormBlock(32), (4, 8, 32)),
+    "softmax_attention": lambda: (programs.SoftmaxAttention(32, 4), (2, 8, 32)),
+    "transformer_block": lambda: (programs.TransformerBlock(32, 4), (2, 8, 32)),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_models_inference_match_eager(name):
+    model, shape = MODELS[name]()
+    plans = check_inference(model, [torch.randn(*shape)], PLAN)
+    assert [p.kind for p in plans] == ["inference"]
+    assert any(p.regions for p in plans)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_models_training_gradients_match_eager(name):
+    model, shape = MODELS[name]()
+    plans = check_training(model, [torch.randn(*shape)], PLAN, params=list(model.parameters()))
+    kinds = {p.kind for p in plans}
+    assert kinds == {"forward", "backward"}
+    assert all(p.regions for p in plans)
+
+
+def test_layernorm_is_decomposed_into_fused_ops():
+    plans = check_inference(programs.LayerNormBlock(32), [torch.randn(4, 8, 32)], PLAN)
+    ops = [op for r in region_ops(plans) for op in r]
+    assert "aten.var_mean.correction" in ops and "aten.rsqrt.default" in ops
+    assert not any("layer_norm" in op for op in ops)
+
+
+def test_softmax_backward_is_decomposed():
+    plans = check_training(lambda x: torch.softmax(x * 2, -1), [torch.randn(8, 16)], PLAN)
+    bw = [r for p in plans if p.kind == "backward" for r in p.regions]
+    assert bw and not any("softmax" in op for r in bw for op in r.ops)
+
+
+def test_regions_run_eagerly_without_nvfuser_and_count_it():
+    STATS.reset()
+    check_inference(programs.seed000_gelu, [torch.randn(128, 16)], PLAN)
+    assert STATS.eager_calls >= 1 and STATS.nvfuser_calls == 0
+
+
+def test_output_strides_match_eager_for_permuted_inputs():
+    x = torch.randn(16, 32).t()
+    check_inference(lambda t: (t * 2).clone() + 1, [x], {**PLAN, "min_region_size": 1})
+    check_inference(lambda t: (t * 2).contiguous() + 1, [x], {**PLAN, "min_region_size": 1})
+
+
+def test_inference_mode_gets_no_backward():
+    model = programs.MLPGelu(16, 32)
+    compiled = compile_fn(model, PLAN)
+    with torch.inference_mode(), dynamo_nvf.recording() as rec:
+        out = compiled(torch.randn(4, 16))
+    assert not out.requires_grad
+    assert [p.kind for p in rec.plans] == ["inference"]

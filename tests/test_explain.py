@@ -1,0 +1,121 @@
+"""explain() on the CPU: the report shows the plan a GPU would get, as text, HTML and a dict."""
+
+from __future__ import annotations
+
+import json
+import logging
+from html.parser import HTMLParser
+
+import torch
+
+import dynamo_nvf
+import programs
+from helpers import cuda_plans
+
+
+class _Tables(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables = 0
+        self.cells: list[str] = []
+        self._in_cell = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables += 1
+        self._in_cell = tag in ("td", "th")
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self._in_cell = False
+
+    def handle_data(self, data):
+        if self._in_cell and data.strip():
+            self.cells.append(data.strip())
+
+
+def _regions(report, kind=None):
+    return [r for g in report.graphs if kind is None or g.kind == kind for r in g.regions]
+
+
+def test_seed000_gelu_report_matches_the_plan():
+    x = torch.randn(8192, 3072)
+    report = dynamo_nvf.explain(programs.seed000_gelu, x)
+    plan = cuda_plans(programs.seed000_gelu, (8192, 3072))[0]
+    assert not report.nvfuser_available and report.unavailable_reason
+    (region,) = _regions(report)
+    (expected,) = plan.regions
+    assert region.ops == expected.ops
+    assert [d.node for d in region.leading] == [d.node for d in expected.leading] == ["view"]
+    assert [d.node for d in region.trailing] == [d.node for d in expected.trailing] == ["view_1"]
+    text = str(report)
+    assert "nothing ran on nvFuser" in text
+    assert "trimmed (leading)" in text and "zero-copy alias of a region input" in text
+    d = report.to_dict()
+    json.dumps(d)
+    g = d["graphs"][0]
+    assert g["kind"] == "inference"
+    assert g["regions"][0]["ops"] == expected.ops
+    assert [x["node"] for x in g["regions"][0]["leading"]] == ["view"]
+    assert {"id", "ops", "leading", "trailing", "executor", "kernels"} <= set(g["regions"][0])
+    assert all({"op", "reason"} <= set(e) for e in g["eager_nodes"])
+
+
+def test_seed000_transpose_and_metadata_only_reports():
+    report = dynamo_nvf.explain(programs.seed000_transpose, torch.randn(768, 128, 64))
+    assert _regions(report) == []
+    reasons = {n["op"]: n["reason"] for g in report.to_dict()["graphs"] for n in g["eager_nodes"]}
+    assert reasons["aten.clone.default"].startswith("single-op policy")
+    assert reasons["aten.permute.default"].startswith("trimmed (leading)")
+    report = dynamo_nvf.explain(programs.metadata_only, torch.randn(64, 32))
+    assert _regions(report) == []
+
+
+def test_transformer_block_training_report():
+    model = programs.TransformerBlock(32, 4)
+    x = torch.randn(2, 8, 32, requires_grad=True)
+    report = dynamo_nvf.explain(model, x)
+    kinds = [g.kind for g in report.graphs]
+    assert kinds == ["forward", "backward"]
+    forward_plan, backward_plan = cuda_plans(programs.TransformerBlock(32, 4), (2, 8, 32), train=True, fake=False)
+    for got, want in zip(report.graphs, (forward_plan, backward_plan)):
+        assert [r.ops for r in got.regions] == [r.ops for r in want.regions]
+        assert [[d.node for d in r.leading] for r in got.regions] == [[d.node for d in r.leading] for r in want.regions]
+        assert [[d.node for d in r.trailing] for r in got.regions] == [[d.node for d in r.trailing] for r in want.regions]
+        assert {n.name: n.reason for n in got.eager_nodes} == {n.name: n.reason for n in want.eager_nodes}
+    totals = report.totals()
+    assert totals["regions"] == sum(len(g.regions) for g in report.graphs) > 0
+    assert totals["nodes_fused"] + totals["nodes_eager"] == sum(len(g.nodes) for g in report.graphs)
+    json.dumps(report.to_dict())
+
+    parser = _Tables()
+    parser.feed(report._repr_html_())
+    assert parser.tables >= 1 + 2 * len(report.graphs)
+    assert "aten.var_mean.correction" in parser.cells and "aten.addmm.default" in parser.cells
+    assert "region 0" in parser.cells
+
+
+def test_explain_reports_graph_breaks():
+    def fn(x):
+        y = torch.sigmoid(x) * 2
+        print("graph break")  # noqa: T201 - a deliberate graph break
+        return torch.tanh(y) + 1
+
+    report = dynamo_nvf.explain(fn, torch.randn(8, 8))
+    assert len(report.graphs) == 2
+    assert report.graph_breaks and sum(b.count for b in report.graph_breaks) >= 1
+    assert "graph break" in str(report)
+
+
+def test_explain_twice_compiles_again():
+    x = torch.randn(64, 16)
+    first = dynamo_nvf.explain(programs.seed000_gelu, x)
+    second = dynamo_nvf.explain(programs.seed000_gelu, x)
+    assert len(first.graphs) == len(second.graphs) == 1
+
+
+def test_debug_logging_prints_the_plan(caplog):
+    with caplog.at_level(logging.DEBUG, logger="dynamo_nvf"):
+        dynamo_nvf.explain(programs.seed000_gelu, torch.randn(64, 16))
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "dynamo_nvf plan:" in text and "nvf_region_0" in text
