@@ -130,47 +130,59 @@ def _define_input(ctx: LoweringContext, arg: Any) -> tuple[Any, Any]:
 def build_fusion(nvf: ModuleType, region: GraphModule, args: Sequence[Any]) -> BuiltFusion:
     """Defines the fusion of `region` for these actual inputs."""
     fd = nvf.FusionDefinition()
+    failure: Optional[BaseException] = None
     with fd:
-        ctx = LoweringContext(nvf, fd)
-        placeholders = [n for n in region.graph.nodes if n.op == "placeholder"]
-        if len(placeholders) != len(args):
-            raise LoweringError(f"region takes {len(placeholders)} inputs, got {len(args)}")
-        inputs = set()
-        for node, arg in zip(placeholders, args):
-            defined, value = _define_input(ctx, arg)
-            ctx.values[node] = value
-            inputs.add(id(defined))
-        output_node = None
-        for node in region.graph.nodes:
-            if node.op == "placeholder":
-                continue
-            if node.op == "output":
-                output_node = node
-                continue
-            if node.op != "call_function" or node.target not in LOWERINGS:
-                raise LoweringError(f"no lowering for {node.format_node()}")
-            try:
-                result = LOWERINGS[node.target].lower(ctx, node)
-            except LoweringError:
-                raise
-            except Exception as exc:
-                raise LoweringError(f"lowering {op_name(node.target)} ({node.name}) failed: {exc}") from exc
-            ctx.values[node] = _match_dtype(ctx, node, result)
-        assert output_node is not None
-        layouts: list[Optional[list[int]]] = []
-        for out in output_node.args[0]:
-            value = ctx.values[out]
-            val = out.meta.get("val")
-            if isinstance(val, torch.Tensor):
-                value = ctx.cast(value, val.dtype)  # low-precision values were computed in f32
-            if id(value) in inputs:
-                value = ctx.ops.set(value)  # nvFuser returns fresh tensors, never its inputs
-            order = _stride_order(val) if isinstance(val, torch.Tensor) and _is_dense(val) else None
-            if order is not None and val.dim() > 1:
-                value = ctx.ops.stride_order(value, order)
-            layouts.append(order)
-            fd.add_output(value)
-    return BuiltFusion(fd=fd, definition=repr(fd), output_orders=layouts)
+        try:
+            built = _define(nvf, fd, region, args)
+        except BaseException as exc:  # re-raised outside: FusionDefinition.__exit__ prints exceptions
+            failure = exc
+    if failure is not None:
+        raise failure
+    return BuiltFusion(fd=fd, definition=repr(fd), output_orders=built.output_orders)
+
+
+def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any]) -> BuiltFusion:
+    """Lowers every node of `region` into the open FusionDefinition `fd`."""
+    ctx = LoweringContext(nvf, fd)
+    placeholders = [n for n in region.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(args):
+        raise LoweringError(f"region takes {len(placeholders)} inputs, got {len(args)}")
+    inputs = set()
+    for node, arg in zip(placeholders, args):
+        defined, value = _define_input(ctx, arg)
+        ctx.values[node] = value
+        inputs.add(id(defined))
+    output_node = None
+    for node in region.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            output_node = node
+            continue
+        if node.op != "call_function" or node.target not in LOWERINGS:
+            raise LoweringError(f"no lowering for {node.format_node()}")
+        try:
+            result = LOWERINGS[node.target].lower(ctx, node)
+        except LoweringError:
+            raise
+        except Exception as exc:
+            raise LoweringError(f"lowering {op_name(node.target)} ({node.name}) failed: {exc}") from exc
+        ctx.values[node] = _match_dtype(ctx, node, result)
+    assert output_node is not None
+    layouts: list[Optional[list[int]]] = []
+    for out in output_node.args[0]:
+        value = ctx.values[out]
+        val = out.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            value = ctx.cast(value, val.dtype)  # low-precision values were computed in f32
+        if id(value) in inputs:
+            value = ctx.ops.set(value)  # nvFuser returns fresh tensors, never its inputs
+        order = _stride_order(val) if isinstance(val, torch.Tensor) and _is_dense(val) else None
+        if order is not None and val.dim() > 1:
+            value = ctx.ops.stride_order(value, order)
+        layouts.append(order)
+        fd.add_output(value)
+    return BuiltFusion(fd=fd, definition="", output_orders=layouts)
 
 
 _EXPLICIT_CASTS = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)

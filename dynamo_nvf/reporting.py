@@ -262,14 +262,31 @@ def _count_kernels(run: Callable[[], Any]) -> tuple[Any, Optional[int], Optional
     return result, len(names), len(nvf), "torch.profiler"
 
 
-def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Optional[dict[str, Any]] = None,
-            cuda_source: bool = False, **kwargs: Any) -> Report:
-    """Compiles `fn_or_module` with nvf_bookend, runs it once on the inputs and reports.
+_torch_profiler_used = False
 
-    `options` are the backend's options; `kwargs` go to `fn_or_module`. With `cuda_source=True` the
-    report carries each region's generated CUDA source (on a GPU).
+
+def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Optional[dict[str, Any]] = None,
+            profiler: str = "auto", cuda_source: bool = False, **kwargs: Any) -> Report:
+    """Compiles `fn_or_module` with nvf_bookend, runs it on the inputs and reports.
+
+    `options` are the backend's options; `kwargs` go to `fn_or_module`.
+
+    `profiler` chooses how kernels are seen on a GPU: "nvfuser" (nvFuser's own profiler: each region's
+    segments with scheduler, kernel and compile times), "torch" (torch.profiler: every kernel of the
+    call, nvFuser's and eager's, by name) or "none". "auto" is "nvfuser" where nvFuser runs. Only one
+    of the two can be used per process: both subscribe to CUPTI, which takes one subscriber, and
+    nvFuser's profiler aborts the process if torch.profiler subscribed first. With `cuda_source=True`
+    the report carries each region's generated CUDA source.
     """
+    global _torch_profiler_used
     available = nvf_env.nvfuser_available()
+    if profiler == "auto":
+        profiler = "nvfuser" if available and not _torch_profiler_used else ("torch" if available else "none")
+    if profiler not in ("nvfuser", "torch", "none"):
+        raise ValueError(f"profiler must be 'auto', 'nvfuser', 'torch' or 'none', not {profiler!r}")
+    if profiler == "nvfuser" and _torch_profiler_used:
+        raise RuntimeError("explain(profiler='nvfuser') after torch.profiler ran in this process would abort "
+                           "it (CUPTI takes one subscriber); use profiler='torch' or a new process")
     opts = dict(options or {})
     if not available:
         opts.setdefault("plan_cpu_as_cuda", True)
@@ -278,6 +295,7 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
     # A fresh backend object, so Dynamo compiles anew rather than reusing an earlier compile's cache.
     backend = functools.partial(nvf_bookend, options=opts)
     compiled = torch.compile(fn_or_module, backend=backend)
+
     def run() -> Any:
         out = compiled(*example_inputs, **kwargs)
         tensors = [t for t in _flat_tensors(out) if t.requires_grad]
@@ -285,17 +303,20 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
             torch.autograd.backward(tensors, [torch.ones_like(t) for t in tensors])
         return out
 
-    # Call 1 compiles; call 2 counts kernels with torch.profiler; call 3 runs under nvFuser's own
-    # profiler. That order matters: both use CUPTI, and torch.profiler cannot start after nvFuser's.
+    total = nvf_count = None
+    source = "no GPU profiling"
     with recording() as recorder:
-        run()
-        _, total, nvf_count, source = _count_kernels(run)
-        if available:
+        run()  # compiles, and runs once
+        if available and profiler == "torch":
+            _torch_profiler_used = True
+            _, total, nvf_count, source = _count_kernels(run)
+        elif available and profiler == "nvfuser":
             PROFILING.enabled = True
             try:
                 run()
             finally:
                 PROFILING.enabled = False
+            source = "nvfuser_direct.PythonProfiler (torch.profiler not used: one CUPTI subscriber per process)"
     breaks = _graph_break_counter() - breaks_before
     stats_after = STATS.snapshot()
     report = Report(

@@ -1,0 +1,44 @@
+"""Runs one explain() scenario on the GPU and prints its report as JSON on the last line.
+
+Run in a subprocess by tests/test_gpu_explain.py: nvFuser's profiler and torch.profiler cannot share
+one process (CUPTI takes one subscriber), so each scenario gets a process of its own.
+Usage: python tests/gpu_explain_runs.py {seed001|seed001_torch_profiler|gpt_block}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import dynamo_nvf  # noqa: E402
+import programs  # noqa: E402
+
+
+def seed001_inputs():
+    torch.manual_seed(0)
+    return [1.0, 2.0, 3.0, 4.0] + [torch.randn(16, 512, 4096, device="cuda") for _ in range(3)]
+
+
+def main(scenario: str) -> None:
+    if scenario == "seed001":
+        report = dynamo_nvf.explain(programs.seed001_bias_gelu_backward, *seed001_inputs(), profiler="nvfuser")
+    elif scenario == "seed001_torch_profiler":
+        report = dynamo_nvf.explain(programs.seed001_bias_gelu_backward, *seed001_inputs(), profiler="torch")
+    elif scenario == "gpt_block":
+        torch.manual_seed(0)
+        model = programs.TransformerBlock(256, 8).cuda()
+        x = torch.randn(4, 128, 256, device="cuda", requires_grad=True)
+        report = dynamo_nvf.explain(model, x, profiler="nvfuser")
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+    print(report)
+    print(json.dumps(report.to_dict()))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
