@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sel = p.add_argument_group("selection")
     sel.add_argument("--list", action="store_true", help="list workloads and backends, then exit (no GPU needed)")
-    sel.add_argument("--quick", action="store_true", help="the quick set (seeds + layernorm) with fewer iterations (< 1 min)")
+    sel.add_argument("--quick", action="store_true", help="the quick set (6 seed workloads) with fewer iterations (< 1 min)")
     sel.add_argument("--all", action="store_true", help="every workload, bf16 training blocks included (default set leaves those out)")
     sel.add_argument(
         "--only", nargs="+", action="extend", metavar="NAME", default=[],
@@ -72,13 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--reduce-overhead", action="store_true", help="also run inductor_ro (torch.compile mode='reduce-overhead')")
 
     m = p.add_argument_group("measurement")
-    m.add_argument("--iters", type=int, metavar="N", help="timed calls for GPU time (default 100, quick 30)")
+    m.add_argument("--iters", type=int, metavar="N", help="timed calls for GPU time (default 50, quick 20)")
     m.add_argument("--warmup", type=int, metavar="N", help="calls after the first before timing (default 10, quick 3)")
-    m.add_argument("--profile-iters", type=int, metavar="N", help="calls under torch.profiler (default 10, quick 3)")
-    m.add_argument("--host-iters", type=int, metavar="N", help="tiny-input calls timed for host time (default 200, quick 60)")
+    m.add_argument("--profile-iters", type=int, metavar="N", help="calls under torch.profiler (default 5, quick 3)")
+    m.add_argument("--host-iters", type=int, metavar="N", help="tiny-input calls timed for host time (default 300, quick 60)")
     m.add_argument("--no-host", action="store_true", help="skip host time (saves the second, tiny-shape compile)")
     m.add_argument("--no-profile", action="store_true", help="skip torch.profiler kernel counts")
     m.add_argument("--no-l2-flush", action="store_true", help="do not flush the L2 cache before each timed call")
+    m.add_argument(
+        "--with-launch-gaps", action="store_true",
+        help="do not hide host time behind a GPU spin before each timed call (GPU time then includes launch gaps)",
+    )
 
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="PATH", help="result file (default perf/results/perf-<UTC time>.json)")
@@ -212,13 +216,13 @@ def run_mode(args: argparse.Namespace) -> int:
         host_iters=args.host_iters,
         remeasure_repeats=args.remeasure,
     )
-    if args.no_host or args.no_profile or args.no_l2_flush:
-        cfg = with_overrides(
-            cfg,
-            host=False if args.no_host else None,
-            profile=False if args.no_profile else None,
-            flush_l2=False if args.no_l2_flush else None,
-        )
+    cfg = with_overrides(
+        cfg,
+        host=False if args.no_host else None,
+        profile=False if args.no_profile else None,
+        flush_l2=False if args.no_l2_flush else None,
+        hide_host=False if args.with_launch_gaps else None,
+    )
 
     env = collect_env()
     print(format_env(env) + "\n", flush=True)

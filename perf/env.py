@@ -66,7 +66,6 @@ def collect_env() -> dict:
         "gpu_count": 0,
         "gpu_capability": None,
         "driver": None,
-        "cuda_driver_api": None,
         "nvfuser_direct": _module_version("nvfuser_direct", ("nvfuser_direct", "nvfuser-direct", "nvfuser")),
         "dynamo_nvf": _module_version("dynamo_nvf", ("dynamo_nvf", "dynamo-nvf")),
         "git_commit": _run(["git", "rev-parse", "--short", "HEAD"]),
@@ -83,10 +82,6 @@ def collect_env() -> dict:
         major, minor = torch.cuda.get_device_capability(0)
         env["gpu_capability"] = f"{major}.{minor}"
         env["driver"] = nvidia_driver()
-        try:
-            env["cuda_driver_api"] = int(torch._C._cuda_getDriverVersion())
-        except Exception:  # noqa: BLE001
-            pass
     return env
 
 

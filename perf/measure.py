@@ -4,18 +4,23 @@ Every number comes from one fresh compile: ``torch._dynamo.reset()`` runs before
 pair so no backend reuses another's graphs.  Metrics (keys of a result record):
 
 * ``compile_s``     wall time of the first call, synchronized (compile + first run).
-* ``gpu_us``        median CUDA-event time per call after warm-up; the L2 is flushed
-                    before each call so every call starts cold, as in a real network.
-                    ``gpu_us_min`` is the fastest call.
+* ``gpu_us``        median CUDA-event time per call after warm-up: device time, host
+                    overhead excluded.  Before each timed call the L2 is flushed (every
+                    call starts cold, as in a real network) and a spin kernel
+                    (torch.cuda._sleep) as long as one whole call keeps the GPU busy
+                    while the host enqueues the call, so a host-bound call is not timed
+                    as its launch latency.  ``gpu_us_min`` is the fastest call.
 * ``kernels``, ``memops``, ``kernel_us``  from torch.profiler: GPU kernels per call,
                     memcpy/memset operations per call, summed kernel+memop time per call.
 * ``host_us``       host cost per call on tiny inputs: N calls back to back timed with
-                    perf_counter, the synchronize left outside the timed span.  Uses a
+                    perf_counter, the synchronize left outside the timed span; the best
+                    of a few such batches (interference only ever adds time).  Uses a
                     fresh compile for the tiny shapes (``host_compile_s``) so the main
                     graph is never recompiled to dynamic shapes.
 * ``peak_mem_mb``   torch.cuda.max_memory_allocated over one call after
-                    reset_peak_memory_stats; ``peak_extra_mb`` is above what was
-                    allocated before the call (inputs and parameters excluded).
+                    reset_peak_memory_stats (inputs and parameters included, the L2
+                    flush buffer freed first); ``peak_extra_mb`` is above what was
+                    allocated before the call.
 * ``bytes_moved``, ``achieved_gbps``, ``roofline_frac``  for workloads that declare their
                     minimum traffic: bandwidth as a fraction of a device copy measured
                     in the same run.
@@ -63,15 +68,16 @@ class MeasureConfig:
     """Iteration counts; compile time dominates a run, so these stay modest."""
 
     warmup: int = 10
-    iters: int = 100
-    profile_iters: int = 10
+    iters: int = 50
+    profile_iters: int = 5
     host_warmup: int = 5
-    host_iters: int = 200
-    host_repeats: int = 5  # host_us is the median over this many batches of host_iters/host_repeats
+    host_iters: int = 300
+    host_repeats: int = 10  # host_us is the best of this many batches of host_iters/host_repeats calls
     host: bool = True
     profile: bool = True
     flush_l2: bool = True
     flush_mib: int = 256
+    hide_host: bool = True  # spin the GPU before each timed call (see gpu_us above)
     roofline_mib: int = 512  # size of each of src and dst in the copy roofline
     remeasure_repeats: int = 3
 
@@ -82,11 +88,11 @@ class MeasureConfig:
 DEFAULT_CONFIG = MeasureConfig()
 QUICK_CONFIG = MeasureConfig(
     warmup=3,
-    iters=30,
+    iters=20,
     profile_iters=3,
     host_warmup=2,
     host_iters=60,
-    host_repeats=3,
+    host_repeats=5,
     roofline_mib=256,
     remeasure_repeats=2,
 )
@@ -119,23 +125,60 @@ def _sync() -> None:
 
 
 def _cleanup() -> None:
+    """Free the last pair's graphs (dynamo caches, reference cycles) and cached GPU memory."""
+    reset_compile_state()
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
 
-def event_times_us(step: Callable[[], object], iters: int, flush: Optional[torch.Tensor]) -> list[float]:
-    """Per-call CUDA-event times in microseconds (one event pair around each call)."""
+def event_times_us(
+    step: Callable[[], object], iters: int, flush: Optional[torch.Tensor], sleep_cycles: int = 0
+) -> list[float]:
+    """Per-call CUDA-event times in microseconds (one event pair around each call).
+
+    ``flush`` is zeroed and ``sleep_cycles`` of spinning are queued before each call,
+    both outside the timed span.
+    """
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for i in range(iters):
         if flush is not None:
-            flush.zero_()  # evict the L2 outside the timed span
+            flush.zero_()  # evict the L2
+        if sleep_cycles > 0:
+            torch.cuda._sleep(sleep_cycles)  # the host gets ahead of the GPU
         starts[i].record()
         step()
         ends[i].record()
     _sync()
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+
+_CYCLES_PER_US: Optional[float] = None
+
+
+def sleep_cycles_for(us: float) -> int:
+    """Spin-kernel cycles lasting about ``us`` microseconds (calibrated once per process)."""
+    global _CYCLES_PER_US
+    if not hasattr(torch.cuda, "_sleep") or us <= 0:
+        return 0
+    if _CYCLES_PER_US is None:
+        probe = 2_000_000
+        torch.cuda._sleep(probe)  # warm the clocks
+        _sync()
+        taken = statistics.median(event_times_us(lambda: torch.cuda._sleep(probe), 5, None))
+        _CYCLES_PER_US = probe / max(taken, 1e-3)
+    return int(us * _CYCLES_PER_US)
+
+
+def wall_us_per_call(step: Callable[[], object], calls: int = 3) -> float:
+    """Synchronized wall time per call: an upper bound of both its host and GPU time."""
+    _sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        step()
+    _sync()
+    return (time.perf_counter() - t0) / calls * 1e6
 
 
 def _is_device_event(evt) -> bool:
@@ -176,7 +219,7 @@ def profile_counts(step: Callable[[], object], iters: int) -> tuple[float, float
 
 
 def host_time_us(step: Callable[[], object], iters: int, repeats: int) -> float:
-    """Median over batches of the host time per call; sync and GC stay outside the timed span."""
+    """Best batch mean of the host time per call; sync and GC stay outside the timed span."""
     per_batch = max(1, iters // max(1, repeats))
     samples: list[float] = []
     gc_was_on = gc.isenabled()
@@ -193,20 +236,22 @@ def host_time_us(step: Callable[[], object], iters: int, repeats: int) -> float:
     finally:
         if gc_was_on:
             gc.enable()
-    return statistics.median(samples)
+    return min(samples)
 
 
 def copy_roofline(mib: int, iters: int = 20) -> dict:
     """Bandwidth of ``dst.copy_(src)`` (bytes read + written per second), the roofline."""
     n = mib * 2**20 // 4
-    src = torch.empty(n, dtype=torch.float32, device="cuda")
-    dst = torch.empty_like(src)
+    bufs = [torch.empty(n, dtype=torch.float32, device="cuda") for _ in range(2)]  # src, dst
+
+    def copy() -> None:
+        bufs[1].copy_(bufs[0])
+
     for _ in range(3):
-        dst.copy_(src)
-    times = event_times_us(lambda: dst.copy_(src), iters, None)
-    med = statistics.median(times)
-    moved = 2 * src.numel() * src.element_size()
-    del src, dst
+        copy()
+    med = statistics.median(event_times_us(copy, iters, None))
+    moved = 2 * n * 4
+    bufs.clear()
     _cleanup()
     return {"copy_bytes": moved, "copy_us": med, "bytes_per_s": moved / (med * 1e-6)}
 
@@ -227,6 +272,12 @@ class Runner:
         if self._flush is None:
             self._flush = torch.empty(self.config.flush_mib * 2**20, dtype=torch.int8, device="cuda")
         return self._flush
+
+    def _sleep_for(self, step: Callable[[], object]) -> int:
+        """Spin long enough that the host enqueues a whole call before the GPU reaches it."""
+        if not self.config.hide_host:
+            return 0
+        return sleep_cycles_for(min(1.5 * wall_us_per_call(step) + 20.0, 100_000.0))
 
     def measure_roofline(self) -> dict:
         """Copy bandwidth for this run; failures are recorded, not raised."""
@@ -258,8 +309,7 @@ class Runner:
                 rec["compile_s"] = time.perf_counter() - t0
                 for _ in range(cfg.warmup):
                     step()
-                _sync()
-                times = event_times_us(step, cfg.iters, self._flush_buffer())
+                times = event_times_us(step, cfg.iters, self._flush_buffer(), self._sleep_for(step))
                 rec["gpu_us"] = statistics.median(times)
                 rec["gpu_us_min"] = min(times)
             except Exception as exc:  # noqa: BLE001
@@ -284,7 +334,9 @@ class Runner:
                     _fail(rec, "profile", exc)
 
             try:
+                self._flush = None  # not part of the workload's footprint
                 _sync()
+                torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
                 before = torch.cuda.memory_allocated()
                 step()
@@ -296,7 +348,8 @@ class Runner:
                 _fail(rec, "memory", exc)
         finally:
             del inst, step
-            _cleanup()
+            if rec["error"] or not cfg.host:
+                _cleanup()
 
         if cfg.host:
             self._measure_host(wl, be, rec)
@@ -319,7 +372,7 @@ class Runner:
             _fail(rec, "host", exc)
         finally:
             del tiny, step
-            _cleanup()
+            _cleanup()  # the pair is done
 
     def remeasure(self, workload: str, backend: str, repeats: int) -> list[float]:
         """Fresh compile, then ``repeats`` independent GPU-time medians (for the baseline check)."""
@@ -329,9 +382,9 @@ class Runner:
             inst, step = self._compiled(REGISTRY[workload], get_backend(backend), tiny=False)
             for _ in range(cfg.warmup + 1):
                 step()
-            _sync()
+            sleep = self._sleep_for(step)
             return [
-                statistics.median(event_times_us(step, cfg.iters, self._flush_buffer()))
+                statistics.median(event_times_us(step, cfg.iters, self._flush_buffer(), sleep))
                 for _ in range(repeats)
             ]
         except Exception:  # noqa: BLE001  (an empty list tells the caller it failed)
@@ -349,15 +402,21 @@ class Runner:
         results: dict[str, dict[str, dict]] = {}
         total = len(workloads) * len(bes)
         i = 0
-        for wl in workloads:
-            results[wl.name] = {}
-            for be in bes:
-                i += 1
-                t0 = time.perf_counter()
-                rec = self.measure(wl, be)
-                results[wl.name][be.name] = rec
-                self.progress(_progress_line(i, total, wl.name, be.name, rec, time.perf_counter() - t0))
-        reset_compile_state()
+        try:
+            for wl in workloads:
+                results[wl.name] = {}
+                for be in bes:
+                    i += 1
+                    t0 = time.perf_counter()
+                    rec = self.measure(wl, be)
+                    results[wl.name][be.name] = rec
+                    self.progress(_progress_line(i, total, wl.name, be.name, rec, time.perf_counter() - t0))
+                    # A full collection over torch/inductor's heap costs ~0.3 s and ran 3x a
+                    # pair; freezing what survives a pair keeps later ones to new objects.
+                    gc.freeze()
+        finally:
+            gc.unfreeze()
+            reset_compile_state()
         return results
 
 

@@ -54,7 +54,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("kernel_us", "Summed kernel time per call (us, torch.profiler)", 1, True),
     Family("host_us", "Host time per call on tiny inputs (us)", 1, True),
     Family("compile_s", "First call incl. compile (s)", 2, False),
-    Family("peak_mem_mb", "Peak memory over one call (MiB)", 1, False),
+    Family("peak_mem_mb", "Peak memory over one call (MiB, inputs and parameters included)", 1, False),
     Family("roofline_frac", "Bandwidth (% of device copy roofline)", 1, False, 100.0, "has_bytes_moved"),
 )
 

@@ -257,7 +257,7 @@ def gelu_views_out(device, dtype, tiny: bool) -> Callable:
     return gelu_views_out
 
 
-@workload(make_inputs=_x3d, tags=_SEED, quick=True, bytes_moved=_read_write())
+@workload(make_inputs=_x3d, tags=_SEED, bytes_moved=_read_write())
 def gelu_noviews(device, dtype, tiny: bool) -> Callable:
     """Same math as gelu_views with no views: the 'views cost nothing' reference."""
 
@@ -477,7 +477,7 @@ def _build_gpt_attention(device, dtype, tiny):
 
 # name, build, inputs, forward bytes_moved (None: compute bound), quick member (fwd f32 only)
 _BLOCKS: list[tuple[str, Build, MakeInputs, Optional[BytesMoved], bool]] = [
-    ("layernorm", _build_layernorm, _rows, _read_write(), True),
+    ("layernorm", _build_layernorm, _rows, _read_write(), False),
     ("rmsnorm", _build_rmsnorm, _rows, _read_write(), False),
     ("softmax", _build_softmax, _rows, _read_write(), False),
     ("dropout_residual_layernorm", _build_drln, _rows2, _read_write(reads=2), False),
