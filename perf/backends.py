@@ -38,6 +38,10 @@ def _inductor(fn: Callable) -> Callable:
     return torch.compile(fn)
 
 
+def _dynamo_eager(fn: Callable) -> Callable:
+    return torch.compile(fn, backend="eager")
+
+
 def _inductor_ro(fn: Callable) -> Callable:
     return torch.compile(fn, mode="reduce-overhead")
 
@@ -65,6 +69,11 @@ BACKENDS: dict[str, Backend] = {
             'dynamo_nvf backend with options={"bookend": False}',
         ),
         Backend(
+            "dynamo_eager",
+            _dynamo_eager,
+            'torch.compile(backend="eager"): Dynamo\'s own cost, the floor of any backend; opt-in',
+        ),
+        Backend(
             "inductor_ro",
             _inductor_ro,
             'torch.compile(mode="reduce-overhead") (CUDA graphs); only with --reduce-overhead',
@@ -74,7 +83,7 @@ BACKENDS: dict[str, Backend] = {
 
 #: Backends a plain run uses; inductor_ro is opt-in (--reduce-overhead).
 DEFAULT_BACKENDS: tuple[str, ...] = ("eager", "inductor", "nvf_bookend", "nvf_untrimmed")
-OPTIONAL_BACKENDS: tuple[str, ...] = ("inductor_ro",)
+OPTIONAL_BACKENDS: tuple[str, ...] = ("inductor_ro", "dynamo_eager")
 
 
 def get_backend(name: str) -> Backend:

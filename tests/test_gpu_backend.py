@@ -105,7 +105,10 @@ BINARY = {
 def test_binary(name, dtype):
     fn = BINARY[name]
     a, b = _r(32, 48, dtype=dtype), _r(48, dtype=dtype) + 2.0
-    check_inference(lambda x, y: fn(x * 1.0, y), [a, b], STRICT)
+    # bf16 values stay in f32 between ops inside a fusion (as in inductor), while eager rounds each
+    # one; pow magnifies that difference, so it gets twice bf16's usual tolerance.
+    tol = {"rtol": 4e-2, "atol": 4e-2} if name == "pow" and dtype == torch.bfloat16 else {}
+    check_inference(lambda x, y: fn(x * 1.0, y), [a, b], STRICT, **tol)
     _ran_on_nvfuser()
 
 

@@ -81,6 +81,15 @@ def _relayout(t: torch.Tensor, order: Sequence[int]) -> torch.Tensor:
     return out
 
 
+def _scheduler_from_kernel_name(name: str) -> str:
+    """nvFuser names kernels `nvfuser_<scheduler>_f<fusion>_c<...>`; the profile sometimes leaves the
+    scheduler field empty, so read it from the name."""
+    if name.startswith("nvfuser_"):
+        parts = name[len("nvfuser_"):].split("_f")
+        return parts[0] if parts and parts[0] else ""
+    return ""
+
+
 class _Profiling:
     """Switched on by explain() around the runs it profiles; read on every call, so kept tiny."""
 
@@ -204,7 +213,7 @@ class RegionRuntime:
             self.plan.kernels = [
                 KernelInfo(
                     name=str(k.name),
-                    scheduler=str(k.scheduler),
+                    scheduler=str(k.scheduler) or _scheduler_from_kernel_name(str(k.name)),
                     time_ms=float(k.time_ms),
                     compile_time_ms=float(k.compile_time_ms),
                     segment_id=int(k.segment_id),
