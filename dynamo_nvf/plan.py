@@ -84,6 +84,11 @@ class RegionPlan:
     calls_eager: int = 0
 
     @property
+    def launched_kernels(self) -> list["KernelInfo"]:
+        """Profiled segments that launched a GPU kernel (host-evaluated ones have no name)."""
+        return [k for k in self.kernels if k.name]
+
+    @property
     def compute_ops(self) -> list[str]:
         from dynamo_nvf.ops.metadata import METADATA_OPS
         from dynamo_nvf.ops.registry import op_name
@@ -118,6 +123,7 @@ class GraphPlan:
         for region in self.regions:
             d = asdict(region)
             d["compute_ops"] = region.compute_ops
+            d["launched_kernels"] = len(region.launched_kernels)
             regions.append(d)
         return {
             "kind": self.kind,

@@ -51,7 +51,7 @@ class Report:
         regions = [r for g in self.graphs for r in g.regions]
         fused = sum(len(r.nodes) for r in regions)
         eager = sum(len(g.eager_nodes) for g in self.graphs)
-        nvf_kernels = sum(len(r.kernels) for r in regions if r.kernels)
+        nvf_kernels = sum(len(r.launched_kernels) for r in regions)
         return {
             "graphs": len(self.graphs),
             "regions": len(regions),

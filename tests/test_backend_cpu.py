@@ -217,3 +217,24 @@ def test_inference_mode_gets_no_backward():
         out = compiled(torch.randn(4, 16))
     assert not out.requires_grad
     assert [p.kind for p in rec.plans] == ["inference"]
+
+
+def test_output_validation_rejects_wrong_shapes_and_dtypes():
+    from dynamo_nvf.runtime.region import _validate_outputs
+
+    expected = [(torch.float32, [1024]), (torch.bfloat16, [None, 8])]
+    _validate_outputs([torch.empty(1024), torch.empty(3, 8, dtype=torch.bfloat16)], expected)
+    with pytest.raises(RuntimeError, match=r"output 0 is torch.float32\[1\]"):
+        _validate_outputs([torch.empty(1), torch.empty(3, 8, dtype=torch.bfloat16)], expected)
+    with pytest.raises(RuntimeError, match="output 1"):
+        _validate_outputs([torch.empty(1024), torch.empty(3, 8)], expected)
+    with pytest.raises(RuntimeError, match="returned 1 outputs"):
+        _validate_outputs([torch.empty(1024)], expected)
+
+
+def test_scheduler_read_from_kernel_names():
+    from dynamo_nvf.runtime.region import _scheduler_from_kernel_name
+
+    assert _scheduler_from_kernel_name("nvfuser_reduction_f0_c1_r0_g0") == "reduction"
+    assert _scheduler_from_kernel_name("nvfuser_inner_persistent_f0_c1_r0_g1") == "inner_persistent"
+    assert _scheduler_from_kernel_name("") == ""

@@ -170,3 +170,43 @@ def test_trailing_metadata_also_used_inside_is_duplicated_out():
     assert all("view" not in t.name for t in region.outputs)
     x = torch.randn(8, 16)
     check_inference(fn, [x], {"plan_cpu_as_cuda": True, "min_region_size": 1})
+
+
+def test_seed001_sum_joins_the_pointwise_region():
+    """Seed 001: the sum over dims 0 and 1 (its own input) would run alone; it joins the region of the
+    pointwise chain instead, as in the seed's fusion, which nvFuser splits into two kernels."""
+    plan = only_plan(cuda_plans(programs.seed001_bias_gelu_backward, 1.0, 2.0, 3.0, 4.0,
+                                (16, 512, 64), (16, 512, 64), (16, 512, 64)))
+    (region,) = plan.regions
+    assert "aten.sum.dim_IntList" in region.ops and "aten.tanh.default" in region.ops
+    assert [(d.node, d.action) for d in region.kept] == [("sum_1", "merged")]
+    assert plan.eager_nodes == []
+    assert [t.name for t in region.outputs] == ["sum_1", "add_3"]
+
+
+def test_orphans_merge_only_without_a_cycle():
+    w = torch.randn(16, 16)
+
+    def fn(x):
+        a = torch.exp(x) * 2
+        b = a @ w  # eager
+        return torch.sigmoid(b)  # alone, and after the mm: joining the exp region needs a cycle
+
+    plan = only_plan(cuda_plans(fn, (16, 16), fake=False))
+    (region,) = plan.regions
+    assert "aten.sigmoid.default" not in region.ops
+    reasons = {n.op: n.reason for n in plan.eager_nodes}
+    assert reasons["aten.sigmoid.default"].startswith("single-op policy")
+    check_inference(fn, [torch.randn(16, 16)], {"plan_cpu_as_cuda": True})
+
+
+def test_reshape_and_reduction_of_expanded_tensors_stay_eager():
+    def fn(s, x):
+        e = s.expand(4, 8, 16)
+        return e.reshape(32, 16).t().sum(0) + x.sum(), e.sum(dim=(0, 1))
+
+    plan = only_plan(cuda_plans(fn, (), (4,), options={"bookend": False}, fake=False))
+    reasons = {n.name: n.reason for n in plan.eager_nodes}
+    assert "reshape of an expanded" in reasons["view"]
+    assert any("reduction of an expanded" in r for r in reasons.values())
+    check_inference(fn, [torch.randn(()), torch.randn(4)], {"plan_cpu_as_cuda": True, "bookend": False})

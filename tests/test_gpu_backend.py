@@ -158,6 +158,9 @@ def test_reductions(name, dtype):
         pytest.skip("f64 accumulation is an f32 case")
     x = _r(8, 16, 40, dtype=dtype)
     tol = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 5e-2}
+    if name == "prod" and dtype == torch.bfloat16:
+        # A product of 40 factors, each rounded to bf16 in eager but not inside the fusion.
+        tol = {"rtol": 6e-2, "atol": 6e-2}
     check_inference(REDUCTIONS[name], [x], STRICT, **tol)
     _ran_on_nvfuser()
 

@@ -288,9 +288,21 @@ def _copy(ctx, node: Node) -> Any:
 # --------------------------------------------------------------------------------------------------
 
 
+def _expanded(arg: Any) -> bool:
+    """True for a tensor with a stride-0 dim of size > 1 (an `expand` result)."""
+    v = _val(arg)
+    return isinstance(v, torch.Tensor) and any(
+        _static(st) and st == 0 and not (_static(sz) and sz == 1) for sz, st in zip(v.shape, v.stride())
+    )
+
+
+# nvFuser 0.2.36 returned a [1]-shaped bias gradient where a reshape and a sum read an expanded
+# tensor (perf gpt_mlp_train_f32 with bookend=False, H200): such nodes stay in eager.
 def _check_reduction(node: Node) -> Optional[str]:
     if _rank(node.args[0]) == 0:
         return "unsupported op: reduction of a 0-dim tensor"
+    if _expanded(node.args[0]):
+        return "unsupported op: reduction of an expanded (stride-0) tensor"
     return None
 
 
@@ -439,6 +451,8 @@ def _scalar_tensor(ctx, node: Node) -> Any:
 
 
 def _check_reshape(node: Node) -> Optional[str]:
+    if _expanded(node.args[0]):
+        return "unsupported op: reshape of an expanded (stride-0) tensor"
     shape = node.args[1]
     if any(isinstance(s, int) and s == -1 for s in shape) and not all(
         _static(s) for s in node.meta["val"].shape

@@ -33,7 +33,14 @@ from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.metadata import RESHAPE_OPS, alias_violation, is_broadcast, is_metadata
 from dynamo_nvf.ops.registry import op_name
-from dynamo_nvf.passes.partition import REASON_KEY, REGION_KEY, regions_of, set_eager
+from dynamo_nvf.passes.partition import (
+    REASON_KEY,
+    REGION_KEY,
+    _creates_cycle,
+    region_io_count,
+    regions_of,
+    set_eager,
+)
 from dynamo_nvf.plan import Decision
 from dynamo_nvf.settings import Settings
 
@@ -142,6 +149,42 @@ def _compute_nodes(nodes: list[Node]) -> list[Node]:
     return [n for n in nodes if not is_metadata(n) and n.target is not operator.getitem]
 
 
+def _too_small(nodes: list[Node], settings: Settings) -> bool:
+    if settings.bookend:
+        compute = _compute_nodes(nodes)
+        return len(compute) < settings.min_region_size and not (
+            len(compute) == 1 and _is_transposing_copy(compute[0])
+        )
+    return len(nodes) < settings.min_region_size
+
+
+def _merge_orphan(gm: GraphModule, orphan: int, nodes: list[Node], settings: Settings) -> bool:
+    """Joins a too-small region to another region of the graph, when that needs no cycle and fits
+    the IO cap. Bounded horizontal fusion: only regions that would otherwise run alone in eager are
+    moved, so nvFuser can schedule them beside the others (seed 001's sum beside its pointwise chain).
+    """
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    members = set(nodes)
+    inputs = {p for n in nodes for p in n.all_input_nodes}
+    candidates = []
+    for region, others in regions_of(gm).items():
+        if region == orphan or _too_small(others, settings):
+            continue
+        shared = len(inputs & {p for n in others for p in n.all_input_nodes})
+        distance = min(abs(order[a] - order[b]) for a in nodes for b in others)
+        candidates.append((-shared, distance, region, others))
+    for _, _, region, others in sorted(candidates, key=lambda c: c[:3]):
+        union = members | set(others)
+        if region_io_count(union) > settings.max_region_io or _creates_cycle(union, order):
+            continue
+        for node in nodes:
+            node.meta[REGION_KEY] = region
+            _record(gm, node, region, "interior", "merged",
+                    f"too small alone ({len(_compute_nodes(nodes))} compute op(s)); joined horizontally")
+        return True
+    return False
+
+
 def bookend_regions(gm: GraphModule, settings: Settings) -> GraphModule:
     """Trims each region's boundary metadata nodes and drops regions with too little compute."""
     gm.meta[DECISIONS_KEY] = []
@@ -151,17 +194,14 @@ def bookend_regions(gm: GraphModule, settings: Settings) -> GraphModule:
             while _trim_leading(gm, region, settings, kept) | _trim_trailing(gm, region, kept):
                 pass
             _collapse_reshape_chains(gm, region)
-        nodes = regions_of(gm).get(region, [])
+    for region, nodes in sorted(regions_of(gm).items()):
         compute = _compute_nodes(nodes)
         if not compute:
             set_eager(nodes, "metadata-only: region has no compute, so PyTorch runs it as aliases")
-        elif settings.bookend and len(compute) < settings.min_region_size and not (
-            len(compute) == 1 and _is_transposing_copy(compute[0])
-        ):
-            set_eager(nodes, f"single-op policy: {len(compute)} compute op(s) < min_region_size="
-                             f"{settings.min_region_size}")
-        elif not settings.bookend and len(nodes) < settings.min_region_size:
-            set_eager(nodes, f"single-op policy: {len(nodes)} op(s) < min_region_size={settings.min_region_size}")
+        elif _too_small(nodes, settings) and not _merge_orphan(gm, region, nodes, settings):
+            count = len(compute) if settings.bookend else len(nodes)
+            set_eager(nodes, f"single-op policy: {count} {'compute ' if settings.bookend else ''}op(s) "
+                             f"< min_region_size={settings.min_region_size}")
     gm.graph.lint()
     gm.recompile()
     return gm

@@ -81,6 +81,30 @@ def _relayout(t: torch.Tensor, order: Sequence[int]) -> torch.Tensor:
     return out
 
 
+def _expected_outputs(region: GraphModule) -> list[tuple[torch.dtype, list[Optional[int]]]]:
+    """Eager's dtype and static sizes (None where symbolic) of each region output."""
+    out = next(n for n in region.graph.nodes if n.op == "output")
+    expected = []
+    for node in out.args[0]:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            expected.append((val.dtype, [s if isinstance(s, int) else None for s in val.shape]))
+    return expected
+
+
+def _validate_outputs(outputs: Sequence[torch.Tensor], expected: Sequence[tuple[torch.dtype, list]]) -> None:
+    """Once per definition: nvFuser's outputs must have eager's dtypes and shapes, else the region
+    falls back to eager (a wrong result must never reach the program)."""
+    if len(outputs) != len(expected):
+        raise RuntimeError(f"nvFuser returned {len(outputs)} outputs, eager returns {len(expected)}")
+    for i, (out, (dtype, sizes)) in enumerate(zip(outputs, expected)):
+        shape_ok = out.dim() == len(sizes) and all(s is None or s == o for s, o in zip(sizes, out.shape))
+        if out.dtype != dtype or not shape_ok:
+            raise RuntimeError(
+                f"nvFuser output {i} is {out.dtype}{list(out.shape)}, eager's is {dtype}{sizes}"
+            )
+
+
 def _scheduler_from_kernel_name(name: str) -> str:
     """nvFuser names kernels `nvfuser_<scheduler>_f<fusion>_c<...>`; the profile sometimes leaves the
     scheduler field empty, so read it from the name."""
@@ -118,6 +142,7 @@ class RegionRuntime:
         self.failed: Optional[str] = None
         self._by_exact: OrderedDict[tuple, _Entry] = OrderedDict()
         self._by_descriptor: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._expected = _expected_outputs(eager)
         self._nvf = nvf_env.nvfuser_module() if nvf_env.nvfuser_available() else None
         if self._nvf is None:
             plan.executor = "eager"
@@ -193,6 +218,7 @@ class RegionRuntime:
             entry.fec = entry.fd.fec
             log.debug("%s: first nvFuser run (compile) took %.1f ms", self.plan.name,
                       (time.perf_counter() - start) * 1e3)
+            _validate_outputs(outputs, self._expected)
             # nvFuser keeps broadcast dims of expanded inputs as stride-0 outputs; eager
             # materialises them. Checked once per definition; only such outputs pay a copy.
             entry.fixups = [
@@ -213,7 +239,7 @@ class RegionRuntime:
             self.plan.kernels = [
                 KernelInfo(
                     name=str(k.name),
-                    scheduler=str(k.scheduler) or _scheduler_from_kernel_name(str(k.name)),
+                    scheduler=str(k.scheduler) or _scheduler_from_kernel_name(str(k.name)) or "no kernel",
                     time_ms=float(k.time_ms),
                     compile_time_ms=float(k.compile_time_ms),
                     segment_id=int(k.segment_id),
@@ -221,6 +247,7 @@ class RegionRuntime:
                 for k in profile.kernel_profiles
             ]
             self.plan.segments = int(profile.segments)
+            # A segment without a kernel name launched nothing (nvFuser evaluated it on the host).
             self.plan.profile_source = "nvfuser_direct.PythonProfiler"
         except Exception as exc:  # profiling is reported unstable on CUDA 13: degrade, say so
             self.plan.profile_source = f"nvFuser profiler failed ({type(exc).__name__}: {exc})"
