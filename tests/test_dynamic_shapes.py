@@ -1,0 +1,63 @@
+"""Dynamic shapes: one graph for many sizes, symbolic sizes reaching the fusion as inputs, and one
+fusion definition per input description, not per size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+from dynamo_nvf import nvf as nvf_env
+from dynamo_nvf.backend import recording
+from dynamo_nvf.runtime.stats import STATS
+from helpers import assert_same
+
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("cuda", id="cuda", marks=[
+        pytest.mark.gpu,
+        pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser"),
+    ]),
+]
+
+
+def fn(x):
+    y = x.view(x.shape[0] * 2, -1)
+    return (torch.nn.functional.gelu(y) * 2).sum(-1, keepdim=True) + y
+
+
+def _compile(device, **kwargs):
+    torch._dynamo.reset()
+    counters.clear()
+    options = {"plan_cpu_as_cuda": True} if device == "cpu" else {"strict": True}
+    return torch.compile(fn, backend="nvf_bookend", options=options, **kwargs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dynamic_true_compiles_once(device):
+    compiled = _compile(device, dynamic=True)
+    STATS.reset()
+    with recording() as rec:
+        for rows in (4, 8, 16, 6):
+            x = torch.randn(rows, 32, device=device)
+            assert_same(compiled(x), fn(x))
+    assert counters["stats"]["unique_graphs"] == 1
+    (plan,) = rec.plans
+    (region,) = plan.regions
+    assert any(isinstance(s, str) for s in region.inputs[0].shape)  # symbolic sizes
+    if device == "cuda":
+        assert STATS.fusions_built == 1 and STATS.nvfuser_calls == 4, STATS.snapshot()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_automatic_dynamic_recompiles_once(device):
+    compiled = _compile(device)
+    STATS.reset()
+    for rows in (4, 8, 16, 6, 12):
+        x = torch.randn(rows, 32, device=device)
+        assert_same(compiled(x), fn(x))
+    # One static graph for the first size, then one dynamic graph for all the others.
+    assert counters["stats"]["unique_graphs"] == 2
+    if device == "cuda":
+        assert STATS.fusions_built == 2 and STATS.nvfuser_calls == 5, STATS.snapshot()

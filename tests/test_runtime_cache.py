@@ -1,0 +1,71 @@
+"""The region runtime's caches on the CPU: keyed by input description (not size), bounded (LRU).
+
+nvFuser is not installable here, so a stand-in definition runs the region's eager graph. This is a
+CPU unit test of the cache logic only; the GPU tests use the real nvFuser.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from dynamo_nvf import Settings
+from dynamo_nvf.backend import plan_graph
+from dynamo_nvf.lowering import BuiltFusion
+from dynamo_nvf.passes.fuse import PLAN_KEY
+from dynamo_nvf.runtime import region as region_mod
+from dynamo_nvf.runtime.stats import STATS
+
+
+class _StandInDefinition:
+    def __init__(self, eager):
+        self.eager = eager
+        self.fec = self
+
+    def execute(self, args):
+        return list(self.eager(*args))
+
+
+def _runtime(monkeypatch, cache_size=2):
+    def f(x):
+        return torch.sigmoid(x) * 2 + 1
+
+    gm = make_fx(f)(torch.randn(4, 4))
+    FakeTensorProp(gm).propagate(torch.randn(4, 4))
+    settings = Settings(plan_cpu_as_cuda=True, fusion_cache_size=cache_size)
+    gm = plan_graph(gm, settings)
+    plan = gm.meta[PLAN_KEY]
+    (region_plan,) = plan.regions
+    sub = getattr(gm, region_plan.name)
+    runtime = region_mod.RegionRuntime(sub, region_plan, settings)
+    runtime._nvf = object()  # pretend nvFuser is there; builds go to the stand-in below
+    monkeypatch.setattr(region_mod, "build_fusion",
+                        lambda nvf, eager, args: BuiltFusion(_StandInDefinition(eager), "stand-in", [None]))
+    monkeypatch.setattr(region_mod, "_runs_on_nvfuser", lambda args: "")
+    monkeypatch.setattr(region_mod, "_validate_outputs", lambda outputs, expected: None)
+    return runtime
+
+
+def test_sizes_share_a_definition_layouts_do_not(monkeypatch):
+    runtime = _runtime(monkeypatch, cache_size=4)
+    STATS.reset()
+    for rows in (4, 8, 16, 32):
+        runtime(torch.randn(rows, 4))
+    assert STATS.fusions_built == 1 and STATS.cache_hits == 3
+    runtime(torch.randn(4, 8).t())  # another layout
+    runtime(torch.randn(1, 4))  # a size-1 (broadcast) dim
+    assert STATS.fusions_built == 3
+
+
+def test_cache_is_bounded_lru(monkeypatch):
+    runtime = _runtime(monkeypatch, cache_size=2)
+    STATS.reset()
+    inputs = [torch.randn(4, 4), torch.randn(8, 4).t(), torch.randn(1, 4), torch.randn(4, 1)]
+    for _ in range(50):
+        for x in inputs:
+            out = runtime(x)
+            torch.testing.assert_close(out[0], torch.sigmoid(x) * 2 + 1)
+    assert len(runtime._by_descriptor) <= 2
+    assert len(runtime._by_exact) <= 16
+    assert STATS.evictions > 0

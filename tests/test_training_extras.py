@@ -1,0 +1,61 @@
+"""Mixed precision and RNG: an autocast training step, and dropout whose mask, scaling and backward
+are right (dropout itself stays in eager; the fused regions around it must not disturb it)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from dynamo_nvf import nvf as nvf_env
+from helpers import compile_fn
+
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("cuda", id="cuda", marks=[
+        pytest.mark.gpu,
+        pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser"),
+    ]),
+]
+
+
+def _options(device):
+    return {"plan_cpu_as_cuda": True} if device == "cpu" else {"strict": True}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_autocast_bf16_training_step(device):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.GELU(), nn.Linear(64, 8)).to(device)
+    reference = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.GELU(), nn.Linear(64, 8)).to(device)
+    reference.load_state_dict(model.state_dict())
+    compiled = compile_fn(model, _options(device))
+    x = torch.randn(16, 32, device=device)
+    for net, run in ((model, compiled), (reference, reference)):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            loss = run(x).float().pow(2).mean()
+        loss.backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dropout_mask_scaling_and_backward(device):
+    p = 0.3
+
+    def f(x):
+        return torch.nn.functional.dropout(x * 2.0, p=p, training=True) + 1.0
+
+    compiled = compile_fn(f, _options(device))
+    x = torch.ones(256, 256, device=device, requires_grad=True)
+    out = compiled(x)
+    kept = out != 1.0
+    # Kept elements carry 2 / (1 - p); dropped ones 0.
+    torch.testing.assert_close(out[kept], torch.full_like(out[kept], 1.0 + 2.0 / (1 - p)))
+    rate = 1 - kept.float().mean().item()
+    assert abs(rate - p) < 0.02, rate
+    out.backward(torch.ones_like(out))
+    # The backward uses the forward's mask: gradient 2/(1-p) where kept, 0 where dropped.
+    torch.testing.assert_close(x.grad, kept.float() * (2.0 / (1 - p)))
+    # A second call draws a new mask.
+    assert not torch.equal(compiled(x) != 1.0, kept)
