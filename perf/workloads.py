@@ -20,6 +20,8 @@ from typing import Callable, Iterable, Optional, Sequence
 import torch
 from torch import nn
 
+from perf.seed_programs import seed001_bias_gelu_backward
+
 Build = Callable[[torch.device, torch.dtype, bool], Callable]
 MakeInputs = Callable[[torch.device, torch.dtype, bool], tuple]
 BytesMoved = Callable[[tuple], int]
@@ -329,23 +331,7 @@ def _bias_gelu_bwd_bytes(inputs: tuple) -> int:
 def bias_gelu_bwd(device, dtype, tiny: bool) -> Callable:
     """Seed 001: tanh-GELU backward with a bias-grad reduction and Python-float scalars."""
 
-    def bias_gelu_bwd(s0, s1, s2, s3, t4, t5, t6):
-        t8 = 0.5 * t6
-        t10 = t6**3.0
-        t13 = t6 + 0.044715 * t10
-        t16 = torch.tanh(0.797885 * t13)
-        t18 = 1.0 + t16
-        t19 = t4.sum(dim=(0, 1))
-        t20 = t5 * t18
-        t23 = 1.0 * (t5 * t8)
-        t26 = 1.0 - t16 * t16
-        t27 = t23 * t26
-        t30 = 1.0 * (t27 * s3)
-        t32 = (t30 * s2) * s1
-        t35 = t32 * t6**2.0
-        t38 = (t30 + t35) + t20 * s0
-        return t19, t38
-
+    bias_gelu_bwd = seed001_bias_gelu_backward
     return bias_gelu_bwd
 
 

@@ -14,6 +14,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root, for perf/
 
 import dynamo_nvf  # noqa: E402
 import programs  # noqa: E402

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from perf.seed_programs import seed001_bias_gelu_backward  # noqa: F401  (shared with perf/)
+
 
 def seed000_gelu(x: torch.Tensor) -> torch.Tensor:
     """Seed 000: GELU of the transformer feed-forward with bookend views (8192x3072 in the seed)."""
@@ -48,25 +50,6 @@ def seed000_sequential(x: torch.Tensor, views: str = "ABC") -> torch.Tensor:
 def metadata_only(x: torch.Tensor) -> torch.Tensor:
     """Views, permutes and unsqueezes only: nothing for nvFuser."""
     return x.view(x.shape[0], -1, 4).permute(2, 0, 1).unsqueeze(0).transpose(1, 2)
-
-
-def seed001_bias_gelu_backward(s0, s1, s2, s3, t4, t5, t6):
-    """Seed 001 (NVIDIA/Fuser #785): bias-GELU backward with a sum over dims 0 and 1 beside it."""
-    t8 = 0.5 * t6
-    t10 = t6 ** 3.0
-    t13 = t6 + 0.044715 * t10
-    t16 = torch.tanh(0.797885 * t13)
-    t18 = 1.0 + t16
-    t19 = t4.sum(dim=(0, 1))
-    t20 = t5 * t18
-    t23 = 1.0 * (t5 * t8)
-    t26 = 1.0 - t16 * t16
-    t27 = t23 * t26
-    t30 = 1.0 * (t27 * s3)
-    t32 = (t30 * s2) * s1
-    t35 = t32 * t6 ** 2.0
-    t38 = (t30 + t35) + t20 * s0
-    return t19, t38
 
 
 class MLPGelu(nn.Module):
