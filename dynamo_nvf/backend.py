@@ -99,16 +99,16 @@ class _GraphCompiler:
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any], *, kind: str) -> Callable[..., Any]:
         graph_id = next(_graph_ids)
+        # The passes rewrite a copy (nodes and their meta dicts are copied, values shared), so a
+        # failure anywhere in planning leaves aot_autograd's graph intact to run as it is.
+        work = GraphModule(gm, copy.deepcopy(gm.graph))
         if self.settings.strict:
-            return self._compile(gm, kind, graph_id)
-        original = copy.copy(gm.graph)
+            return self._compile(work, kind, graph_id)
         try:
-            return self._compile(gm, kind, graph_id)
+            return self._compile(work, kind, graph_id)
         except Exception as exc:  # planning must never break the user's program
             warnings.warn(f"dynamo_nvf: planning {kind} graph {graph_id} failed, it runs in eager: "
                           f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
-            gm.graph = original
-            gm.recompile()
             plan = GraphPlan(kind=kind, graph_id=graph_id)
             self.plans.append(plan)
             return make_boxed_func(gm.forward)

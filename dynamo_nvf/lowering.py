@@ -71,8 +71,10 @@ class LoweringContext:
                 out.append(self.values[s])
             elif isinstance(s, torch.SymInt):
                 raise LoweringError("symbolic size without a graph input")
-            else:
+            elif isinstance(s, int):
                 out.append(int(s))
+            else:
+                out.append(s)  # already an nvFuser scalar (e.g. ops.size of a tensor)
         return out
 
     def cast(self, value: Any, dtype: torch.dtype) -> Any:

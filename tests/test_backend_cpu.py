@@ -238,3 +238,43 @@ def test_scheduler_read_from_kernel_names():
     assert _scheduler_from_kernel_name("nvfuser_reduction_f0_c1_r0_g0") == "reduction"
     assert _scheduler_from_kernel_name("nvfuser_inner_persistent_f0_c1_r0_g1") == "inner_persistent"
     assert _scheduler_from_kernel_name("") == ""
+
+
+def test_two_regions_that_would_feed_each_other_are_not_built():
+    """A -> eager -> B and B -> eager -> A: each region is convex, fusing both needs a cycle."""
+
+    def f(x, y):
+        a0 = x.sin()
+        b0 = y.exp()
+        e1 = a0.cos().cumsum(0)
+        e2 = b0.tan().cumsum(0)
+        return b0 * e1, a0 * e2
+
+    for options in ({**PLAN, "min_region_size": 1, "strict": True}, {**PLAN, "strict": True}):
+        check_inference(f, [torch.randn(8, 4), torch.randn(8, 4)], options)
+        check_training(f, [torch.randn(8, 4), torch.randn(8, 4)], options)
+
+
+def test_planning_failure_leaves_the_graph_intact(monkeypatch):
+    from dynamo_nvf import backend
+
+    def broken(gm, kind, graph_id):
+        raise RuntimeError("arranged planning failure")
+
+    monkeypatch.setattr(backend, "fuse_regions", broken)
+    fn = lambda x: torch.sigmoid(x) * 2 + x.sum(0)  # noqa: E731
+    with pytest.warns(RuntimeWarning, match="arranged planning failure"):
+        check_training(fn, [torch.randn(8, 4)], PLAN)
+
+
+def test_getitem_of_an_eager_op_stays_eager():
+    def fn(x, w):
+        v, m = torch.var_mean(x.expand(4, 8), 1, keepdim=True)  # a reduction of an expanded tensor
+        return (w - m) * torch.rsqrt(v + 1e-5)
+
+    plans = check_inference(fn, [torch.randn(1, 8), torch.randn(4, 8)], {**PLAN, "strict": True})
+    eager = {n.name: n.reason for p in plans for n in p.nodes if n.region is None}
+    assert eager["var_mean"].startswith("unsupported op: reduction of an expanded")
+    assert eager["getitem"].startswith("unsupported op: getitem of an op that stays in eager")
+    assert all("operator.getitem" not in r.ops or "aten.var_mean.correction" in r.ops
+               for p in plans for r in p.regions)

@@ -346,3 +346,29 @@ def test_new_layout_reuses_nothing_wrong():
     for x in (_r(16, 32), _r(32, 16).t(), _r(16, 1).expand(16, 32)):
         assert_same(compiled(x), fn(x))
     _ran_on_nvfuser()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_comparisons_round_like_eager(dtype):
+    x = torch.tensor([0.1, 0.2, 0.3, 0.7], device=DEV, dtype=dtype)
+    check_inference(lambda t: ((t * 1) == 0.1) | ((t * 1) == 0.7), [x], STRICT)
+    check_inference(lambda t: torch.where(t * 2 > 0.2, 1.0, 0.0).to(dtype) + t, [x], STRICT)
+    _ran_on_nvfuser()
+
+
+def test_add_scalar_with_positional_alpha():
+    x = _r(8, 8)
+    check_inference(lambda t: torch.ops.aten.add.Scalar(t * 1, 2, 3) * 2, [x], STRICT)
+    check_inference(lambda t: torch.ops.aten.sub.Scalar(t * 1, 2, 3) * 2, [x], STRICT)
+    _ran_on_nvfuser()
+
+
+def test_expand_minus_one_under_dynamic_shapes():
+    def fn(x, y):
+        return x.sin().expand(-1, y.shape[1]) * y
+
+    compiled = compile_fn(fn, {"strict": True}, dynamic=True)
+    for rows, cols in ((4, 8), (6, 16)):
+        x, y = _r(rows, 1), _r(rows, cols)
+        assert_same(compiled(x, y), fn(x, y))
+    _ran_on_nvfuser()

@@ -69,3 +69,19 @@ def test_cache_is_bounded_lru(monkeypatch):
     assert len(runtime._by_descriptor) <= 2
     assert len(runtime._by_exact) <= 16
     assert STATS.evictions > 0
+
+
+def test_descriptor_matches_nvfusers_rules():
+    from dynamo_nvf.runtime.region import _descriptor, tensor_descriptor
+
+    assert tensor_descriptor((4, 8), (8, 1)) == ((True, True), (1, 0))
+    assert tensor_descriptor((4, 8), (1, 4)) == ((True, True), (0, 1))
+    assert tensor_descriptor((4, 8), (16, 1)) == ((False, True), (1, 0))
+    # Broadcast dims are skipped when judging contiguity: inner stride 1 and inner stride 2
+    # behind an expanded dim are different definitions.
+    a = torch.randn(3, 1).expand(3, 4)
+    b = torch.randn(3, 2)[:, :1].expand(3, 4)
+    assert tensor_descriptor(a.shape, a.stride())[0] == (True, None)
+    assert tensor_descriptor(b.shape, b.stride())[0] == (False, None)
+    assert _descriptor(a) != _descriptor(b)
+    assert _descriptor(torch.randn(4, 8)) == _descriptor(torch.randn(16, 3))

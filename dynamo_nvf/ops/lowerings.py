@@ -118,7 +118,6 @@ BINARY_OPS: dict[Any, str] = {
     aten.div.Tensor: "truediv",
     aten.div.Scalar: "truediv",
     aten.pow.Tensor_Tensor: "pow",
-    aten.pow.Tensor_Scalar: "pow",
     aten.pow.Scalar: "pow",
     aten.remainder.Tensor: "remainder",
     aten.remainder.Scalar: "remainder",
@@ -127,18 +126,6 @@ BINARY_OPS: dict[Any, str] = {
     aten.atan2.default: "atan2",
     aten.maximum.default: "maximum",
     aten.minimum.default: "minimum",
-    aten.eq.Tensor: "eq",
-    aten.eq.Scalar: "eq",
-    aten.ne.Tensor: "ne",
-    aten.ne.Scalar: "ne",
-    aten.lt.Tensor: "lt",
-    aten.lt.Scalar: "lt",
-    aten.le.Tensor: "le",
-    aten.le.Scalar: "le",
-    aten.gt.Tensor: "gt",
-    aten.gt.Scalar: "gt",
-    aten.ge.Tensor: "ge",
-    aten.ge.Scalar: "ge",
     aten.logical_and.default: "logical_and",
     aten.logical_or.default: "logical_or",
     aten.bitwise_and.Tensor: "bitwise_and",
@@ -177,8 +164,68 @@ for _target, _name in BINARY_OPS.items():
     register_lowering(_target)(_binary_lowering(_name))
 
 
+@register_lowering(aten.pow.Tensor_Scalar)
+def _pow_scalar(ctx, node: Node) -> Any:
+    """Small integer and half exponents as ATen's CUDA kernel computes them (x*x rather than powf),
+    which is both faster and bit-compatible with eager."""
+    x, exponent = ctx.value(node.args[0]), node.args[1]
+    floating = _is_float_dtype(node.args[0])
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and floating:
+        if exponent == 2:
+            return ctx.ops.mul(x, x)
+        if exponent == 3:
+            return ctx.ops.mul(ctx.ops.mul(x, x), x)
+        if exponent == 0.5:
+            return ctx.ops.sqrt(x)
+        if exponent == -0.5:
+            return ctx.ops.rsqrt(x)
+        if exponent == -1:
+            return ctx.ops.reciprocal(x)
+        if exponent == -2:
+            return ctx.ops.reciprocal(ctx.ops.mul(x, x))
+    return ctx.ops.pow(x, ctx.value(exponent))
+
+
+#: Comparisons: eager compares in the operands' common dtype, so bf16/f16 operands (and Python
+#: scalars) are rounded to it first, while the fusion keeps such values in f32.
+COMPARISON_OPS: dict[Any, str] = {
+    aten.eq.Tensor: "eq", aten.eq.Scalar: "eq",
+    aten.ne.Tensor: "ne", aten.ne.Scalar: "ne",
+    aten.lt.Tensor: "lt", aten.lt.Scalar: "lt",
+    aten.le.Tensor: "le", aten.le.Scalar: "le",
+    aten.gt.Tensor: "gt", aten.gt.Scalar: "gt",
+    aten.ge.Tensor: "ge", aten.ge.Scalar: "ge",
+}
+
+
+def _comparison_lowering(name: str):
+    def lower(ctx, node: Node) -> Any:
+        operands = node.args[:2]
+        try:
+            common = torch.result_type(*(_val(a) for a in operands))
+        except Exception:  # symbolic scalars: no rounding to do
+            common = None
+        values = []
+        for arg in operands:
+            if common in LOW_PRECISION_FLOATS:
+                if isinstance(arg, Node):
+                    v = ctx.cast(ctx.cast(ctx.value(arg), common), torch.float32)
+                else:
+                    v = ctx.value(float(torch.tensor(arg, dtype=common)))
+            else:
+                v = ctx.value(arg)
+            values.append(v)
+        return getattr(ctx.ops, name)(*values)
+
+    return lower
+
+
+for _target, _name in COMPARISON_OPS.items():
+    register_lowering(_target)(_comparison_lowering(_name))
+
+
 def _alpha(ctx, node: Node, b: Any) -> Any:
-    alpha = node.kwargs.get("alpha", 1)
+    alpha = _arg(node, 2, "alpha", 1)  # positional in add.Scalar / sub.Scalar, keyword in .Tensor
     if alpha == 1:
         return b
     return ctx.ops.mul(b, ctx.value(alpha))
@@ -274,7 +321,16 @@ def _clone(ctx, node: Node) -> Any:
     return ctx.ops.set(ctx.value(node.args[0]))
 
 
-@register_lowering(aten.copy.default)
+def _check_copy(node: Node) -> Optional[str]:
+    dst, src = _val(node.args[0]), _val(node.args[1])
+    if isinstance(src, torch.Tensor) and tuple(src.shape) != tuple(dst.shape) and not all(
+        _static(s) for s in dst.shape
+    ):
+        return "unsupported op: broadcasting copy_ under dynamic shapes"
+    return None
+
+
+@register_lowering(aten.copy.default, check=_check_copy)
 def _copy(ctx, node: Node) -> Any:
     dst, src = _val(node.args[0]), node.args[1]
     value = ctx.value(src)
@@ -529,12 +585,14 @@ def _unsqueeze(ctx, node: Node) -> Any:
 @register_lowering(aten.expand.default)
 def _expand(ctx, node: Node) -> Any:
     src = _val(node.args[0])
+    value = ctx.value(node.args[0])
     out_shape = list(node.args[1])
     offset = len(out_shape) - src.dim()
     for i, s in enumerate(out_shape):
         if isinstance(s, int) and s == -1:
-            out_shape[i] = src.shape[i - offset]
-    return ctx.broadcast_to(ctx.value(node.args[0]), src, out_shape)
+            size = src.shape[i - offset]
+            out_shape[i] = size if _static(size) else ctx.ops.size(value, i - offset)
+    return ctx.broadcast_to(value, src, out_shape)
 
 
 def _check_slice(node: Node) -> Optional[str]:

@@ -102,10 +102,10 @@ def _unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
     if lowering is None:
         return f"unsupported op: {op_name(node.target)} has no nvFuser lowering"
     if node.target is operator.getitem:
-        # Follows its producer; only tuple results of lowered ops are indexed.
+        # Follows its producer: only results of supported ops are indexed inside a region.
         src = node.args[0]
-        if not isinstance(src, Node) or src.target not in LOWERINGS:
-            return "unsupported op: getitem of an unsupported producer"
+        if not isinstance(src, Node) or unsupported_reason(src, settings) is not None:
+            return "unsupported op: getitem of an op that stays in eager"
     for inp in _arg_nodes(node):
         val = inp.meta.get("val")
         if isinstance(val, torch.Tensor):

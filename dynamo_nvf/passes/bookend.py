@@ -27,6 +27,7 @@ eager, so untrimmed runs show nvFuser's own handling of boundary views.
 from __future__ import annotations
 
 import operator
+from typing import Optional
 
 import torch
 from torch.fx import GraphModule, Node
@@ -36,7 +37,7 @@ from dynamo_nvf.ops.registry import op_name
 from dynamo_nvf.passes.partition import (
     REASON_KEY,
     REGION_KEY,
-    _creates_cycle,
+    creates_cycle,
     region_io_count,
     regions_of,
     set_eager,
@@ -165,9 +166,10 @@ def _merge_orphan(gm: GraphModule, orphan: int, nodes: list[Node], settings: Set
     """
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     members = set(nodes)
+    regions = regions_of(gm)
     inputs = {p for n in nodes for p in n.all_input_nodes}
     candidates = []
-    for region, others in regions_of(gm).items():
+    for region, others in regions.items():
         if region == orphan or _too_small(others, settings):
             continue
         shared = len(inputs & {p for n in others for p in n.all_input_nodes})
@@ -175,7 +177,12 @@ def _merge_orphan(gm: GraphModule, orphan: int, nodes: list[Node], settings: Set
         candidates.append((-shared, distance, region, others))
     for _, _, region, others in sorted(candidates, key=lambda c: c[:3]):
         union = members | set(others)
-        if region_io_count(union) > settings.max_region_io or _creates_cycle(union, order):
+
+        def group(node: Node, union: set[Node] = union) -> Optional[list[Node]]:
+            region_id = node.meta.get(REGION_KEY)
+            return None if region_id is None or node in union else regions[region_id]
+
+        if region_io_count(union) > settings.max_region_io or creates_cycle(union, order, group):
             continue
         for node in nodes:
             node.meta[REGION_KEY] = region

@@ -10,7 +10,7 @@ node stays in eager); submodules are created later by `fuse_regions`.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Collection, Iterable, Optional
 
 from torch.fx import GraphModule, Node
 
@@ -29,21 +29,43 @@ class _Group:
         self.nodes: set[Node] = {node}
 
 
-def _creates_cycle(union: set[Node], order: dict[Node, int]) -> bool:
-    """True if some path leaves `union` and comes back into it (fusing it would need a cycle)."""
+def creates_cycle(union: set[Node], order: dict[Node, int],
+                  group_members: Callable[[Node], Optional[Collection[Node]]] = lambda n: None) -> bool:
+    """True if fusing `union` would need a cycle: some path leaves it and comes back.
+
+    Other regions will be fused too, so a path that reaches one of their nodes continues from all
+    of its members (each region becomes one node): A -> eager -> B and B -> eager -> A is a cycle
+    although each region alone is convex. `group_members(node)` gives a node's region, or None.
+    """
     last = max(order[n] for n in union)
     stack = [u for n in union for u in n.users if u not in union]
     seen: set[Node] = set()
     while stack:
         node = stack.pop()
-        if node in seen or order[node] > last:
+        if node in seen:
             continue
-        seen.add(node)
-        for user in node.users:
-            if user in union:
-                return True
-            stack.append(user)
+        members = group_members(node)
+        if members is None:
+            if order[node] > last:
+                continue
+            members = (node,)
+        elif min(order[m] for m in members) > last:
+            continue
+        seen.update(members)
+        for member in members:
+            for user in member.users:
+                if user in union:
+                    return True
+                if user not in seen:
+                    stack.append(user)
     return False
+
+
+def _members(group_of: dict[Node, "_Group"], node: Node, union: set[Node]) -> Optional[set[Node]]:
+    group = group_of.get(node)
+    if group is None or node in union:
+        return None
+    return group.nodes
 
 
 def region_io_count(nodes: set[Node]) -> int:
@@ -79,7 +101,7 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
             if region_io_count(union) > settings.max_region_io:
                 _note_split(node, producer, f"IO limit: merging would pass max_region_io={settings.max_region_io}")
                 continue
-            if _creates_cycle(union, order):
+            if creates_cycle(union, order, lambda n: _members(group_of, n, union)):
                 _note_split(node, producer, "cycle: merging would need a path through eager code")
                 continue
             keep, drop = (other, group) if len(other.nodes) >= len(group.nodes) else (group, other)

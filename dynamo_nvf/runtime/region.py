@@ -29,16 +29,47 @@ class NvFuserRegionError(RuntimeError):
     """Raised in strict mode where the region would otherwise fall back to eager."""
 
 
+def tensor_descriptor(sizes: Sequence[int], strides: Sequence[int]) -> tuple[tuple, tuple]:
+    """(contiguity, stride order) as nvFuser's computeTensorDescriptor derives them for define_tensor.
+
+    A port of python_utils.cpp, so that two inputs share a cache entry exactly when nvFuser would
+    define them the same way: broadcast (size-1 or stride-0) dims are skipped when judging whether a
+    dim is contiguous with the next inner one.
+    """
+    n = len(sizes)
+    dims = sorted((i for i in range(n) if strides[i] != 0), key=lambda i: -strides[i])
+    for i in (i for i in range(n) if strides[i] == 0):
+        dims.insert(i, i)
+    broadcast = [strides[d] == 0 or sizes[d] == 1 for d in dims]
+    order_at = [0] * n
+    contiguity: list[Optional[bool]] = [None] * n
+    i = 0
+    while i < n:
+        order_at[i] = n - 1 - i
+        if broadcast[i]:
+            i += 1
+            continue
+        left = i
+        i += 1
+        expected = 1
+        while i < n:
+            order_at[i] = n - 1 - i
+            if not broadcast[i]:
+                expected = strides[dims[i]] * sizes[dims[i]]
+                break
+            i += 1
+        contiguity[left] = strides[dims[left]] == expected
+    stride_order = [0] * n
+    for position, d in enumerate(dims):
+        stride_order[d] = order_at[position]
+    return tuple(contiguity), tuple(stride_order)
+
+
 def _descriptor(arg: Any) -> Any:
-    """What a fusion definition depends on: never the sizes themselves, only size-1 dims and layout."""
+    """What a fusion definition depends on: dtype, device, size-1 dims and layout, never sizes."""
     if isinstance(arg, torch.Tensor):
-        sizes, strides = arg.shape, arg.stride()
-        order = tuple(sorted(range(arg.dim()), key=lambda d: -strides[d]))
-        dense = tuple(
-            strides[d] == (strides[order[i + 1]] * sizes[order[i + 1]] if i + 1 < len(order) else 1)
-            for i, d in enumerate(order)
-        )
-        return (arg.dtype, arg.device, tuple(s == 1 for s in sizes), tuple(st == 0 for st in strides), order, dense)
+        sizes, strides = tuple(arg.shape), arg.stride()
+        return (arg.dtype, arg.device, tuple(s == 1 for s in sizes)) + tensor_descriptor(sizes, strides)
     return type(arg)
 
 
