@@ -69,6 +69,11 @@ BACKENDS: dict[str, Backend] = {
             'dynamo_nvf backend with options={"bookend": False}',
         ),
         Backend(
+            "nvf_trim_broadcasts",
+            _nvf({"trim_broadcasts": True}),
+            'dynamo_nvf with options={"trim_broadcasts": True}: evidence for the leading-expand rule; opt-in',
+        ),
+        Backend(
             "dynamo_eager",
             _dynamo_eager,
             'torch.compile(backend="eager"): Dynamo\'s own cost, the floor of any backend; opt-in',
@@ -83,7 +88,7 @@ BACKENDS: dict[str, Backend] = {
 
 #: Backends a plain run uses; inductor_ro is opt-in (--reduce-overhead).
 DEFAULT_BACKENDS: tuple[str, ...] = ("eager", "inductor", "nvf_bookend", "nvf_untrimmed")
-OPTIONAL_BACKENDS: tuple[str, ...] = ("inductor_ro", "dynamo_eager")
+OPTIONAL_BACKENDS: tuple[str, ...] = ("inductor_ro", "dynamo_eager", "nvf_trim_broadcasts")
 
 
 def get_backend(name: str) -> Backend:

@@ -12,7 +12,8 @@ Rules, in order:
   reason Thunder gave for dropping bookending).
 - Leading broadcasts (`expand`) stay inside unless `trim_broadcasts`: nvFuser broadcasts for free,
   while a trimmed expand hands it stride-0 inputs, the pattern that split Thunder's var_mean backward
-  into extra kernels. perf/ measures both (`layernorm_train`, `bias_gelu_bwd`).
+  into extra kernels. Not yet measured here: `python -m perf --tag train --backends
+  nvf_bookend,nvf_trim_broadcasts` compares the two (kernels and time) on the training blocks.
 - Interior chains of reshapes collapse into one (seed 002's separateNestedViews).
 - A region left with fewer than `min_region_size` compute nodes (none at all for a metadata-only
   region) goes back to eager: it would only pay nvFuser's host cost (Thunder #1251). The exception
