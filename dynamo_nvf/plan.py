@@ -80,6 +80,7 @@ class RegionPlan:
     segments: Optional[int] = None
     profile_source: str = ""
     cuda_source: Optional[str] = None
+    scheduled_ir: Optional[str] = None
     calls_nvfuser: int = 0
     calls_eager: int = 0
 

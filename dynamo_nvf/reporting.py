@@ -149,6 +149,12 @@ def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
         if show_definitions and region.definition:
             lines.append("fusion definition:")
             lines.append(region.definition.rstrip())
+        if region.scheduled_ir:
+            lines.append("scheduled IR:")
+            lines.append(region.scheduled_ir.rstrip())
+        if region.cuda_source:
+            lines.append("CUDA source:")
+            lines.append(region.cuda_source.rstrip())
     if plan.decisions:
         lines.append("")
         lines.append("regions returned to eager after trimming:")
@@ -215,8 +221,10 @@ def render_html(report: Report) -> str:
                 parts.append("<ul>" + "".join(f"<li>{esc(b)}</li>" for b in region.boundary) + "</ul>")
             if region.kernels:
                 parts.append(_html_table(_kernel_rows(region), ["segment", "scheduler", "kernel", "time ms", "compile ms"]))
-            if region.definition:
-                parts.append(f"<details><summary>fusion definition</summary><pre>{esc(region.definition)}</pre></details>")
+            for title, text in (("fusion definition", region.definition), ("scheduled IR", region.scheduled_ir),
+                                ("CUDA source", region.cuda_source)):
+                if text:
+                    parts.append(f"<details><summary>{title}</summary><pre>{esc(text)}</pre></details>")
         if plan.code:
             parts.append(f"<details><summary>compiled graph code</summary><pre>{esc(plan.code)}</pre></details>")
     parts.append("</div>")
@@ -266,7 +274,8 @@ _torch_profiler_used = False
 
 
 def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Optional[dict[str, Any]] = None,
-            profiler: str = "auto", cuda_source: bool = False, **kwargs: Any) -> Report:
+            profiler: str = "auto", cuda_source: bool = False, scheduled_ir: bool = False,
+            **kwargs: Any) -> Report:
     """Compiles `fn_or_module` with nvf_bookend, runs it on the inputs and reports.
 
     `options` are the backend's options; `kwargs` go to `fn_or_module`.
@@ -276,7 +285,8 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
     call, nvFuser's and eager's, by name) or "none". "auto" is "nvfuser" where nvFuser runs. Only one
     of the two can be used per process: both subscribe to CUPTI, which takes one subscriber, and
     nvFuser's profiler aborts the process if torch.profiler subscribed first. With `cuda_source=True`
-    the report carries each region's generated CUDA source.
+    and `scheduled_ir=True` (profiler "nvfuser") the report carries each region's generated CUDA
+    source and nvFuser's scheduled IR of its segments.
     """
     global _torch_profiler_used
     available = nvf_env.nvfuser_available()
@@ -329,15 +339,15 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
         kernel_source=source,
         runtime={k: stats_after[k] - stats_before[k] for k in stats_after},
     )
-    if cuda_source and available:
-        _attach_cuda_source(recorder)
+    if (cuda_source or scheduled_ir) and available:
+        _attach_sources(recorder, cuda_source, scheduled_ir)
     return report
 
 
-def _attach_cuda_source(recorder: Any) -> None:
+def _attach_sources(recorder: Any, cuda_source: bool, scheduled_ir: bool) -> None:
     from dynamo_nvf.runtime.region import RegionRuntime
 
     for gm in recorder.graph_modules:
         for node in gm.graph.nodes:
             if isinstance(node.target, RegionRuntime):
-                node.target.attach_cuda_source()
+                node.target.attach_sources(cuda_source, scheduled_ir)

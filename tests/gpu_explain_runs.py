@@ -27,7 +27,8 @@ def seed001_inputs():
 
 def main(scenario: str) -> None:
     if scenario == "seed001":
-        report = dynamo_nvf.explain(programs.seed001_bias_gelu_backward, *seed001_inputs(), profiler="nvfuser")
+        report = dynamo_nvf.explain(programs.seed001_bias_gelu_backward, *seed001_inputs(), profiler="nvfuser",
+                                    scheduled_ir=True)
     elif scenario == "seed001_torch_profiler":
         report = dynamo_nvf.explain(programs.seed001_bias_gelu_backward, *seed001_inputs(), profiler="torch")
     elif scenario == "gpt_block":

@@ -42,6 +42,7 @@ def test_seed001_segments_agree_with_torch_profiler():
     assert len(launched) == region["launched_kernels"] == 2, region["kernels"]
     assert any("reduction" in s for s in schedulers) and any("pointwise" in s for s in schedulers), schedulers
     assert all(k["time_ms"] > 0 for k in launched)
+    assert region["scheduled_ir"] and not region["scheduled_ir"].startswith("unavailable")
 
     seen_by_torch = run_scenario("seed001_torch_profiler")
     assert seen_by_torch["totals"]["kernels_nvfuser_torch_profiler"] == len(launched)

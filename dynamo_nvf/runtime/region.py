@@ -285,16 +285,23 @@ class RegionRuntime:
             outputs = entry.fd.execute(list(args)) if entry.fec is None else entry.fec.execute(args)
         return outputs
 
-    def attach_cuda_source(self) -> None:
-        """Stores the CUDA source of the last profiled run in the plan (explain(cuda_source=True))."""
+    def attach_sources(self, cuda_source: bool, scheduled_ir: bool) -> None:
+        """Stores the CUDA source and/or nvFuser's scheduled IR of the last profiled run in the plan
+        (explain(cuda_source=True, scheduled_ir=True))."""
         last = getattr(self, "_last_profiled", None)
         if last is None or last[0].fec is None:
             return
         entry, args = last
-        try:
-            self.plan.cuda_source = entry.fec.get_cuda_kernel(args)
-        except Exception as exc:
-            self.plan.cuda_source = f"unavailable: {type(exc).__name__}: {exc}"
+        if cuda_source:
+            try:
+                self.plan.cuda_source = entry.fec.get_cuda_kernel(args)
+            except Exception as exc:
+                self.plan.cuda_source = f"unavailable: {type(exc).__name__}: {exc}"
+        if scheduled_ir:
+            try:
+                self.plan.scheduled_ir = entry.fec.get_most_recent_scheduled_ir()
+            except Exception as exc:
+                self.plan.scheduled_ir = f"unavailable: {type(exc).__name__}: {exc}"
 
     def _fail(self, message: str, args: Sequence[Any]) -> Any:
         if self.settings.strict:
