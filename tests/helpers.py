@@ -4,12 +4,29 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+import pytest
 import torch
 import torch._dynamo
 from torch._prims_common import check_significant_strides
 
 import dynamo_nvf  # noqa: F401  (registers the backend)
+from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.backend import recording
+
+#: Run a test on the CPU (regions planned as for CUDA, run eagerly) and, where CUDA and nvFuser
+#: exist, on the GPU (marked `gpu`).
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("cuda", id="cuda", marks=[
+        pytest.mark.gpu,
+        pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser"),
+    ]),
+]
+
+
+def device_options(device: str, **gpu_options: Any) -> dict[str, Any]:
+    """Backend options for a DEVICES test: plan CPU tensors as CUDA ones, or the GPU options."""
+    return {"plan_cpu_as_cuda": True} if device == "cpu" else dict(gpu_options)
 
 TOLERANCES = {
     torch.float64: (1e-7, 1e-7),

@@ -7,20 +7,8 @@ import pytest
 import torch
 import torch._dynamo
 
-from dynamo_nvf import nvf as nvf_env
-from helpers import assert_same, compile_fn
+from helpers import DEVICES, assert_same, compile_fn, device_options
 
-DEVICES = [
-    pytest.param("cpu", id="cpu"),
-    pytest.param("cuda", id="cuda", marks=[
-        pytest.mark.gpu,
-        pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser"),
-    ]),
-]
-
-
-def _options(device):
-    return {"plan_cpu_as_cuda": True} if device == "cpu" else {}
 
 
 def fn(x):
@@ -28,7 +16,7 @@ def fn(x):
 
 
 def run_both(f, inputs, device, **tol):
-    compiled = compile_fn(f, _options(device))
+    compiled = compile_fn(f, device_options(device))
     expected = f(*inputs)
     actual = compiled(*inputs)
     assert_same(actual, expected, **tol)
@@ -78,7 +66,7 @@ def test_rank_nine(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_dtype_change_between_calls(device):
     f = lambda a: torch.tanh(a) * 3 + 1  # noqa: E731
-    compiled = compile_fn(f, _options(device))
+    compiled = compile_fn(f, device_options(device))
     for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float32):
         x = torch.randn(8, 8, device=device).to(dtype)
         assert_same(compiled(x), f(x))
@@ -93,7 +81,7 @@ def test_in_place_ops_on_inputs(device):
     x, y = torch.randn(8, 8, device=device), torch.randn(8, 8, device=device)
     x_eager, x_comp = x.clone(), x.clone()
     expected = f(x_eager, y)
-    actual = compile_fn(f, _options(device))(x_comp, y)
+    actual = compile_fn(f, device_options(device))(x_comp, y)
     assert_same(actual, expected)
     assert_same(x_comp, x_eager)  # the mutation of the input happened too
 
@@ -101,7 +89,7 @@ def test_in_place_ops_on_inputs(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_requires_grad_changes_between_calls(device):
     f = lambda a: torch.sigmoid(a) * a + 1  # noqa: E731
-    compiled = compile_fn(f, _options(device))
+    compiled = compile_fn(f, device_options(device))
     x = torch.randn(8, 8, device=device)
     assert_same(compiled(x), f(x))
     xg = x.clone().requires_grad_(True)

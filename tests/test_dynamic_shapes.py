@@ -8,18 +8,10 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.backend import recording
 from dynamo_nvf.runtime.stats import STATS
-from helpers import assert_same
+from helpers import DEVICES, assert_same, device_options
 
-DEVICES = [
-    pytest.param("cpu", id="cpu"),
-    pytest.param("cuda", id="cuda", marks=[
-        pytest.mark.gpu,
-        pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser"),
-    ]),
-]
 
 
 def fn(x):
@@ -30,7 +22,7 @@ def fn(x):
 def _compile(device, **kwargs):
     torch._dynamo.reset()
     counters.clear()
-    options = {"plan_cpu_as_cuda": True} if device == "cpu" else {"strict": True}
+    options = device_options(device, strict=True)
     return torch.compile(fn, backend="nvf_bookend", options=options, **kwargs)
 
 

@@ -7,20 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from dynamo_nvf import nvf as nvf_env
-from helpers import compile_fn
+from helpers import DEVICES, compile_fn, device_options
 
-DEVICES = [
-    pytest.param("cpu", id="cpu"),
-    pytest.param("cuda", id="cuda", marks=[
-        pytest.mark.gpu,
-        pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser"),
-    ]),
-]
-
-
-def _options(device):
-    return {"plan_cpu_as_cuda": True} if device == "cpu" else {"strict": True}
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -29,7 +17,7 @@ def test_autocast_bf16_training_step(device):
     model = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.GELU(), nn.Linear(64, 8)).to(device)
     reference = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.GELU(), nn.Linear(64, 8)).to(device)
     reference.load_state_dict(model.state_dict())
-    compiled = compile_fn(model, _options(device))
+    compiled = compile_fn(model, device_options(device, strict=True))
     x = torch.randn(16, 32, device=device)
     for net, run in ((model, compiled), (reference, reference)):
         with torch.autocast(device, dtype=torch.bfloat16):
@@ -46,7 +34,7 @@ def test_dropout_mask_scaling_and_backward(device):
     def f(x):
         return torch.nn.functional.dropout(x * 2.0, p=p, training=True) + 1.0
 
-    compiled = compile_fn(f, _options(device))
+    compiled = compile_fn(f, device_options(device, strict=True))
     x = torch.ones(256, 256, device=device, requires_grad=True)
     out = compiled(x)
     kept = out != 1.0
