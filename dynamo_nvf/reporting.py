@@ -157,7 +157,7 @@ def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
             lines.append(region.cuda_source.rstrip())
     if plan.decisions:
         lines.append("")
-        lines.append("regions returned to eager after trimming:")
+        lines.append("decisions on regions later merged into another or returned to eager:")
         lines.append(tabulate([[d.node, d.op, d.action, d.reason] for d in plan.decisions],
                               headers=["node", "op", "action", "reason"], tablefmt="simple"))
     return "\n".join(lines)
