@@ -11,7 +11,6 @@ from typing import Any, Optional
 
 import torch
 from torch.fx import Node
-from dynamo_nvf._compat import hint_int
 
 
 @dataclass
@@ -134,11 +133,3 @@ class GraphPlan:
             "nodes": [asdict(n) for n in self.nodes],
             "decisions": [asdict(d) for d in self.decisions],
         }
-
-
-def describe_value(val: Any) -> str:
-    """Short text of a node's value for tables: `f32[8, 16]`."""
-    if isinstance(val, torch.Tensor):
-        dtype = str(val.dtype).replace("torch.", "")
-        return f"{dtype}{[hint_int(s) if not isinstance(s, int) else s for s in val.shape]}"
-    return type(val).__name__

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
@@ -60,6 +59,3 @@ class Settings:
         if values.get("max_region_io", 2) < 2:
             raise ValueError("max_region_io must be at least 2")
         return cls(**values)
-
-    def replace(self, **changes: Any) -> "Settings":
-        return dataclasses.replace(self, **changes)

@@ -367,18 +367,36 @@ def _reduction_dtype(ctx, node: Node, index: int) -> Any:
     return ctx.dtype(dtype) if dtype is not None else ctx.nvf.DataType.Null
 
 
-@register_lowering(aten.sum.dim_IntList, check=_check_reduction)
-def _sum_dims(ctx, node: Node) -> Any:
-    x = node.args[0]
-    dims = _norm_dims(_arg(node, 1, "dim"), _rank(x))
-    keepdim = bool(_arg(node, 2, "keepdim", False))
-    return ctx.ops.sum(ctx.value(x), dims, keepdim, _reduction_dtype(ctx, node, 3))
+def _reduce_dims_lowering(name: str, single_dim: bool = False, dtype_index: Optional[int] = 3):
+    """`op(x, dim(s), keepdim[, dtype])` overloads: sum.dim_IntList, prod.dim_int, amax, amin."""
+
+    def lower(ctx, node: Node) -> Any:
+        x = node.args[0]
+        dim = _arg(node, 1, "dim")
+        dims = _norm_dims([dim] if single_dim else dim, _rank(x))
+        keepdim = bool(_arg(node, 2, "keepdim", False))
+        dtype = _reduction_dtype(ctx, node, dtype_index) if dtype_index else ctx.nvf.DataType.Null
+        return getattr(ctx.ops, name)(ctx.value(x), dims, keepdim, dtype)
+
+    return lower
 
 
-@register_lowering(aten.sum.default, check=_check_reduction)
-def _sum_all(ctx, node: Node) -> Any:
-    x = node.args[0]
-    return ctx.ops.sum(ctx.value(x), list(range(_rank(x))), False, _reduction_dtype(ctx, node, 1))
+def _reduce_all_lowering(name: str):
+    """`op(x, dtype=None)` overloads reducing every dim: sum.default, prod.default."""
+
+    def lower(ctx, node: Node) -> Any:
+        x = node.args[0]
+        return getattr(ctx.ops, name)(ctx.value(x), list(range(_rank(x))), False, _reduction_dtype(ctx, node, 1))
+
+    return lower
+
+
+register_lowering(aten.sum.dim_IntList, check=_check_reduction)(_reduce_dims_lowering("sum"))
+register_lowering(aten.sum.default, check=_check_reduction)(_reduce_all_lowering("sum"))
+register_lowering(aten.prod.dim_int, check=_check_reduction)(_reduce_dims_lowering("prod", single_dim=True))
+register_lowering(aten.prod.default, check=_check_reduction)(_reduce_all_lowering("prod"))
+register_lowering(aten.amax.default, check=_check_reduction)(_reduce_dims_lowering("max", dtype_index=None))
+register_lowering(aten.amin.default, check=_check_reduction)(_reduce_dims_lowering("min", dtype_index=None))
 
 
 def _mean(ctx, node: Node, dims: list[int], keepdim: bool) -> Any:
@@ -402,34 +420,6 @@ def _mean_dims(ctx, node: Node) -> Any:
 @register_lowering(aten.mean.default, check=_check_reduction)
 def _mean_all(ctx, node: Node) -> Any:
     return _mean(ctx, node, list(range(_rank(node.args[0]))), False)
-
-
-def _minmax_lowering(name: str):
-    def lower(ctx, node: Node) -> Any:
-        x = node.args[0]
-        dims = _norm_dims(_arg(node, 1, "dim"), _rank(x))
-        keepdim = bool(_arg(node, 2, "keepdim", False))
-        return getattr(ctx.ops, name)(ctx.value(x), dims, keepdim, ctx.nvf.DataType.Null)
-
-    return lower
-
-
-register_lowering(aten.amax.default, check=_check_reduction)(_minmax_lowering("max"))
-register_lowering(aten.amin.default, check=_check_reduction)(_minmax_lowering("min"))
-
-
-@register_lowering(aten.prod.dim_int, check=_check_reduction)
-def _prod_dim(ctx, node: Node) -> Any:
-    x = node.args[0]
-    dims = _norm_dims([_arg(node, 1, "dim")], _rank(x))
-    keepdim = bool(_arg(node, 2, "keepdim", False))
-    return ctx.ops.prod(ctx.value(x), dims, keepdim, _reduction_dtype(ctx, node, 3))
-
-
-@register_lowering(aten.prod.default, check=_check_reduction)
-def _prod_all(ctx, node: Node) -> Any:
-    x = node.args[0]
-    return ctx.ops.prod(ctx.value(x), list(range(_rank(x))), False, _reduction_dtype(ctx, node, 1))
 
 
 def _correction(node: Node) -> int:
@@ -597,7 +587,6 @@ def _expand(ctx, node: Node) -> Any:
 
 def _check_slice(node: Node) -> Optional[str]:
     src = _val(node.args[0])
-    dim = _norm_dim(_arg(node, 1, "dim", 0), src.dim())
     if not all(_static(s) for s in src.shape):
         return "unsupported op: slice of a tensor with dynamic sizes"
     for bound in (_arg(node, 2, "start"), _arg(node, 3, "end"), _arg(node, 4, "step", 1)):
@@ -605,7 +594,6 @@ def _check_slice(node: Node) -> Optional[str]:
             return "unsupported op: slice with symbolic bounds"
     if (_arg(node, 4, "step", 1) or 1) != 1:
         return "unsupported op: nvFuser slices only with step 1"
-    del dim
     return None
 
 

@@ -47,7 +47,6 @@ from dynamo_nvf.plan import Decision
 from dynamo_nvf.settings import Settings
 
 DECISIONS_KEY = "nvf_decisions"
-TRIM_KEY = "nvf_trim"
 
 
 def _record(gm: GraphModule, node: Node, region: int, side: str, action: str, reason: str) -> Decision:
@@ -78,7 +77,6 @@ def _trim_leading(gm: GraphModule, region: int, settings: Settings, kept: set[No
             _record(gm, node, region, "leading", "kept", violation)
             continue
         set_eager([node], "trimmed (leading): zero-copy alias of a region input, run by PyTorch")
-        node.meta[TRIM_KEY] = (region, "leading")
         _record(gm, node, region, "leading", "trimmed", "zero-copy alias of a region input")
         changed = True
     return changed
@@ -100,7 +98,6 @@ def _trim_trailing(gm: GraphModule, region: int, kept: set[Node]) -> bool:
         inside = [u for u in node.users if _in(u, region)]
         if not inside:
             set_eager([node], "trimmed (trailing): zero-copy alias of a region output, run by PyTorch")
-            node.meta[TRIM_KEY] = (region, "trailing")
             _record(gm, node, region, "trailing", "trimmed", "zero-copy alias of a region output")
         else:
             with gm.graph.inserting_after(node):
@@ -109,7 +106,6 @@ def _trim_trailing(gm: GraphModule, region: int, kept: set[Node]) -> bool:
             for user in outside:
                 user.replace_input_with(node, copy)
             set_eager([copy], "trimmed (trailing): alias of a region output, duplicated out of the region")
-            copy.meta[TRIM_KEY] = (region, "trailing")
             _record(gm, copy, region, "trailing", "duplicated",
                     f"also used inside the region; the outside users read an alias ({copy.name}) instead")
         changed = True

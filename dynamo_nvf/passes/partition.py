@@ -19,6 +19,7 @@ from dynamo_nvf.settings import Settings
 
 REGION_KEY = "nvf_region"
 REASON_KEY = "nvf_eager_reason"
+SPLIT_KEY = "nvf_split"
 _SKIPPED_OPS = ("placeholder", "output", "get_attr")
 
 
@@ -122,8 +123,6 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
             node.meta[REGION_KEY] = region_id
     return gm
 
-
-SPLIT_KEY = "nvf_split"
 
 
 def _note_split(node: Node, producer: Node, reason: str) -> None:
