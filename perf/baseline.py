@@ -1,7 +1,9 @@
 """Regression check of a run against a stored result file (same schema).
 
 A (workload, backend) regresses when its new GPU time exceeds
-``baseline * (1 + threshold)``.  GPU timings are noisy, so a suspect is not flagged
+``baseline * (1 + threshold)``.  ``metric`` picks another number of the same records instead:
+``host_us`` (host time per call on tiny inputs, where a wrapper's cost shows) or ``kernels``
+(kernel launches per call, exact, so no noise).  Only GPU time is re-measured.  GPU timings are noisy, so a suspect is not flagged
 straight away when a ``remeasure`` callback is given: the pair is measured again
 ``repeats`` times, the re-measurements are reduced (min by default: the question is
 "can it still run as fast as the baseline?") and only a regression that persists is
@@ -29,6 +31,7 @@ Remeasure = Callable[[str, str, int], Sequence[float]]
 
 DEFAULT_THRESHOLD = 0.10
 METRIC = "gpu_us"
+METRICS = {"gpu_us": "GPU time, us", "host_us": "host time on tiny inputs, us", "kernels": "kernels per call"}
 
 OK = "ok"
 FASTER = "faster"
@@ -72,6 +75,7 @@ class Comparison:
     threshold: float
     pairs: list[tuple[str, str]]
     warnings: list[str] = field(default_factory=list)
+    metric: str = METRIC
 
     @property
     def regressions(self) -> list[Row]:
@@ -84,7 +88,7 @@ class Comparison:
     def to_json(self) -> dict:
         return {
             "threshold": self.threshold,
-            "metric": METRIC,
+            "metric": self.metric,
             "pairs": [list(p) for p in self.pairs],
             "warnings": self.warnings,
             "regressions": len(self.regressions),
@@ -138,10 +142,13 @@ def compare(
     remeasure: Optional[Remeasure] = None,
     repeats: int = 3,
     reduce: str = "min",
+    metric: str = METRIC,
 ) -> Comparison:
     """Compare ``new`` with ``base`` (both result documents); see the module docstring."""
     if threshold < 0:
         raise ValueError("threshold must be >= 0")
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
     reducer = _REDUCERS[reduce]
     if pairs is None:
         pairs = backend_pairs(backends_of(new), backends_of(base))
@@ -151,16 +158,18 @@ def compare(
         for new_b, base_b in pairs:
             if new_b not in per_backend:
                 continue  # not measured in this run (e.g. --only / --backends)
-            rows.append(_compare_one(wl, new_b, base_b, per_backend[new_b], base_wl.get(base_b), threshold))
+            rows.append(_compare_one(wl, new_b, base_b, per_backend[new_b], base_wl.get(base_b), threshold, metric))
     for row in rows:
-        if row.status == REGRESSION and remeasure is not None:
+        if row.status == REGRESSION and remeasure is not None and metric == METRIC:
             _recheck(row, remeasure, repeats, reducer, threshold)
-    return Comparison(rows=rows, threshold=threshold, pairs=list(pairs), warnings=env_warnings(new, base))
+    return Comparison(rows=rows, threshold=threshold, pairs=list(pairs), warnings=env_warnings(new, base),
+                      metric=metric)
 
 
-def _compare_one(wl: str, new_b: str, base_b: str, rec: dict, base_rec: Optional[dict], th: float) -> Row:
-    new_us = rec.get(METRIC)
-    base_us = (base_rec or {}).get(METRIC)
+def _compare_one(wl: str, new_b: str, base_b: str, rec: dict, base_rec: Optional[dict], th: float,
+                 metric: str = METRIC) -> Row:
+    new_us = rec.get(metric)
+    base_us = (base_rec or {}).get(metric)
     row = Row(wl, new_b, base_b, base_us, new_us, OK, final_us=new_us)
     if base_rec is None:
         row.status = NO_BASELINE
@@ -206,7 +215,7 @@ def render_comparison(cmp: Comparison, only_interesting: bool = False) -> str:
         body.append(
             [r.workload, r.backend, r.baseline_backend, fmt_num(r.baseline_us, 1), fmt_num(r.new_us, 1), again, fmt_ratio(r.ratio), status]
         )
-    parts = [f"### Baseline comparison (GPU time, threshold +{cmp.threshold * 100:.0f}%)"]
+    parts = [f"### Baseline comparison ({METRICS[cmp.metric]}, threshold +{cmp.threshold * 100:.0f}%)"]
     parts += [f"warning: {w}" for w in cmp.warnings]
     if body:
         parts.append(tabulate(body, headers=headers, tablefmt=TABLEFMT, disable_numparse=True))

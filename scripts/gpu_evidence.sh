@@ -11,16 +11,30 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 case "${1:-tests}" in
   tests)
+    # Timing-sensitive runs first, alone on the machine; then the GPU suite beside the OpInfo sweep,
+    # sharded over processes (neither times anything).
     timeout 60 python3 tests/gpu_explain_runs.py seed001 > "$OUT/explain_seed001.txt" 2>&1
     timeout 90 python3 tests/gpu_explain_runs.py gpt_block > "$OUT/explain_gpt_block.txt" 2>&1
-    python3 scripts/host_latency.py > "$OUT/host_latency.log" 2>&1
-    timeout 240 python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfs \
+    timeout 60 python3 scripts/host_latency.py > "$OUT/host_latency.log" 2>&1
+    timeout 60 python3 scripts/probe_view_output.py > "$OUT/probe_view_output.log" 2>&1
+    SHARDS=${NVF_OPINFO_SHARDS:-6}
+    LEFT=$(( ${NVF_EVIDENCE_BUDGET_S:-560} - SECONDS ))
+    mkdir -p /tmp/opinfo
+    for i in $(seq 0 $((SHARDS - 1))); do
+      NVF_OPINFO_SHARD="$i/$SHARDS" NVF_OPINFO_BUDGET_S=$((LEFT - 60)) NVF_OPINFO_REPORT="/tmp/opinfo/shard$i.txt" \
+        timeout $((LEFT - 10)) python3 -m pytest -q tests/test_gpu_opinfo.py -p no:cacheprovider --tb=line \
+        > "/tmp/opinfo/pytest$i.log" 2>&1 &
+    done
+    timeout $((LEFT - 10)) python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfsP \
       --deselect tests/test_gpu_opinfo.py::test_opinfo_sweep > "$OUT/gpu_tests.log" 2>&1
-    NVF_OPINFO_BUDGET_S=${NVF_OPINFO_BUDGET_S:-200} NVF_OPINFO_REPORT="$OUT/opinfo.txt" \
-      timeout 300 python3 -m pytest -q tests/test_gpu_opinfo.py -p no:cacheprovider --tb=line > "$OUT/opinfo_pytest.log" 2>&1
-    tail -n 3 "$OUT/gpu_tests.log"; grep -E "^FAILED" "$OUT/gpu_tests.log" | head -20
-    head -n 1 "$OUT/opinfo.txt" 2>/dev/null; tail -n 2 "$OUT/opinfo_pytest.log"
-    cat "$OUT/host_latency.log"
+    wait
+    python3 scripts/merge_opinfo.py /tmp/opinfo/shard*.txt.json > "$OUT/opinfo.txt" 2>&1
+    tail -n 3 /tmp/opinfo/pytest*.log > "$OUT/opinfo_pytest.log"
+    tail -n 3 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -20
+    grep -E "^(stability|dynamic|automatic)" "$OUT/gpu_tests.log"
+    head -n 1 "$OUT/opinfo.txt"; sed -n '/^failures/,$p' "$OUT/opinfo.txt" | head -30
+    cat "$OUT/host_latency.log"; grep -E "^(raw|compiled)" "$OUT/probe_view_output.log"
+    echo "elapsed ${SECONDS}s"
     ;;
   perf)
     timeout 300 python3 -m perf --json "$OUT/perf_run1.json" > "$OUT/perf_run1.log" 2>&1; echo "run1 rc=$?"

@@ -49,6 +49,7 @@ def main():
         "raw fec.execute": per_call_us(lambda t: fec.execute([t]), x),
         "RegionRuntime call": per_call_us(lambda t: runtime(t), x),
         "inductor (torch.compile)": per_call_us(inductor, x),
+        "Dynamo floor (backend='eager')": per_call_us(torch.compile(f, backend="eager"), x),
         "eager": per_call_us(f, x),
     }
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")

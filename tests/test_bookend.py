@@ -80,6 +80,17 @@ def test_metadata_only_program_runs_the_dynamo_graph_as_is():
     assert_same(out, expected)
 
 
+def test_bookend_false_sends_a_metadata_only_region_untrimmed():
+    """bookend=False turns the whole pass off: the views go to nvFuser as they would without it."""
+    plan = only_plan(cuda_plans(programs.metadata_only, (64, 32), options={"bookend": False}))
+    (region,) = plan.regions
+    assert region.ops == ["aten.view.default", "aten.permute.default", "aten.unsqueeze.default",
+                          "aten.transpose.int"]
+    assert region.compute_ops == []
+    x = torch.randn(64, 32)
+    check_inference(programs.metadata_only, [x], {"plan_cpu_as_cuda": True, "bookend": False})
+
+
 def test_lone_view_has_no_region():
     plan = only_plan(cuda_plans(lambda x: x.view(64, 128, 3072), (8192, 3072)))
     assert plan.regions == []

@@ -34,6 +34,8 @@ def test_dynamic_true_compiles_once(device):
         for rows in (4, 8, 16, 6):
             x = torch.randn(rows, 32, device=device)
             assert_same(compiled(x), fn(x))
+    print(f"dynamic=True on {device}: sizes (4, 8, 16, 6) -> unique_graphs={counters['stats']['unique_graphs']}, "
+          f"runtime {STATS.snapshot()}")
     assert counters["stats"]["unique_graphs"] == 1
     (plan,) = rec.plans
     (region,) = plan.regions
@@ -49,6 +51,8 @@ def test_automatic_dynamic_recompiles_once(device):
     for rows in (4, 8, 16, 6, 12):
         x = torch.randn(rows, 32, device=device)
         assert_same(compiled(x), fn(x))
+    print(f"automatic dynamic on {device}: sizes (4, 8, 16, 6, 12) -> "
+          f"unique_graphs={counters['stats']['unique_graphs']}, runtime {STATS.snapshot()}")
     # One static graph for the first size, then one dynamic graph for all the others.
     assert counters["stats"]["unique_graphs"] == 2
     if device == "cuda":

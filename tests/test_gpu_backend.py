@@ -298,6 +298,14 @@ def test_seed000_metadata_only_runs_no_kernel():
     assert STATS.nvfuser_calls == 0
 
 
+def test_metadata_only_untrimmed_goes_to_nvfuser_and_matches():
+    """bookend=False sends the views to nvFuser (the comparison perf/ makes); results still match."""
+    x = _r(64, 32)
+    plans = check_inference(programs.metadata_only, [x], {"bookend": False})
+    assert len(region_ops(plans)) == 1
+    _ran_on_nvfuser()
+
+
 def test_seed001_bias_gelu_backward():
     args = [1.0, 2.0, 3.0, 4.0, _r(16, 512, 4096), _r(16, 512, 4096), _r(16, 512, 4096)]
     plans = check_inference(programs.seed001_bias_gelu_backward, args, {"strict": True}, rtol=1e-4, atol=1e-3)

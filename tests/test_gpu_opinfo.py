@@ -17,6 +17,7 @@ Needs expecttest (torch.testing._internal imports it); on the GPU machine carry 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import Counter
@@ -171,5 +172,10 @@ def test_opinfo_sweep():
     if path:
         with open(path, "w") as f:
             f.write(text + "\n")
+        with open(path + ".json", "w") as f:  # scripts/merge_opinfo.py joins the shards' files
+            json.dump({"headers": ["op"] + [str(d).replace("torch.", "") for d in DTYPES], "rows": rows,
+                       "counts": dict(counts), "failures": failures, "not_run": not_run,
+                       "samples_run": samples_run, "budget_s": budget, "shard": f"{shard}/{shards}",
+                       "samples_per_case": samples_per}, f)
     print(text)
     assert not failures, f"{len(failures)} failing op/dtype pairs:\n" + "\n".join(f"{o} {d}: {m}" for o, d, m in failures)

@@ -564,3 +564,28 @@ def test_cli_report_mode(doc, tmp_path, capsys):
     assert main(["--report", str(path)]) == EXIT_OK
     out = capsys.readouterr().out
     assert "### GPU time" in out and "0.15x" in out
+
+
+def test_compare_on_another_metric(doc):
+    """--metric kernels / host_us: an untrimmed run that adds kernels or host cost is flagged, and
+    no re-measure is attempted (only GPU time can be re-measured)."""
+    run = make_doc({"gelu_views": {"nvf_untrimmed": 60.0}}, kernels={"gelu_views": {"nvf_untrimmed": 2.0}},
+                   host_us={"gelu_views": {"nvf_untrimmed": 30.0}})
+    base = make_doc({"gelu_views": {"nvf_bookend": 60.0}}, kernels={"gelu_views": {"nvf_bookend": 1.0}},
+                    host_us={"gelu_views": {"nvf_bookend": 29.0}})
+    pairs = [("nvf_untrimmed", "nvf_bookend")]
+    never = lambda w, b, n: pytest.fail("re-measured")  # noqa: E731
+    assert bl.compare(run, base, pairs=pairs).exit_code == 0  # same GPU time
+    by_kernels = bl.compare(run, base, pairs=pairs, metric="kernels", remeasure=never)
+    assert by_kernels.exit_code == 1 and by_kernels.regressions[0].ratio == 2.0
+    assert "kernels per call" in bl.render_comparison(by_kernels)
+    assert bl.compare(run, base, pairs=pairs, metric="host_us").exit_code == 0  # within 10%
+    with pytest.raises(ValueError):
+        bl.compare(run, base, metric="bogus")
+
+
+def test_cli_compare_metric(doc, tmp_path):
+    base = report.write_document(doc, tmp_path / "base.json")
+    args = ["--compare", str(base), "--baseline", str(base), "--compare-backend", "nvf_untrimmed",
+            "--baseline-backend", "nvf_bookend"]
+    assert main(args + ["--metric", "kernels"]) == EXIT_REGRESSION  # 2 kernels untrimmed against 1

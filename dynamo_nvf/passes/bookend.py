@@ -21,8 +21,10 @@ Rules, in order:
   (perf transpose_views on an H200: 16.7 us against 24.5 us), so trimming never makes seed 000's
   transpose slower than the untrimmed region.
 
-With `bookend=False` no node is trimmed and only regions without a single compute node go back to
-eager, so untrimmed runs show nvFuser's own handling of boundary views.
+With `bookend=False` the pass is off: no node is trimmed and a region of metadata ops only is sent to
+nvFuser like any other (subject to `min_region_size`, counted over all its nodes), which is what
+nvFuser without trimming would get. Untrimmed runs show nvFuser's own handling of boundary views, and
+perf/ compares the two.
 """
 
 from __future__ import annotations
@@ -200,7 +202,7 @@ def bookend_regions(gm: GraphModule, settings: Settings) -> GraphModule:
             _collapse_reshape_chains(gm, region)
     for region, nodes in sorted(regions_of(gm).items()):
         compute = _compute_nodes(nodes)
-        if not compute:
+        if not compute and settings.bookend:
             set_eager(nodes, "metadata-only: region has no compute, so PyTorch runs it as aliases")
         elif _too_small(nodes, settings) and not _merge_orphan(gm, region, nodes, settings):
             count = len(compute) if settings.bookend else len(nodes)

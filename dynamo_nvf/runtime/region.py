@@ -145,6 +145,26 @@ def _scheduler_from_kernel_name(name: str) -> str:
     return ""
 
 
+_ERROR_CHARS = 800
+
+
+def _short_error(exc: BaseException) -> str:
+    """The head of an error for a warning: nvFuser's messages carry C++ stack frames after
+    "Exception raised from"; the whole text goes to the DEBUG log instead."""
+    text = str(exc)
+    log.debug("dynamo_nvf: full nvFuser error: %s: %s", type(exc).__name__, text)
+    lines = []
+    for line in text.splitlines():
+        if line.startswith(("Exception raised from", "frame #")):
+            continue
+        if line.strip():
+            lines.append(line.strip())
+    short = " | ".join(lines)
+    if len(short) > _ERROR_CHARS:
+        short = short[:_ERROR_CHARS] + " ... (full text at DEBUG in the dynamo_nvf log)"
+    return f"{type(exc).__name__}: {short}"
+
+
 class _Profiling:
     """Switched on by explain() around the runs it profiles; read on every call, so kept tiny."""
 
@@ -194,7 +214,7 @@ class RegionRuntime:
             else:
                 outputs = self._first_or_profiled_execute(entry, args)
         except Exception as exc:  # nvFuser run-time error
-            return self._fail(f"nvFuser execution failed: {type(exc).__name__}: {exc}", args)
+            return self._fail(f"nvFuser execution failed: {_short_error(exc)}", args)
         for index, order in entry.fixups:
             outputs[index] = _relayout(outputs[index], order)
         STATS.nvfuser_calls += 1
@@ -233,7 +253,7 @@ class RegionRuntime:
         except Exception as exc:
             if self.settings.strict:
                 raise NvFuserRegionError(f"{self.plan.name}: building the fusion failed: {exc}") from exc
-            self._warn(f"building the fusion failed: {type(exc).__name__}: {exc}")
+            self._warn(f"building the fusion failed: {_short_error(exc)}")
             return _Entry(eager_reason=self.failed or "build failed")
         STATS.fusions_built += 1
         self.plan.definition = built.definition
