@@ -82,6 +82,7 @@ class RegionPlan:
     scheduled_ir: Optional[str] = None
     calls_nvfuser: int = 0
     calls_eager: int = 0
+    first_run_ms: Optional[float] = None  # nvFuser's compile and first run, host wall time
 
     @property
     def launched_kernels(self) -> list["KernelInfo"]:

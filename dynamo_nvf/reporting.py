@@ -141,7 +141,8 @@ def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
             lines.append("boundaries:")
             lines.extend(f"  {b}" for b in region.boundary)
         if region.kernels:
-            lines.append(f"nvFuser segments: {region.segments} ({region.profile_source})")
+            first = "" if region.first_run_ms is None else f"; first run with compile {region.first_run_ms:.1f} ms"
+            lines.append(f"nvFuser segments: {region.segments} ({region.profile_source}{first})")
             lines.append(tabulate(_kernel_rows(region), headers=["segment", "scheduler", "kernel", "time ms", "compile ms"],
                                   tablefmt="simple"))
         elif region.profile_source:
@@ -176,8 +177,9 @@ def render_text(report: Report) -> str:
     else:
         lines.append("Dynamo graph breaks: none")
     totals = report.totals()
-    lines.append(tabulate([[k, "" if v is None else v] for k, v in totals.items()], headers=["total", "value"],
+    lines.append(tabulate([[k, "n/a" if v is None else v] for k, v in totals.items()], headers=["total", "value"],
                           tablefmt="simple"))
+    lines.append(f"kernel counts: {report.kernel_source}")
     for plan in report.graphs:
         lines.append("")
         lines.append(render_plan_text(plan))
@@ -201,7 +203,7 @@ def render_html(report: Report) -> str:
                      "nothing ran on nvFuser</p>")
     if report.graph_breaks:
         parts.append(_html_table([[b.reason, b.count] for b in report.graph_breaks], ["graph break", "count"]))
-    parts.append(_html_table([[k, "" if v is None else v] for k, v in report.totals().items()], ["total", "value"]))
+    parts.append(_html_table([[k, "n/a" if v is None else v] for k, v in report.totals().items()], ["total", "value"]))
     for plan in report.graphs:
         parts.append(f"<h4>{esc(plan.kind)} graph {plan.graph_id}</h4>")
         rows = []

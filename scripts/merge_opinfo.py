@@ -31,6 +31,10 @@ def main(paths: list[str]) -> int:
     print("\nfailures:" + ("" if failures else " none"))
     for op, dtype, detail in failures:
         print(f"- {op} {dtype}: {detail}")
+    fallbacks = [f for d in docs for f in d.get("fallbacks", [])]
+    print("\nfallbacks (planned for nvFuser, ran in eager):" + ("" if fallbacks else " none"))
+    for op, dtype, detail in fallbacks:
+        print(f"- {op} {dtype}: {detail}")
     return 0
 
 

@@ -278,3 +278,24 @@ def test_getitem_of_an_eager_op_stays_eager():
     assert eager["getitem"].startswith("unsupported op: getitem of an op that stays in eager")
     assert all("operator.getitem" not in r.ops or "aten.var_mean.correction" in r.ops
                for p in plans for r in p.regions)
+
+
+def test_fallback_warning_keeps_the_head_of_an_nvfuser_error():
+    from dynamo_nvf.runtime.region import _short_error
+
+    text = ("INTERNAL ASSERT FAILED at fusion_kernel_runtime.cpp:476\nExpected x . Detected exception\n"
+            "Exception raised from compileFusionParallel at f.cpp:476 (most recent call first):\n"
+            + "".join(f"frame #{i}: lib.so + 0x{i:x}\n" for i in range(40)))
+    short = _short_error(RuntimeError(text))
+    assert short.startswith("RuntimeError: INTERNAL ASSERT FAILED") and "Detected exception" in short
+    assert "frame #" not in short and "Exception raised from" not in short
+    assert len(_short_error(RuntimeError("x" * 5000))) < 1000
+
+
+def test_full_like_is_planned_and_matches():
+    def fn(x):
+        return torch.ones_like(x) * 2 + torch.full_like(x, 3.5) * x
+
+    ops = {op for region in region_ops(cuda_plans(fn, (4, 8), fake=False)) for op in region}
+    assert "aten.full_like.default" in ops
+    check_inference(fn, [torch.randn(4, 8)], {"plan_cpu_as_cuda": True})

@@ -126,6 +126,13 @@ def test_integer_and_bool_pointwise(dtype):
     _ran_on_nvfuser()
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_rounding_ops_are_copies_on_integers(dtype):
+    a = torch.randint(-50, 50, (16, 16), device=DEV, dtype=dtype)
+    check_inference(lambda x: torch.ceil(x) + torch.floor(x) - torch.round(x) * torch.trunc(x), [a], STRICT)
+    _ran_on_nvfuser()
+
+
 @pytest.mark.parametrize("src,dst", [(torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32),
                                      (torch.float32, torch.float16), (torch.float32, torch.int32),
                                      (torch.int64, torch.float32), (torch.float32, torch.bool)])
@@ -206,6 +213,7 @@ FACTORIES_AND_SHAPES = {
     "clone": lambda x: (x * 2).clone() + 1,
     "split": lambda x: sum(t * 2 for t in (x + 1).split(4, dim=1)),
     "copy": lambda x: x.new_zeros(4, 8).copy_(x * 2) + 1,
+    "full_like": lambda x: torch.ones_like(x) * 2 + torch.full_like(x, 3.5),
 }
 
 

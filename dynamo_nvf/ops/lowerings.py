@@ -140,9 +140,15 @@ BINARY_OPS: dict[Any, str] = {
 _FLOAT_RESULT_BINARY = {"truediv", "atan2"}
 
 
+#: Rounding ops that are the identity on integers in aten; nvFuser's take floating types only.
+_INTEGER_IDENTITY = {"ceil", "floor", "round", "trunc"}
+
+
 def _unary_lowering(name: str, floating: bool):
     def lower(ctx, node: Node) -> Any:
         x = ctx.value(node.args[0])
+        if name in _INTEGER_IDENTITY and not _is_float_dtype(node.args[0]):
+            return ctx.ops.set(x)  # a copy, as eager's
         if floating and not _is_float_dtype(node.args[0]):
             x = ctx.cast(x, node.meta["val"].dtype)
         return getattr(ctx.ops, name)(x)
@@ -483,6 +489,19 @@ def _full_like_lowering(fill: Any):
 register_lowering(aten.full.default)(_full_like_lowering(None))
 register_lowering(aten.zeros.default)(_full_like_lowering(0))
 register_lowering(aten.ones.default)(_full_like_lowering(1))
+
+
+def _check_full_like(node: Node) -> Optional[str]:
+    if not all(isinstance(s, int) for s in _val(node.args[0]).shape):
+        return "full_like of a tensor with symbolic sizes (no size inputs in the graph)"
+    return None
+
+
+@register_lowering(aten.full_like.default, check=_check_full_like)
+def _full_like(ctx, node: Node) -> Any:
+    """ones_like / zeros_like / fill decompose to this."""
+    dtype = node.meta["val"].dtype
+    return ctx.ops.full(list(_val(node.args[0]).shape), ctx.constant(node.args[1], dtype), ctx.dtype(dtype))
 
 
 @register_lowering(aten.scalar_tensor.default)
