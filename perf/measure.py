@@ -70,9 +70,9 @@ class MeasureConfig:
     warmup: int = 10
     iters: int = 50
     profile_iters: int = 5
-    host_warmup: int = 5
-    host_iters: int = 300
-    host_repeats: int = 10  # host_us is the best of this many batches of host_iters/host_repeats calls
+    host_warmup: int = 50
+    host_iters: int = 2000
+    host_repeats: int = 20  # host_us is the best of this many batches of host_iters/host_repeats calls
     host: bool = True
     profile: bool = True
     flush_l2: bool = True
@@ -90,9 +90,9 @@ QUICK_CONFIG = MeasureConfig(
     warmup=3,
     iters=20,
     profile_iters=3,
-    host_warmup=2,
-    host_iters=60,
-    host_repeats=5,
+    host_warmup=10,
+    host_iters=300,
+    host_repeats=10,
     roofline_mib=256,
     remeasure_repeats=2,
 )

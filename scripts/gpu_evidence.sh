@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 #   scripts/gpu_evidence.sh tests   GPU test suite, explain() reports, host latency, OpInfo sweep
-#   scripts/gpu_evidence.sh perf    perf/ default set, a second run against it, untrimmed-vs-trimmed check
+#   scripts/gpu_evidence.sh perf    perf/ default set, untrimmed-vs-trimmed checks, the expand rule
+#   scripts/gpu_evidence.sh perf2   a second full run checked against the first (perf/baseline.json)
 # Run from the repo root after: source .gpu/nvf_setup.sh (and, for the OpInfo sweep, the expecttest
 # wheel carried in .whl/ on PYTHONPATH).
 set -u
@@ -37,11 +38,23 @@ case "${1:-tests}" in
     echo "elapsed ${SECONDS}s"
     ;;
   perf)
-    timeout 300 python3 -m perf --json "$OUT/perf_run1.json" > "$OUT/perf_run1.log" 2>&1; echo "run1 rc=$?"
-    timeout 150 python3 -m perf --quick --backends eager,inductor,nvf_bookend,nvf_untrimmed,dynamo_eager \
-      --baseline "$OUT/perf_run1.json" --json "$OUT/perf_run2.json" > "$OUT/perf_run2.log" 2>&1; echo "run2 rc=$?"
-    python3 -m perf --compare "$OUT/perf_run1.json" --baseline "$OUT/perf_run1.json" \
-      --compare-backend nvf_untrimmed --baseline-backend nvf_bookend > "$OUT/untrimmed_vs_trimmed.log" 2>&1
-    echo "untrimmed-vs-trimmed rc=$?"; tail -n 2 "$OUT/perf_run2.log"; tail -n 2 "$OUT/untrimmed_vs_trimmed.log"
+    # Run 1: the full default set; then what trimming changes (untrimmed against trimmed, on GPU
+    # time, host time and kernels) and the leading-expand rule on the training blocks.
+    timeout 420 python3 -m perf --json "$OUT/perf_run1.json" > "$OUT/perf_run1.log" 2>&1; echo "run1 rc=$?"
+    for metric in gpu_us host_us kernels; do
+      echo "## --metric $metric"
+      python3 -m perf --compare "$OUT/perf_run1.json" --baseline "$OUT/perf_run1.json" \
+        --compare-backend nvf_untrimmed --baseline-backend nvf_bookend --metric $metric; echo "rc=$?"
+    done > "$OUT/untrimmed_vs_trimmed.log" 2>&1
+    timeout 150 python3 -m perf --tag train --backends nvf_bookend,nvf_trim_broadcasts --no-host \
+      --json "$OUT/perf_broadcasts.json" > "$OUT/perf_broadcasts.log" 2>&1; echo "broadcasts rc=$?"
+    grep -E "regression|rc=" "$OUT/untrimmed_vs_trimmed.log"; echo "elapsed ${SECONDS}s"
+    ;;
+  perf2)
+    # Run 2: the full default set again (plus Dynamo's floor), checked against run 1 (carried in
+    # perf/baseline.json, the committed run 1), with re-measurement of suspects.
+    timeout 480 python3 -m perf --backends eager,inductor,nvf_bookend,nvf_untrimmed,dynamo_eager \
+      --baseline perf/baseline.json --json "$OUT/perf_run2.json" > "$OUT/perf_run2.log" 2>&1
+    echo "run2 rc=$?"; tail -n 2 "$OUT/perf_run2.log"; echo "elapsed ${SECONDS}s"
     ;;
 esac
