@@ -126,6 +126,21 @@ def test_integer_and_bool_pointwise(dtype):
     _ran_on_nvfuser()
 
 
+@pytest.mark.parametrize("bookend", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reductions_of_expanded_tensors_keep_their_shape(bookend, dtype):
+    """nvFuser 0.2.36 lost expanded extents through a reduction (a [1]-shaped bias grad); the lowering
+    reads such tensors through `x * ones`. LayerNorm's backward has this: sum(expand(grad), 0)."""
+    def fn(s, x):
+        e = s.expand(64, 8, 16)
+        return e.reshape(512, 16).t().sum(0) + x.sum(), e.sum(dim=(0, 1)) * x[:16], e.mean(0) + 1
+
+    args = [torch.randn((), device=DEV, dtype=dtype), _r(64, dtype=dtype)]
+    plans = check_inference(fn, args, {"strict": True, "bookend": bookend})
+    assert any("aten.sum.dim_IntList" in ops for ops in region_ops(plans))
+    _ran_on_nvfuser()
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
 def test_rounding_ops_are_copies_on_integers(dtype):
     a = torch.randint(-50, 50, (16, 16), device=DEV, dtype=dtype)

@@ -359,13 +359,34 @@ def _expanded(arg: Any) -> bool:
 
 
 # nvFuser 0.2.36 returned a [1]-shaped bias gradient where a reshape and a sum read an expanded
-# tensor (perf gpt_mlp_train_f32 with bookend=False, H200): such nodes stay in eager.
+# tensor (perf gpt_mlp_train_f32 with bookend=False, H200): the extent of an expanded broadcast dim
+# was lost through the reduction. A reshape of such a tensor stays in eager; a reduction of one reads
+# it through a product with dense ones (`_reduction_input`), which gives every dim a concrete extent.
+# Keeping those reductions in eager cost LayerNorm's backward an extra kernel (its bias gradient is a
+# sum of the expanded output gradient).
 def _check_reduction(node: Node) -> Optional[str]:
-    if _rank(node.args[0]) == 0:
+    x = node.args[0]
+    if _rank(x) == 0:
         return "unsupported op: reduction of a 0-dim tensor"
-    if _expanded(node.args[0]):
-        return "unsupported op: reduction of an expanded (stride-0) tensor"
+    if _expanded(x):
+        v = _val(x)
+        if not v.dtype.is_floating_point:
+            return "unsupported op: reduction of an expanded (stride-0) non-float tensor"
+        if not all(_static(s) for s in v.shape):
+            return "unsupported op: reduction of an expanded (stride-0) tensor of symbolic size"
     return None
+
+
+def _reduction_input(ctx, x: Node) -> Any:
+    """The value a reduction reads: an expanded input goes through `x * ones` (see _check_reduction);
+    multiplying by one is exact, and eager's reduction reads the same values."""
+    xv = ctx.value(x)
+    if not _expanded(x):
+        return xv
+    v = _val(x)
+    dtype = torch.float32 if v.dtype in LOW_PRECISION_FLOATS else v.dtype
+    ones = ctx.ops.full([int(s) for s in v.shape], ctx.constant(1.0, dtype), ctx.dtype(dtype))
+    return ctx.ops.mul(xv, ones)
 
 
 def _reduction_dtype(ctx, node: Node, index: int) -> Any:
@@ -382,7 +403,7 @@ def _reduce_dims_lowering(name: str, single_dim: bool = False, dtype_index: Opti
         dims = _norm_dims([dim] if single_dim else dim, _rank(x))
         keepdim = bool(_arg(node, 2, "keepdim", False))
         dtype = _reduction_dtype(ctx, node, dtype_index) if dtype_index else ctx.nvf.DataType.Null
-        return getattr(ctx.ops, name)(ctx.value(x), dims, keepdim, dtype)
+        return getattr(ctx.ops, name)(_reduction_input(ctx, x), dims, keepdim, dtype)
 
     return lower
 
@@ -392,7 +413,8 @@ def _reduce_all_lowering(name: str):
 
     def lower(ctx, node: Node) -> Any:
         x = node.args[0]
-        return getattr(ctx.ops, name)(ctx.value(x), list(range(_rank(x))), False, _reduction_dtype(ctx, node, 1))
+        return getattr(ctx.ops, name)(_reduction_input(ctx, x), list(range(_rank(x))), False,
+                                      _reduction_dtype(ctx, node, 1))
 
     return lower
 
@@ -407,7 +429,7 @@ register_lowering(aten.amin.default, check=_check_reduction)(_reduce_dims_loweri
 
 def _mean(ctx, node: Node, dims: list[int], keepdim: bool) -> Any:
     x = node.args[0]
-    xv = ctx.value(x)
+    xv = _reduction_input(ctx, x)
     acc = ctx.nvf.DataType.Float if _val(x).dtype in LOW_PRECISION_FLOATS else ctx.nvf.DataType.Null
     total = ctx.ops.sum(xv, dims, keepdim, acc)
     count = None
@@ -446,7 +468,7 @@ def _check_var(node: Node) -> Optional[str]:
 
 
 def _var_input(ctx, node: Node) -> Any:
-    x = ctx.value(node.args[0])
+    x = _reduction_input(ctx, node.args[0])
     if _val(node.args[0]).dtype in LOW_PRECISION_FLOATS:
         x = ctx.cast(x, torch.float32)
     return x
