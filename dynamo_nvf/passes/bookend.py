@@ -181,7 +181,8 @@ def _merge_orphan(gm: GraphModule, orphan: int, nodes: list[Node], settings: Set
             region_id = node.meta.get(REGION_KEY)
             return None if region_id is None or node in union else regions[region_id]
 
-        if region_io_count(union) > settings.max_region_io or creates_cycle(union, order, group):
+        spans = [(order[ns[0]], order[ns[-1]]) for r, ns in regions.items() if r not in (region, orphan)]
+        if region_io_count(union) > settings.max_region_io or creates_cycle(union, order, group, spans):
             continue
         for node in nodes:
             node.meta[REGION_KEY] = region

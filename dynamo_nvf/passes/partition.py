@@ -24,21 +24,41 @@ _SKIPPED_OPS = ("placeholder", "output", "get_attr")
 
 
 class _Group:
-    __slots__ = ("nodes",)
+    __slots__ = ("nodes", "lo", "hi")
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, position: int) -> None:
         self.nodes: set[Node] = {node}
+        self.lo = self.hi = position  # first and last position of a member in the graph
+
+
+def horizon(last: int, spans: Iterable[tuple[int, int]]) -> int:
+    """The position past which no path can come back to a node at or before `last`.
+
+    Graph order is topological, so a path only moves forward, except that entering a region (fused
+    into one node) lets it continue from that region's earliest member. Any region that starts at or
+    before the horizon therefore pushes it to its own last member, transitively.
+    """
+    limit = last
+    for lo, hi in sorted(spans):
+        if lo > limit:
+            break
+        limit = max(limit, hi)
+    return limit
 
 
 def creates_cycle(union: set[Node], order: dict[Node, int],
-                  group_members: Callable[[Node], Optional[Collection[Node]]] = lambda n: None) -> bool:
+                  group_members: Callable[[Node], Optional[Collection[Node]]] = lambda n: None,
+                  spans: Iterable[tuple[int, int]] = ()) -> bool:
     """True if fusing `union` would need a cycle: some path leaves it and comes back.
 
     Other regions will be fused too, so a path that reaches one of their nodes continues from all
     of its members (each region becomes one node): A -> eager -> B and B -> eager -> A is a cycle
-    although each region alone is convex. `group_members(node)` gives a node's region, or None.
+    although each region alone is convex. `group_members(node)` gives a node's region, or None;
+    `spans` are the (first, last) positions of those regions, which bound the search (`horizon`).
+    An Adam step's graph showed why the bound must count them: a path went past the union's last
+    node into a region whose earlier members fed the union.
     """
-    last = max(order[n] for n in union)
+    last = horizon(max(order[n] for n in union), spans)
     stack = [u for n in union for u in n.users if u not in union]
     seen: set[Node] = set()
     while stack:
@@ -81,6 +101,7 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
     group_of: dict[Node, _Group] = {}
+    multi: set[_Group] = set()  # groups of two or more nodes: only they can lead a path backwards
 
     for node in nodes:
         node.meta.pop(REGION_KEY, None)
@@ -92,7 +113,7 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
         if reason is not None:
             node.meta[REASON_KEY] = reason
             continue
-        group = _Group(node)
+        group = _Group(node, order[node])
         group_of[node] = group
         for producer in node.all_input_nodes:
             other = group_of.get(producer)
@@ -102,13 +123,17 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
             if region_io_count(union) > settings.max_region_io:
                 _note_split(node, producer, f"IO limit: merging would pass max_region_io={settings.max_region_io}")
                 continue
-            if creates_cycle(union, order, lambda n: _members(group_of, n, union)):
+            spans = [(g.lo, g.hi) for g in multi if g is not other and g is not group]
+            if creates_cycle(union, order, lambda n: _members(group_of, n, union), spans):
                 _note_split(node, producer, "cycle: merging would need a path through eager code")
                 continue
             keep, drop = (other, group) if len(other.nodes) >= len(group.nodes) else (group, other)
             keep.nodes |= drop.nodes
+            keep.lo, keep.hi = min(keep.lo, drop.lo), max(keep.hi, drop.hi)
             for n in drop.nodes:
                 group_of[n] = keep
+            multi.discard(drop)
+            multi.add(keep)
             group = keep
 
     groups: list[_Group] = []
