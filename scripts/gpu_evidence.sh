@@ -2,7 +2,8 @@
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 #   scripts/gpu_evidence.sh tests   GPU test suite, explain() reports, host latency, OpInfo sweep
 #   scripts/gpu_evidence.sh perf    perf/ default set, untrimmed-vs-trimmed checks, the expand rule
-#   scripts/gpu_evidence.sh perf2   a second full run checked against the first (perf/baseline.json)
+#   scripts/gpu_evidence.sh final   run 2 against perf/baseline.json, live untrimmed check, explain, suite
+#   scripts/gpu_evidence.sh suite   GPU suite beside the sharded OpInfo sweep
 # Run from the repo root after: source .gpu/nvf_setup.sh (and, for the OpInfo sweep, the expecttest
 # wheel carried in .whl/ on PYTHONPATH).
 set -u
@@ -18,8 +19,14 @@ case "${1:-tests}" in
     timeout 90 python3 tests/gpu_explain_runs.py gpt_block > "$OUT/explain_gpt_block.txt" 2>&1
     timeout 60 python3 scripts/host_latency.py > "$OUT/host_latency.log" 2>&1
     timeout 60 python3 scripts/probe_view_output.py > "$OUT/probe_view_output.log" 2>&1
+    NVF_EVIDENCE_BUDGET_S=$(( ${NVF_EVIDENCE_BUDGET_S:-560} - SECONDS )) OUT="$OUT" bash "$0" suite
+    cat "$OUT/host_latency.log"; grep -E "^(raw|compiled)" "$OUT/probe_view_output.log"
+    ;;
+  suite)
+    # The GPU suite beside the OpInfo sweep sharded over processes (neither times anything), within
+    # NVF_EVIDENCE_BUDGET_S seconds.
     SHARDS=${NVF_OPINFO_SHARDS:-6}
-    LEFT=$(( ${NVF_EVIDENCE_BUDGET_S:-560} - SECONDS ))
+    LEFT=${NVF_EVIDENCE_BUDGET_S:-560}
     mkdir -p /tmp/opinfo
     for i in $(seq 0 $((SHARDS - 1))); do
       NVF_OPINFO_SHARD="$i/$SHARDS" NVF_OPINFO_BUDGET_S=$((LEFT - 60)) NVF_OPINFO_REPORT="/tmp/opinfo/shard$i.txt" \
@@ -33,9 +40,8 @@ case "${1:-tests}" in
     tail -n 3 /tmp/opinfo/pytest*.log > "$OUT/opinfo_pytest.log"
     tail -n 3 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -20
     grep -E "^(stability|dynamic|automatic)" "$OUT/gpu_tests.log"
-    head -n 1 "$OUT/opinfo.txt"; sed -n '/^failures/,$p' "$OUT/opinfo.txt" | head -30
-    cat "$OUT/host_latency.log"; grep -E "^(raw|compiled)" "$OUT/probe_view_output.log"
-    echo "elapsed ${SECONDS}s"
+    head -n 1 "$OUT/opinfo.txt"; sed -n '/^failures/,$p' "$OUT/opinfo.txt" | head -40
+    echo "suite elapsed ${SECONDS}s"
     ;;
   perf)
     # Run 1: the full default set; then what trimming changes (untrimmed against trimmed, on GPU
@@ -50,11 +56,20 @@ case "${1:-tests}" in
       --json "$OUT/perf_broadcasts.json" > "$OUT/perf_broadcasts.log" 2>&1; echo "broadcasts rc=$?"
     grep -E "regression|rc=" "$OUT/untrimmed_vs_trimmed.log"; echo "elapsed ${SECONDS}s"
     ;;
-  perf2)
-    # Run 2: the full default set again (plus Dynamo's floor), checked against run 1 (carried in
-    # perf/baseline.json, the committed run 1), with re-measurement of suspects.
-    timeout 480 python3 -m perf --backends eager,inductor,nvf_bookend,nvf_untrimmed,dynamo_eager \
+  final)
+    # Run 2 of the full default set (plus Dynamo's floor) checked against run 1 (perf/baseline.json),
+    # a live untrimmed-against-trimmed check on the workloads where trimming showed, then the explain
+    # reports and the GPU suite beside the OpInfo sweep.
+    timeout 330 python3 -m perf --backends eager,inductor,nvf_bookend,nvf_untrimmed,dynamo_eager \
       --baseline perf/baseline.json --json "$OUT/perf_run2.json" > "$OUT/perf_run2.log" 2>&1
-    echo "run2 rc=$?"; tail -n 2 "$OUT/perf_run2.log"; echo "elapsed ${SECONDS}s"
+    echo "run2 rc=$?"; tail -n 2 "$OUT/perf_run2.log"
+    timeout 60 python3 -m perf --only gpt_attention_fwd_bf16,gpt_mlp_fwd_bf16,metadata_only --backends nvf_untrimmed \
+      --baseline perf/baseline.json --compare-backend nvf_untrimmed --baseline-backend nvf_bookend \
+      --json /tmp/untrimmed_live.json > "$OUT/untrimmed_live.log" 2>&1; echo "untrimmed live rc=$?"
+    timeout 40 python3 tests/gpu_explain_runs.py seed001 > "$OUT/explain_seed001.txt" 2>&1
+    timeout 60 python3 tests/gpu_explain_runs.py gpt_block > "$OUT/explain_gpt_block.txt" 2>&1
+    echo "perf and explain done at ${SECONDS}s"
+    NVF_OPINFO_SAMPLES=${NVF_OPINFO_SAMPLES:-4} NVF_EVIDENCE_BUDGET_S=$(( ${NVF_FINAL_BUDGET_S:-575} - SECONDS )) \
+      OUT="$OUT" bash "$0" suite
     ;;
 esac

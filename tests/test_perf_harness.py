@@ -589,3 +589,11 @@ def test_cli_compare_metric(doc, tmp_path):
     args = ["--compare", str(base), "--baseline", str(base), "--compare-backend", "nvf_untrimmed",
             "--baseline-backend", "nvf_bookend"]
     assert main(args + ["--metric", "kernels"]) == EXIT_REGRESSION  # 2 kernels untrimmed against 1
+
+
+def test_stored_baseline_is_a_full_gpu_run_that_passes_against_itself():
+    path = Path(__file__).resolve().parents[1] / "perf" / "baseline.json"
+    doc = json.loads(path.read_text())
+    assert doc["env"]["gpu"].startswith("NVIDIA") and len(doc["results"]) >= 20
+    assert {"eager", "inductor", "nvf_bookend", "nvf_untrimmed"} <= set(report.backends_of(doc))
+    assert main(["--compare", str(path), "--baseline", str(path)]) == EXIT_OK
