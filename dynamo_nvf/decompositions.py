@@ -1,6 +1,7 @@
 """Decompositions applied while aot_autograd traces: composite ops nvFuser lacks become ops it has.
 
-Matmuls (mm, bmm, addmm), dropout (RNG) and embedding are not listed: they stay whole and run in ATen.
+Matmuls (mm, bmm, addmm), dropout (RNG) and embedding are not listed: they stay whole; matmuls and
+dropout run in ATen, embedding too unless the fuse_embedding option lowers it (a row gather).
 """
 
 from __future__ import annotations

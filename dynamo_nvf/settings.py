@@ -33,6 +33,9 @@ class Settings:
     plan_cpu_as_cuda: bool = False
     #: Fusion definitions kept per region (LRU), keyed by the inputs' dtypes, ranks and layouts.
     fusion_cache_size: int = 32
+    #: Fuse `aten.embedding` (a row gather) into the region of the ops that use it. Off: ATen's
+    #: embedding kernel runs it. perf's embedding_* workloads compare the two (nvf_fuse_embedding).
+    fuse_embedding: bool = False
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> "Settings":

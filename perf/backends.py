@@ -74,6 +74,11 @@ BACKENDS: dict[str, Backend] = {
             'dynamo_nvf with options={"trim_broadcasts": True}: evidence for the leading-expand rule; opt-in',
         ),
         Backend(
+            "nvf_fuse_embedding",
+            _nvf({"fuse_embedding": True}),
+            'dynamo_nvf with options={"fuse_embedding": True}: embedding fused against ATen\'s; opt-in',
+        ),
+        Backend(
             "dynamo_eager",
             _dynamo_eager,
             'torch.compile(backend="eager"): Dynamo\'s own cost, the floor of any backend; opt-in',

@@ -176,7 +176,7 @@ def select(
     chosen = list(REGISTRY.values())
     if only:
         keep: set[str] = set()
-        for pat in only:
+        for pat in (p.strip() for entry in only for p in entry.split(",") if p.strip()):
             hits = [n for n in REGISTRY if fnmatchcase(n, pat)]
             if not hits:
                 raise KeyError(f"no workload matches {pat!r}")
@@ -498,6 +498,30 @@ def _register_blocks() -> None:
 
 
 _register_blocks()
+
+
+# --------------------------------------------------------------------------- embedding
+
+_EMB = {False: (16, 512, 32000, 1024), True: (2, 8, 64, 16)}  # batch, seq, vocab, dim
+
+
+def _token_inputs(device, dtype, tiny: bool) -> tuple:
+    b, s, v, _ = _EMB[tiny]
+    return (torch.randint(0, v, (b, s), device=device),)
+
+
+@workload(make_inputs=_token_inputs, tags=("embedding", "block", "f32", "fwd"))
+def embedding_scale_add(device, dtype, tiny: bool) -> Callable:
+    """Token embedding * sqrt(d) + positions: is fusing the row gather (fuse_embedding) worth it?"""
+    b, s, v, d = _EMB[tiny]
+    emb = nn.Embedding(v, d, device=device, dtype=dtype)
+    pos = _randn((s, d), device, dtype)
+    scale = math.sqrt(d)
+
+    def embedding_scale_add(tokens):
+        return emb(tokens) * scale + pos
+
+    return embedding_scale_add
 
 
 # --------------------------------------------------------------------------- training step

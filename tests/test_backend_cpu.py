@@ -299,3 +299,25 @@ def test_full_like_is_planned_and_matches():
     ops = {op for region in region_ops(cuda_plans(fn, (4, 8), fake=False)) for op in region}
     assert "aten.full_like.default" in ops
     check_inference(fn, [torch.randn(4, 8)], {"plan_cpu_as_cuda": True})
+
+
+def test_embedding_stays_in_aten_unless_fuse_embedding():
+    emb = torch.nn.Embedding(50, 16)
+
+    def fn(tokens):
+        return emb(tokens) * 4.0 + 1.0
+
+    tokens = torch.randint(0, 50, (4, 8))
+    with torch.no_grad():
+        (default,) = check_inference(fn, [tokens], PLAN)
+        (fused,) = check_inference(fn, [tokens], {**PLAN, "fuse_embedding": True})
+    reason = next(n.reason for n in default.nodes if n.op == "aten.embedding.default")
+    assert reason == "left to ATen: aten.embedding.default is fused only with fuse_embedding=True"
+    assert [r.ops for r in fused.regions] == [["aten.embedding.default", "aten.mul.Tensor", "aten.add.Tensor"]]
+
+
+def test_negative_variance_correction_stays_eager():
+    fn = lambda x: torch.var(x, 1, correction=-1) * 2  # noqa: E731
+    (plan,) = check_inference(fn, [torch.randn(4, 8)], {**PLAN, "min_region_size": 1})
+    reason = next(n.reason for n in plan.nodes if n.op == "aten.var.correction")
+    assert "negative variance correction" in reason

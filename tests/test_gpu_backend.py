@@ -141,6 +141,22 @@ def test_reductions_of_expanded_tensors_keep_their_shape(bookend, dtype):
     _ran_on_nvfuser()
 
 
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_embedding_matches_aten(dtype, index_dtype):
+    emb = torch.nn.Embedding(300, 64, device=DEV, dtype=dtype)
+    pos = _r(16, 64, dtype=dtype)
+    fn = lambda t: emb(t) * 8.0 + pos  # noqa: E731
+    tokens = torch.randint(0, 300, (4, 16), device=DEV, dtype=index_dtype)
+    plans = check_inference(fn, [tokens], {"strict": True, "fuse_embedding": True})
+    assert any("aten.embedding.default" in ops for ops in region_ops(plans))
+    _ran_on_nvfuser()
+    compiled = compile_fn(fn, {"strict": True, "fuse_embedding": True})
+    with torch.no_grad():
+        compiled(tokens)
+        assert len(all_kernels(compiled, tokens)) == 1  # gather, scale and add in one kernel
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
 def test_rounding_ops_are_copies_on_integers(dtype):
     a = torch.randint(-50, 50, (16, 16), device=DEV, dtype=dtype)

@@ -112,7 +112,8 @@ def test_tiny_inputs_run_under_eager_on_cpu(name):
         if isinstance(t, torch.Tensor):
             assert t.device.type == "cpu"
             assert t.numel() <= 64 * 1024, "tiny inputs must stay tiny"
-            assert t.dtype == wl.dtype
+            if t.is_floating_point():  # token ids stay integers
+                assert t.dtype == wl.dtype
     out = inst.call()
     out2 = inst.call()  # a second call does the same work (grads were cleared)
     assert out is not None and out2 is not None
@@ -139,13 +140,15 @@ def test_real_shapes_build_on_meta(name):
     inst = wl.instantiate("meta", tiny=False)
     tensors = [t for t in inst.inputs if isinstance(t, torch.Tensor)]
     assert tensors and all(t.device.type == "meta" for t in tensors)
-    assert max(t.numel() for t in tensors) >= 2**20, "real shapes should be GPU-sized"
+    largest = max(t.numel() for t in tensors)
     if wl.bytes_moved is not None:
         assert wl.bytes_moved(inst.inputs) >= 2 * tensors[0].numel() * tensors[0].element_size()
     if wl.kind == "forward":
         out = inst.fn(*inst.inputs)  # shape-checks the real graph without data
         first = out[0] if isinstance(out, tuple) else out
         assert first.device.type == "meta"
+        largest = max(largest, first.numel())  # e.g. embedding: small token ids, a large output
+    assert largest >= 2**20, "real shapes should be GPU-sized"
 
 
 def test_seed_shapes_match_spec():
@@ -597,3 +600,8 @@ def test_stored_baseline_is_a_full_gpu_run_that_passes_against_itself():
     assert doc["env"]["gpu"].startswith("NVIDIA") and len(doc["results"]) >= 20
     assert {"eager", "inductor", "nvf_bookend", "nvf_untrimmed"} <= set(report.backends_of(doc))
     assert main(["--compare", str(path), "--baseline", str(path)]) == EXIT_OK
+
+
+def test_only_takes_comma_separated_names():
+    names = [w.name for w in select(only=["gelu_views,lone_reshape", "transpose_*"])]
+    assert names == ["gelu_views", "transpose_views", "lone_reshape"]

@@ -462,6 +462,8 @@ def _check_var(node: Node) -> Optional[str]:
     correction = node.kwargs.get("correction")
     if correction is not None and float(correction) != int(correction):
         return "unsupported op: non-integer variance correction"
+    if correction is not None and correction < 0:
+        return "unsupported op: negative variance correction (nvFuser takes correction >= 0)"
     if not _val(node.args[0]).dtype.is_floating_point:
         return "dtype: variance of a non-floating tensor"
     return None
@@ -722,6 +724,26 @@ def _check_cat(node: Node) -> Optional[str]:
         if not isinstance(v, torch.Tensor) or any(_static(s) and s == 0 for s in v.shape):
             return "unsupported op: cat of an empty tensor"
     return None
+
+
+def _check_embedding(node: Node) -> Optional[str]:
+    weight, indices = _val(node.args[0]), _val(node.args[1])
+    if weight.dim() != 2 or indices.dtype not in (torch.int64, torch.int32):
+        return "unsupported op: embedding needs a 2-D weight and int32/int64 indices"
+    if not all(_static(s) for s in (*weight.shape, *indices.shape)):
+        return "unsupported op: embedding of symbolic size"
+    return None
+
+
+@register_lowering(aten.embedding.default, check=_check_embedding, opt_in="fuse_embedding")
+def _embedding(ctx, node: Node) -> Any:
+    """Rows of the weight picked by the indices (padding_idx matters only to the backward)."""
+    indices = _val(node.args[1])
+    flat = ctx.value(node.args[1])
+    if indices.dim() != 1:
+        flat = ctx.ops.reshape(flat, [indices.numel()])
+    rows = ctx.ops.index_select(ctx.value(node.args[0]), flat, 0)
+    return ctx.ops.reshape(rows, list(node.meta["val"].shape)) if indices.dim() != 1 else rows
 
 
 @register_lowering(aten.cat.default, check=_check_cat)

@@ -32,19 +32,22 @@ class Lowering:
     target: Any
     lower: LowerFn
     check: Optional[CheckFn] = None
+    #: A Settings flag that must be on for this lowering to be used (ops ATen does as well by default).
+    opt_in: Optional[str] = None
 
 
 LOWERINGS: dict[Any, Lowering] = {}
 
 
-def register_lowering(*targets: Any, check: Optional[CheckFn] = None) -> Callable[[LowerFn], LowerFn]:
+def register_lowering(*targets: Any, check: Optional[CheckFn] = None,
+                      opt_in: Optional[str] = None) -> Callable[[LowerFn], LowerFn]:
     """Registers `fn` as the lowering of every overload in `targets`."""
 
     def decorate(fn: LowerFn) -> LowerFn:
         for target in targets:
             if target in LOWERINGS:
                 raise ValueError(f"duplicate lowering for {target}")
-            LOWERINGS[target] = Lowering(target, fn, check)
+            LOWERINGS[target] = Lowering(target, fn, check, opt_in)
         return fn
 
     return decorate
@@ -101,6 +104,8 @@ def _unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
     lowering = LOWERINGS.get(node.target)
     if lowering is None:
         return f"unsupported op: {op_name(node.target)} has no nvFuser lowering"
+    if lowering.opt_in is not None and not getattr(settings, lowering.opt_in):
+        return f"left to ATen: {op_name(node.target)} is fused only with {lowering.opt_in}=True"
     if node.target is operator.getitem:
         # Follows its producer: only results of supported ops are indexed inside a region.
         src = node.args[0]
