@@ -4,6 +4,7 @@
 #   scripts/gpu_evidence.sh perf    perf/ default set, untrimmed-vs-trimmed checks, the expand rule
 #   scripts/gpu_evidence.sh final   run 2 against perf/baseline.json, live untrimmed check, explain, suite
 #   scripts/gpu_evidence.sh suite   GPU suite beside the sharded OpInfo sweep
+#   scripts/gpu_evidence.sh check   embedding fused vs ATen, live untrimmed check, --quick wall time, suite
 # Run from the repo root after: source .gpu/nvf_setup.sh (and, for the OpInfo sweep, the expecttest
 # wheel carried in .whl/ on PYTHONPATH).
 set -u
@@ -71,5 +72,22 @@ case "${1:-tests}" in
     echo "perf and explain done at ${SECONDS}s"
     NVF_OPINFO_SAMPLES=${NVF_OPINFO_SAMPLES:-4} NVF_EVIDENCE_BUDGET_S=$(( ${NVF_FINAL_BUDGET_S:-575} - SECONDS )) \
       OUT="$OUT" bash "$0" suite
+    ;;
+  check)
+    # Embedding fused against ATen's, the live untrimmed-against-trimmed check, --quick's wall time,
+    # host latency, then the GPU suite (no OpInfo).
+    timeout 90 python3 -m perf --only 'embedding_*' --backends eager,inductor,nvf_bookend,nvf_fuse_embedding \
+      --json "$OUT/perf_embedding.json" > "$OUT/perf_embedding.log" 2>&1; echo "embedding rc=$?"
+    timeout 90 python3 -m perf --only gpt_attention_fwd_bf16,gpt_mlp_fwd_bf16,metadata_only --backends nvf_untrimmed \
+      --baseline perf/baseline.json --compare-backend nvf_untrimmed --baseline-backend nvf_bookend \
+      --json /tmp/untrimmed_live.json > "$OUT/untrimmed_live.log" 2>&1; echo "untrimmed live rc=$?"
+    start=$SECONDS; timeout 120 python3 -m perf --quick --json /tmp/quick.json > "$OUT/perf_quick.log" 2>&1
+    echo "quick rc=$? wall $((SECONDS - start))s" | tee -a "$OUT/perf_quick.log"
+    timeout 60 python3 scripts/host_latency.py > "$OUT/host_latency.log" 2>&1
+    timeout 300 python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfsP \
+      --deselect tests/test_gpu_opinfo.py::test_opinfo_sweep > "$OUT/gpu_tests.log" 2>&1
+    tail -n 3 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -20
+    cat "$OUT/host_latency.log"; grep -E "regression|^\| embedding" "$OUT/untrimmed_live.log" "$OUT/perf_embedding.log"
+    echo "elapsed ${SECONDS}s"
     ;;
 esac
