@@ -74,9 +74,9 @@ BACKENDS: dict[str, Backend] = {
             'dynamo_nvf with options={"trim_broadcasts": True}: evidence for the leading-expand rule; opt-in',
         ),
         Backend(
-            "nvf_fuse_embedding",
-            _nvf({"fuse_embedding": True}),
-            'dynamo_nvf with options={"fuse_embedding": True}: embedding fused against ATen\'s; opt-in',
+            "nvf_aten_embedding",
+            _nvf({"fuse_embedding": False}),
+            'dynamo_nvf with options={"fuse_embedding": False}: ATen\'s embedding, against the fused default; opt-in',
         ),
         Backend(
             "dynamo_eager",

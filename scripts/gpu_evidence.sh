@@ -76,7 +76,7 @@ case "${1:-tests}" in
   check)
     # Embedding fused against ATen's, the live untrimmed-against-trimmed check, --quick's wall time,
     # host latency, then the GPU suite (no OpInfo).
-    timeout 90 python3 -m perf --only 'embedding_*' --backends eager,inductor,nvf_bookend,nvf_fuse_embedding \
+    timeout 90 python3 -m perf --only 'embedding_*' --backends eager,inductor,nvf_bookend,nvf_aten_embedding \
       --json "$OUT/perf_embedding.json" > "$OUT/perf_embedding.log" 2>&1; echo "embedding rc=$?"
     timeout 90 python3 -m perf --only gpt_attention_fwd_bf16,gpt_mlp_fwd_bf16,metadata_only --backends nvf_untrimmed \
       --baseline perf/baseline.json --compare-backend nvf_untrimmed --baseline-backend nvf_bookend \

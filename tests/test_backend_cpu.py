@@ -301,7 +301,7 @@ def test_full_like_is_planned_and_matches():
     check_inference(fn, [torch.randn(4, 8)], {"plan_cpu_as_cuda": True})
 
 
-def test_embedding_stays_in_aten_unless_fuse_embedding():
+def test_embedding_is_fused_unless_fuse_embedding_is_off():
     emb = torch.nn.Embedding(50, 16)
 
     def fn(tokens):
@@ -309,9 +309,9 @@ def test_embedding_stays_in_aten_unless_fuse_embedding():
 
     tokens = torch.randint(0, 50, (4, 8))
     with torch.no_grad():
-        (default,) = check_inference(fn, [tokens], PLAN)
-        (fused,) = check_inference(fn, [tokens], {**PLAN, "fuse_embedding": True})
-    reason = next(n.reason for n in default.nodes if n.op == "aten.embedding.default")
+        (aten,) = check_inference(fn, [tokens], {**PLAN, "fuse_embedding": False})
+        (fused,) = check_inference(fn, [tokens], PLAN)
+    reason = next(n.reason for n in aten.nodes if n.op == "aten.embedding.default")
     assert reason == "left to ATen: aten.embedding.default is fused only with fuse_embedding=True"
     assert [r.ops for r in fused.regions] == [["aten.embedding.default", "aten.mul.Tensor", "aten.add.Tensor"]]
 

@@ -12,8 +12,10 @@ Rules, in order:
   reason Thunder gave for dropping bookending).
 - Leading broadcasts (`expand`) stay inside unless `trim_broadcasts`: nvFuser broadcasts for free,
   while a trimmed expand hands it stride-0 inputs, the pattern that split Thunder's var_mean backward
-  into extra kernels. Not yet measured here: `python -m perf --tag train --backends
-  nvf_bookend,nvf_trim_broadcasts` compares the two (kernels and time) on the training blocks.
+  into extra kernels. Measured (`python -m perf --tag train --backends
+  nvf_bookend,nvf_trim_broadcasts`, H200, nvFuser 0.2.36): the same kernel counts on all seven
+  training workloads, and rmsnorm_train_f32 took 213.1 us with the expands trimmed against 184.4 us
+  kept (1.16x slower); the others were within 1%.
 - Interior chains of reshapes collapse into one (seed 002's separateNestedViews).
 - A region left with fewer than `min_region_size` compute nodes (none at all for a metadata-only
   region) goes back to eager: it would only pay nvFuser's host cost (Thunder #1251). The exception
