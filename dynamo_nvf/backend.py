@@ -26,6 +26,7 @@ from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.plan import GraphPlan
 from dynamo_nvf.runtime.region import RegionRuntime
+from dynamo_nvf.runtime.views import view_replay
 from dynamo_nvf.settings import Settings
 
 log = logging.getLogger("dynamo_nvf")
@@ -158,7 +159,10 @@ def nvf_bookend(
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
     if compiler.needs_no_fusion():
-        # Nothing for nvFuser: skip every wrapper and run Dynamo's graph as it is (lone views, seed 003).
-        log.info("dynamo_nvf: no region in this graph; it runs as plain PyTorch")
-        return gm.forward
+        # Nothing for nvFuser: skip every wrapper (lone views, seed 003). Views only: one as_strided
+        # per output; anything else runs Dynamo's graph as it is.
+        replay = view_replay(gm, compiler.plans)
+        log.info("dynamo_nvf: no region in this graph; it runs as %s",
+                 "one as_strided view per output" if replay is not None else "plain PyTorch")
+        return replay if replay is not None else gm.forward
     return compiled

@@ -71,13 +71,63 @@ def test_metadata_only_program_never_reaches_nvfuser():
     assert any(r.startswith("metadata-only") or r.startswith("trimmed") for r in reasons), reasons
 
 
-def test_metadata_only_program_runs_the_dynamo_graph_as_is():
+def test_metadata_only_program_returns_views_of_its_input():
     x = torch.randn(64, 32)
     compiled = compile_fn(programs.metadata_only, {"plan_cpu_as_cuda": True})
     out = compiled(x)
     expected = programs.metadata_only(x)
     assert out.data_ptr() == x.data_ptr() and out.stride() == expected.stride()
     assert_same(out, expected)
+
+
+def _views(x, y):
+    """Several outputs, offsets into both inputs, a broadcast and a split."""
+    a = x[2:, 1:].t().unsqueeze(0)
+    b = y.view(4, 2, 8).permute(2, 0, 1)[1]
+    c = x[3].expand(5, 32)
+    d = y.split(3, dim=1)[2]
+    return a, b, c, d
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_views_only_graph_replays_each_output_as_one_view(grad):
+    """Inference: each output is one as_strided of its input (no view chain, no aot wrapper);
+    training goes through aot_autograd as before. Either way: same storage, offsets, strides and
+    values as eager on fresh inputs after the compile, and in training the same gradients."""
+    compiled = compile_fn(_views, {"plan_cpu_as_cuda": True})
+    for _ in range(2):
+        x, y = torch.randn(64, 32, requires_grad=grad), torch.randn(8, 8, requires_grad=grad)
+        with torch.set_grad_enabled(grad):
+            actual, expected = compiled(x, y), _views(x, y)
+        for a, e, base in zip(actual, expected, (x, y, x, y)):
+            assert a.untyped_storage().data_ptr() == e.untyped_storage().data_ptr()
+            assert (a.shape, a.stride(), a.storage_offset()) == (e.shape, e.stride(), e.storage_offset())
+            assert torch.equal(a, e) and a._base is base
+        if grad:
+            weights = [torch.randn_like(e) for e in expected]
+            got = torch.autograd.grad([(a * w).sum() for a, w in zip(actual, weights)], [x, y])
+            want = torch.autograd.grad([(e * w).sum() for e, w in zip(expected, weights)], [x, y])
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w)
+
+
+def test_views_only_inference_graph_is_replayed_not_run():
+    from dynamo_nvf.runtime.views import view_specs
+    from dynamo_nvf.backend import recording
+
+    captured = []
+
+    def spy(gm, example_inputs):
+        captured.append(gm)
+        return torch._dynamo.lookup_backend("nvf_bookend")(gm, example_inputs, options={"plan_cpu_as_cuda": True})
+
+    torch._dynamo.reset()
+    compiled = torch.compile(_views, backend=spy)
+    with torch.no_grad(), recording() as rec:
+        compiled(torch.randn(64, 32), torch.randn(8, 8))
+    specs, as_tuple = view_specs(captured[0], rec.plans)
+    assert as_tuple and [s.input_index for s in specs] == [0, 1, 0, 1]
+    assert specs[0].offset_delta == 2 * 32 + 1 and specs[2].stride == (0, 1)
 
 
 def test_bookend_false_sends_a_metadata_only_region_untrimmed():
