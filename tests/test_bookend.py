@@ -273,3 +273,16 @@ def test_reshape_of_expanded_tensor_stays_eager_and_its_reduction_is_fused():
     fused = {op for region in plan.regions for op in region.ops}
     assert "aten.sum.dim_IntList" in fused  # e.sum(dim=(0, 1)) reads the expand inside the region
     check_inference(fn, [torch.randn(()), torch.randn(4)], {"plan_cpu_as_cuda": True, "bookend": False})
+
+
+def test_views_only_graph_keeps_calls_that_return_their_input():
+    """`flatten` of a 1-D tensor and `contiguous` of a contiguous one return the input object itself
+    in eager; the compiled program must too (no as_strided replay for them)."""
+    def fn(x):
+        return x.flatten(), x.contiguous(), x.view(2, -1)
+
+    x = torch.randn(8)
+    with torch.no_grad():
+        out = compile_fn(fn, {"plan_cpu_as_cuda": True})(x)
+    assert out[0] is x and out[1] is x and out[2] is not x
+    assert out[2]._base is x and out[2].stride() == (4, 1)

@@ -10,6 +10,7 @@ cost remains. Used for inference graphs only: autograd would see as_strided inst
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -44,11 +45,31 @@ def _static(values: Sequence[Any]) -> bool:
     return all(isinstance(v, int) for v in values)
 
 
+#: Dynamo-level calls that always return a new view (never the input object itself, as `flatten`,
+#: `contiguous` or `to` may), with the viewed tensor as first argument.
+_VIEW_METHODS = frozenset({
+    "view", "reshape", "permute", "transpose", "t", "unsqueeze", "squeeze", "expand", "expand_as",
+    "__getitem__", "split", "unbind", "select", "narrow", "unflatten", "chunk", "swapaxes", "swapdims",
+})
+_VIEW_FUNCTIONS = frozenset({
+    operator.getitem, torch.transpose, torch.permute, torch.reshape, torch.squeeze, torch.unsqueeze,
+    torch.split, torch.unbind, torch.narrow, torch.select, torch.t, torch.swapaxes, torch.chunk,
+})
+
+
+def _is_view_call(node: Node) -> bool:
+    if not node.args or not isinstance(node.args[0], Node):
+        return False
+    if node.op == "call_method":
+        return node.target in _VIEW_METHODS
+    return node.op == "call_function" and node.target in _VIEW_FUNCTIONS
+
+
 def _source_placeholder(node: Node) -> Optional[Node]:
     """The input a chain of views starts from (each view's tensor is its first argument)."""
     src = node
     while src.op != "placeholder":
-        if src.op not in ("call_function", "call_method") or not src.args or not isinstance(src.args[0], Node):
+        if not _is_view_call(src):
             return None
         src = src.args[0]
     return src
@@ -80,27 +101,23 @@ def view_specs(gm: GraphModule, plans: Sequence[GraphPlan]) -> Optional[tuple[li
     return specs, as_tuple
 
 
+def _one_view(s: ViewOfInput) -> Callable[[Sequence[Any]], torch.Tensor]:
+    as_strided, index, size, stride, delta = torch.as_strided, s.input_index, s.size, s.stride, s.offset_delta
+    if delta == 0:  # as_strided keeps the input's own offset
+        return lambda args: as_strided(args[index], size, stride)
+    return lambda args: as_strided(args[index], size, stride, args[index].storage_offset() + delta)
+
+
 def view_replay(gm: GraphModule, plans: Sequence[GraphPlan]) -> Optional[Callable[..., Any]]:
     """A callable returning `gm`'s outputs as `as_strided` views of its inputs, or None."""
     found = view_specs(gm, plans)
     if found is None:
         return None
     specs, as_tuple = found
-    as_strided = torch.as_strided
-
-    if not as_tuple and len(specs) == 1:
-        (s,) = specs
-
-        def replay_one(*args: Any) -> torch.Tensor:
-            x = args[s.input_index]
-            return as_strided(x, s.size, s.stride, x.storage_offset() + s.offset_delta)
-
-        return replay_one
-
-    def replay(*args: Any) -> tuple[torch.Tensor, ...]:
-        return tuple(
-            as_strided(args[s.input_index], s.size, s.stride, args[s.input_index].storage_offset() + s.offset_delta)
-            for s in specs
-        )
-
-    return replay
+    views = [_one_view(s) for s in specs]
+    if len(views) == 1:  # the common lone view: no loop
+        (view,) = views
+        if as_tuple:
+            return lambda *args: (view(args),)
+        return lambda *args: view(args)
+    return lambda *args: tuple([view(args) for view in views])
