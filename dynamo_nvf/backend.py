@@ -108,9 +108,10 @@ class _GraphCompiler:
         try:
             return self._compile(work, kind, graph_id)
         except Exception as exc:  # planning must never break the user's program
-            warnings.warn(f"dynamo_nvf: planning {kind} graph {graph_id} failed, it runs in eager: "
-                          f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
-            plan = GraphPlan(kind=kind, graph_id=graph_id)
+            error = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"dynamo_nvf: planning {kind} graph {graph_id} failed, it runs in eager: {error}",
+                          RuntimeWarning, stacklevel=2)
+            plan = GraphPlan(kind=kind, graph_id=graph_id, planning_error=error)
             self.plans.append(plan)
             return make_boxed_func(gm.forward)
 

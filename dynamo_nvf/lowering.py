@@ -34,6 +34,8 @@ class LoweringContext:
         self.fd = fd
         self.ops = fd.ops
         self.values: dict[Node, Any] = {}
+        #: Region inputs as defined, before the f32 upcast of half/bfloat16 ones (for gathers).
+        self.raw_inputs: dict[Node, Any] = {}
 
     def dtype(self, dtype: torch.dtype) -> Any:
         return nvf_dtype(self.nvf, dtype)
@@ -153,6 +155,7 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any]) 
     for node, arg in zip(placeholders, args):
         defined, value = _define_input(ctx, arg)
         ctx.values[node] = value
+        ctx.raw_inputs[node] = defined
         inputs.add(id(defined))
     output_node = None
     for node in region.graph.nodes:

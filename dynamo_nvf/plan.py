@@ -114,6 +114,8 @@ class GraphPlan:
     regions: list[RegionPlan] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
     code: str = ""
+    #: Set when planning failed and the graph runs as aot_autograd gave it (nodes are then unknown).
+    planning_error: str = ""
 
     @property
     def eager_nodes(self) -> list[NodeInfo]:

@@ -3,7 +3,9 @@
 A (workload, backend) regresses when its new GPU time exceeds
 ``baseline * (1 + threshold)``.  ``metric`` picks another number of the same records instead:
 ``host_us`` (host time per call on tiny inputs, where a wrapper's cost shows) or ``kernels``
-(kernel launches per call, exact, so no noise).  Only GPU time is re-measured.  GPU timings are noisy, so a suspect is not flagged
+(kernel launches per call, exact: one more kernel per call regresses, whatever the threshold).
+Only GPU time is re-measured; a metric the new run did not measure (``--no-host``) is reported,
+not flagged.  GPU timings are noisy, so a suspect is not flagged
 straight away when a ``remeasure`` callback is given: the pair is measured again
 ``repeats`` times, the re-measurements are reduced (min by default: the question is
 "can it still run as fast as the baseline?") and only a regression that persists is
@@ -41,6 +43,7 @@ NEW_ERROR = "REGRESSION (now errors)"
 FIXED = "fixed (baseline errored)"
 BOTH_ERROR = "error (in both)"
 NO_BASELINE = "no baseline"
+NOT_MEASURED = "not measured in this run"
 
 FAILING = frozenset({REGRESSION, NEW_ERROR})
 
@@ -166,13 +169,29 @@ def compare(
                       metric=metric)
 
 
+def _worse(new: float, base: float, th: float, metric: str) -> bool:
+    """Kernel counts are exact: one more kernel per call is a regression whatever the threshold."""
+    if metric == "kernels":
+        return new >= base + 0.5
+    return new > base * (1 + th)
+
+
+def _better(new: float, base: float, th: float, metric: str) -> bool:
+    if metric == "kernels":
+        return new <= base - 0.5
+    return new < base * (1 - th)
+
+
 def _compare_one(wl: str, new_b: str, base_b: str, rec: dict, base_rec: Optional[dict], th: float,
                  metric: str = METRIC) -> Row:
     new_us = rec.get(metric)
     base_us = (base_rec or {}).get(metric)
     row = Row(wl, new_b, base_b, base_us, new_us, OK, final_us=new_us)
+    unmeasured = new_us is None and not rec.get("error")  # e.g. host_us of a --no-host run
     if base_rec is None:
         row.status = NO_BASELINE
+    elif unmeasured:
+        row.status = NOT_MEASURED
     elif new_us is None and base_us is None:
         row.status = BOTH_ERROR
     elif new_us is None:
@@ -180,9 +199,9 @@ def _compare_one(wl: str, new_b: str, base_b: str, rec: dict, base_rec: Optional
         row.note = str(rec.get("error") or "no GPU time")[:160]
     elif base_us is None:
         row.status = FIXED
-    elif new_us > base_us * (1 + th):
+    elif _worse(new_us, base_us, th, metric):
         row.status = REGRESSION
-    elif new_us < base_us * (1 - th):
+    elif _better(new_us, base_us, th, metric):
         row.status = FASTER
     return row
 

@@ -510,7 +510,6 @@ def _token_inputs(device, dtype, tiny: bool) -> tuple:
     return (torch.randint(0, v, (b, s), device=device),)
 
 
-@workload(make_inputs=_token_inputs, tags=("embedding", "block", "f32", "fwd"))
 def embedding_scale_add(device, dtype, tiny: bool) -> Callable:
     """Token embedding * sqrt(d) + positions: the fused row gather against ATen's (nvf_aten_embedding)."""
     b, s, v, d = _EMB[tiny]
@@ -522,6 +521,11 @@ def embedding_scale_add(device, dtype, tiny: bool) -> Callable:
         return emb(tokens) * scale + pos
 
     return embedding_scale_add
+
+
+for _dtype, _suffix in DTYPE_SUFFIX.items():
+    workload(f"embedding_scale_add_{_suffix}", make_inputs=_token_inputs, dtype=_dtype,
+             tags=("embedding", "block", _suffix, "fwd"))(embedding_scale_add)
 
 
 # --------------------------------------------------------------------------- training step

@@ -111,6 +111,23 @@ def test_views_only_graph_replays_each_output_as_one_view(grad):
                 torch.testing.assert_close(g, w)
 
 
+def test_views_are_not_replayed_after_a_planning_failure(monkeypatch):
+    """A failed plan knows nothing of the graph's ops; a copying 'view' (an index with a tensor) must
+    then run as it is."""
+    from dynamo_nvf import backend
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("arranged planning failure")
+
+    monkeypatch.setattr(backend, "plan_graph", broken)
+    fn = lambda x, i: (x[i], x.t().reshape(-1))  # noqa: E731
+    x, i = torch.randn(5, 3), torch.tensor([0, 2, 4])
+    with pytest.warns(RuntimeWarning, match="arranged planning failure"), torch.no_grad():
+        actual = compile_fn(fn, {"plan_cpu_as_cuda": True})(x, i)
+    for a, e in zip(actual, fn(x, i)):
+        assert torch.equal(a, e)
+
+
 def test_views_only_inference_graph_is_replayed_not_run():
     from dynamo_nvf.runtime.views import view_specs
     from dynamo_nvf.backend import recording
@@ -286,3 +303,24 @@ def test_views_only_graph_keeps_calls_that_return_their_input():
         out = compile_fn(fn, {"plan_cpu_as_cuda": True})(x)
     assert out[0] is x and out[1] is x and out[2] is not x
     assert out[2]._base is x and out[2].stride() == (4, 1)
+
+
+def test_untrimmed_metadata_only_region_with_symbolic_views_stays_eager(monkeypatch):
+    """aot_autograd rebuilds an input-aliasing output with as_strided from the region's output when a
+    view step is symbolic; nvFuser's outputs are fresh tensors (emulated here by a clone), so such a
+    region must not be sent even with bookend=False."""
+    from dynamo_nvf.runtime.region import RegionRuntime
+
+    eager = RegionRuntime._run_eager
+
+    def fresh_outputs(self, args):
+        out = eager(self, args)
+        return [o.clone() for o in out] if isinstance(out, (list, tuple)) else out.clone()
+
+    monkeypatch.setattr(RegionRuntime, "_run_eager", fresh_outputs)
+    fn = lambda x, n: x[n].unsqueeze(0)  # noqa: E731
+    compiled = compile_fn(fn, {"plan_cpu_as_cuda": True, "bookend": False})
+    x = torch.randn(3, 4)
+    for n in (1, 2, 0):  # the second call recompiles with n symbolic
+        out = compiled(x, n)
+        assert torch.equal(out, fn(x, n)) and out.storage_offset() == fn(x, n).storage_offset()

@@ -605,3 +605,14 @@ def test_stored_baseline_is_a_full_gpu_run_that_passes_against_itself():
 def test_only_takes_comma_separated_names():
     names = [w.name for w in select(only=["gelu_views,lone_reshape", "transpose_*"])]
     assert names == ["gelu_views", "transpose_views", "lone_reshape"]
+
+
+def test_kernel_metric_flags_one_more_kernel_and_missing_metrics_do_not_fail():
+    base = make_doc({"w": {"nvf_bookend": 60.0}}, kernels={"w": {"nvf_bookend": 44.0}})
+    more = make_doc({"w": {"nvf_bookend": 60.0}}, kernels={"w": {"nvf_bookend": 45.0}})
+    fewer = make_doc({"w": {"nvf_bookend": 60.0}}, kernels={"w": {"nvf_bookend": 43.0}})
+    assert statuses(bl.compare(more, base, metric="kernels"))[("w", "nvf_bookend")] == bl.REGRESSION
+    assert statuses(bl.compare(fewer, base, metric="kernels"))[("w", "nvf_bookend")] == bl.FASTER
+    no_host = bl.compare(base, make_doc({"w": {"nvf_bookend": 60.0}}, host_us={"w": {"nvf_bookend": 9.0}}),
+                         metric="host_us")
+    assert statuses(no_host)[("w", "nvf_bookend")] == bl.NOT_MEASURED and no_host.exit_code == 0

@@ -148,7 +148,7 @@ def _unary_lowering(name: str, floating: bool):
     def lower(ctx, node: Node) -> Any:
         x = ctx.value(node.args[0])
         if name in _INTEGER_IDENTITY and not _is_float_dtype(node.args[0]):
-            return ctx.ops.set(x)  # a copy, as eager's
+            return ctx.ops.set(x)  # a copy, as eager's (bool inputs are declined: eager raises)
         if floating and not _is_float_dtype(node.args[0]):
             x = ctx.cast(x, node.meta["val"].dtype)
         return getattr(ctx.ops, name)(x)
@@ -164,8 +164,16 @@ def _binary_lowering(name: str):
     return lower
 
 
+def _check_rounding(node: Node) -> Optional[str]:
+    v = _val(node.args[0])
+    if isinstance(v, torch.Tensor) and v.dtype == torch.bool:
+        return "dtype: rounding a bool tensor (eager raises)"
+    return None
+
+
 for _target, (_name, _floating) in UNARY_OPS.items():
-    register_lowering(_target)(_unary_lowering(_name, _floating))
+    register_lowering(_target, check=_check_rounding if _name in _INTEGER_IDENTITY else None)(
+        _unary_lowering(_name, _floating))
 for _target, _name in BINARY_OPS.items():
     register_lowering(_target)(_binary_lowering(_name))
 
@@ -742,7 +750,10 @@ def _embedding(ctx, node: Node) -> Any:
     flat = ctx.value(node.args[1])
     if indices.dim() != 1:
         flat = ctx.ops.reshape(flat, [indices.numel()])
-    rows = ctx.ops.index_select(ctx.value(node.args[0]), flat, 0)
+    # Gather from the table as defined: an f32 upcast of a half/bfloat16 table would be a whole-table
+    # op ahead of the gather. The gathered rows are upcast instead (by the dtype matching after this).
+    weight = ctx.raw_inputs.get(node.args[0])
+    rows = ctx.ops.index_select(weight if weight is not None else ctx.value(node.args[0]), flat, 0)
     return ctx.ops.reshape(rows, list(node.meta["val"].shape)) if indices.dim() != 1 else rows
 
 

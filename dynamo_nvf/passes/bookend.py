@@ -151,6 +151,19 @@ def _compute_nodes(nodes: list[Node]) -> list[Node]:
     return [n for n in nodes if not is_metadata(n) and n.target is not operator.getitem]
 
 
+def _symbolic(nodes: list[Node]) -> bool:
+    """True if a node's result has a symbolic size, stride or offset. aot_autograd then rebuilds an
+    output that aliases an input with as_strided from the region's output, which nvFuser does not
+    promise to return as a view: such metadata-only regions stay in eager even with bookend=False."""
+    for node in nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and not all(
+            isinstance(v, int) for v in (*val.shape, *val.stride(), val.storage_offset())
+        ):
+            return True
+    return False
+
+
 def _too_small(nodes: list[Node], settings: Settings) -> bool:
     if settings.bookend:
         compute = _compute_nodes(nodes)
@@ -169,6 +182,7 @@ def _merge_orphan(gm: GraphModule, orphan: int, nodes: list[Node], settings: Set
     members = set(nodes)
     regions = regions_of(gm)
     inputs = {p for n in nodes for p in n.all_input_nodes}
+    spans = {r: (order[ns[0]], order[ns[-1]]) for r, ns in regions.items()}  # nodes are in graph order
     candidates = []
     for region, others in regions.items():
         if region == orphan or _too_small(others, settings):
@@ -183,8 +197,8 @@ def _merge_orphan(gm: GraphModule, orphan: int, nodes: list[Node], settings: Set
             region_id = node.meta.get(REGION_KEY)
             return None if region_id is None or node in union else regions[region_id]
 
-        spans = [(order[ns[0]], order[ns[-1]]) for r, ns in regions.items() if r not in (region, orphan)]
-        if region_io_count(union) > settings.max_region_io or creates_cycle(union, order, group, spans):
+        others_spans = [span for r, span in spans.items() if r not in (region, orphan)]
+        if region_io_count(union) > settings.max_region_io or creates_cycle(union, order, group, others_spans):
             continue
         for node in nodes:
             node.meta[REGION_KEY] = region
@@ -205,7 +219,7 @@ def bookend_regions(gm: GraphModule, settings: Settings) -> GraphModule:
             _collapse_reshape_chains(gm, region)
     for region, nodes in sorted(regions_of(gm).items()):
         compute = _compute_nodes(nodes)
-        if not compute and settings.bookend:
+        if not compute and (settings.bookend or _symbolic(nodes)):
             set_eager(nodes, "metadata-only: region has no compute, so PyTorch runs it as aliases")
         elif _too_small(nodes, settings) and not _merge_orphan(gm, region, nodes, settings):
             count = len(compute) if settings.bookend else len(nodes)

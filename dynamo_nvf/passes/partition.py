@@ -24,11 +24,10 @@ _SKIPPED_OPS = ("placeholder", "output", "get_attr")
 
 
 class _Group:
-    __slots__ = ("nodes", "lo", "hi")
+    __slots__ = ("nodes",)
 
-    def __init__(self, node: Node, position: int) -> None:
+    def __init__(self, node: Node) -> None:
         self.nodes: set[Node] = {node}
-        self.lo = self.hi = position  # first and last position of a member in the graph
 
 
 def horizon(last: int, spans: Iterable[tuple[int, int]]) -> int:
@@ -101,7 +100,6 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
     group_of: dict[Node, _Group] = {}
-    multi: set[_Group] = set()  # groups of two or more nodes: only they can lead a path backwards
 
     for node in nodes:
         node.meta.pop(REGION_KEY, None)
@@ -113,7 +111,7 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
         if reason is not None:
             node.meta[REASON_KEY] = reason
             continue
-        group = _Group(node, order[node])
+        group = _Group(node)
         group_of[node] = group
         for producer in node.all_input_nodes:
             other = group_of.get(producer)
@@ -123,17 +121,15 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
             if region_io_count(union) > settings.max_region_io:
                 _note_split(node, producer, f"IO limit: merging would pass max_region_io={settings.max_region_io}")
                 continue
-            spans = [(g.lo, g.hi) for g in multi if g is not other and g is not group]
-            if creates_cycle(union, order, lambda n: _members(group_of, n, union), spans):
+            # No spans: nodes are visited in graph order, so every region ends at or before this
+            # node, which is the union's last, and the horizon cannot move past it.
+            if creates_cycle(union, order, lambda n: _members(group_of, n, union)):
                 _note_split(node, producer, "cycle: merging would need a path through eager code")
                 continue
             keep, drop = (other, group) if len(other.nodes) >= len(group.nodes) else (group, other)
             keep.nodes |= drop.nodes
-            keep.lo, keep.hi = min(keep.lo, drop.lo), max(keep.hi, drop.hi)
             for n in drop.nodes:
                 group_of[n] = keep
-            multi.discard(drop)
-            multi.add(keep)
             group = keep
 
     groups: list[_Group] = []

@@ -36,7 +36,8 @@ class ViewOfInput:
 
 def _only_aliases(plans: Sequence[GraphPlan]) -> bool:
     return bool(plans) and all(
-        plan.kind == "inference" and not plan.regions and all(n.op in _ALIAS_OP_NAMES for n in plan.nodes)
+        plan.kind == "inference" and not plan.planning_error and not plan.regions and plan.nodes
+        and all(n.op in _ALIAS_OP_NAMES for n in plan.nodes)
         for plan in plans
     )
 
