@@ -324,3 +324,27 @@ def test_untrimmed_metadata_only_region_with_symbolic_views_stays_eager(monkeypa
     for n in (1, 2, 0):  # the second call recompiles with n symbolic
         out = compiled(x, n)
         assert torch.equal(out, fn(x, n)) and out.storage_offset() == fn(x, n).storage_offset()
+
+
+def test_many_lone_ops_join_the_regions_beside_them():
+    """An optimizer-like graph of 600 one-op regions beside 150 chains: each orphan tries at most
+    MERGE_CANDIDATES regions (best first) from an index kept up to date, rather than re-reading the
+    whole graph per orphan, which took tens of seconds at this size."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.passes.bookend import bookend_regions
+    from dynamo_nvf.passes.partition import partition_regions, regions_of
+    from dynamo_nvf.settings import Settings
+
+    def fn(*xs):
+        return [x.sin() for x in xs] + [(x * 2 + 1).cos() for x in xs[:150]]
+
+    gm = make_fx(fn, tracing_mode="fake")(*[torch.randn(8) for _ in range(600)])
+    settings = Settings(plan_cpu_as_cuda=True)
+    regions = regions_of(bookend_regions(partition_regions(gm, settings), settings))
+    assert sum(len(ns) for ns in regions.values()) == 600 + 3 * 150  # every op fused somewhere
+    assert len(regions) == 150  # the orphans joined the chains; none was left alone
+    # the 150 sins of the chains' own inputs join their chain (shared input first)
+    for ns in regions.values():
+        chain_inputs = {n.args[0] for n in ns if n.target is torch.ops.aten.mul.Tensor}
+        assert any(n.target is torch.ops.aten.sin.default and n.args[0] in chain_inputs for n in ns)

@@ -63,9 +63,14 @@ def _in(node: Node, region: int) -> bool:
     return node.meta.get(REGION_KEY) == region
 
 
-def _trim_leading(gm: GraphModule, region: int, settings: Settings, kept: set[Node]) -> bool:
+def _members(nodes: list[Node], region: int) -> list[Node]:
+    """The nodes of `nodes` still in `region` (trimming only ever removes nodes from a region)."""
+    return [n for n in nodes if _in(n, region)]
+
+
+def _trim_leading(gm: GraphModule, region: int, nodes: list[Node], settings: Settings, kept: set[Node]) -> bool:
     changed = False
-    for node in regions_of(gm).get(region, []):
+    for node in _members(nodes, region):
         if node in kept or not is_metadata(node):
             continue
         if any(_in(p, region) for p in node.all_input_nodes):
@@ -86,9 +91,9 @@ def _trim_leading(gm: GraphModule, region: int, settings: Settings, kept: set[No
     return changed
 
 
-def _trim_trailing(gm: GraphModule, region: int, kept: set[Node]) -> bool:
+def _trim_trailing(gm: GraphModule, region: int, nodes: list[Node], kept: set[Node]) -> bool:
     changed = False
-    for node in reversed(regions_of(gm).get(region, [])):
+    for node in reversed(_members(nodes, region)):
         if node in kept or not is_metadata(node):
             continue
         outside = [u for u in node.users if not _in(u, region)]
@@ -116,8 +121,8 @@ def _trim_trailing(gm: GraphModule, region: int, kept: set[Node]) -> bool:
     return changed
 
 
-def _collapse_reshape_chains(gm: GraphModule, region: int) -> None:
-    for node in regions_of(gm).get(region, []):
+def _collapse_reshape_chains(gm: GraphModule, region: int, nodes: list[Node]) -> None:
+    for node in _members(nodes, region):
         if node.op != "call_function" or node.target not in RESHAPE_OPS:
             continue
         src = node.args[0]
@@ -131,6 +136,7 @@ def _collapse_reshape_chains(gm: GraphModule, region: int) -> None:
             src = inner.args[0]
             node.args = (src,) + tuple(node.args[1:])
             _record(gm, inner, region, "interior", "collapsed", f"reshape chain folded into {node.name}")
+            inner.meta.pop(REGION_KEY, None)
             gm.graph.erase_node(inner)
 
 
@@ -173,37 +179,73 @@ def _too_small(nodes: list[Node], settings: Settings) -> bool:
     return len(nodes) < settings.min_region_size
 
 
-def _merge_orphan(gm: GraphModule, orphan: int, nodes: list[Node], settings: Settings) -> bool:
+#: Regions an orphan tries to join, best first (most shared inputs, then nearest): horizontal fusion
+#: stays bounded, and planning stays fast on graphs with thousands of lone ops (optimizer steps).
+MERGE_CANDIDATES = 8
+
+
+class _RegionIndex:
+    """Regions, their spans in graph order and their inputs, kept up to date while orphans move."""
+
+    def __init__(self, gm: GraphModule) -> None:
+        self.order = {n: i for i, n in enumerate(gm.graph.nodes)}
+        self.regions = regions_of(gm)
+        self.spans = {r: (self.order[ns[0]], self.order[ns[-1]]) for r, ns in self.regions.items()}
+        self.inputs = {r: {p for n in ns for p in n.all_input_nodes} for r, ns in self.regions.items()}
+        self.small: dict[int, bool] = {}  # region -> _too_small, filled on demand
+
+    def too_small(self, region: int, settings: Settings) -> bool:
+        if region not in self.small:
+            self.small[region] = _too_small(self.regions[region], settings)
+        return self.small[region]
+
+    def move(self, source: int, target: int) -> None:
+        nodes = self.regions.pop(source)
+        self.regions[target] = sorted(self.regions[target] + nodes, key=self.order.__getitem__)
+        ns = self.regions[target]
+        self.spans[target] = (self.order[ns[0]], self.order[ns[-1]])
+        self.inputs[target] |= self.inputs.pop(source)
+        del self.spans[source]
+        self.small.pop(source, None)
+        self.small.pop(target, None)
+
+    def drop(self, region: int) -> None:
+        for table in (self.regions, self.spans, self.inputs, self.small):
+            table.pop(region, None)
+
+
+def _merge_orphan(gm: GraphModule, orphan: int, index: _RegionIndex, settings: Settings) -> bool:
     """Joins a too-small region to another region of the graph, when that needs no cycle and fits
     the IO cap. Bounded horizontal fusion: only regions that would otherwise run alone in eager are
-    moved, so nvFuser can schedule them beside the others (seed 001's sum beside its pointwise chain).
+    moved, each to one of the MERGE_CANDIDATES best regions, so nvFuser can schedule them beside the
+    others (seed 001's sum beside its pointwise chain).
     """
-    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    nodes = index.regions[orphan]
     members = set(nodes)
-    regions = regions_of(gm)
-    inputs = {p for n in nodes for p in n.all_input_nodes}
-    spans = {r: (order[ns[0]], order[ns[-1]]) for r, ns in regions.items()}  # nodes are in graph order
+    lo, hi = index.spans[orphan]
     candidates = []
-    for region, others in regions.items():
-        if region == orphan or _too_small(others, settings):
+    for region in index.regions:
+        if region == orphan or index.too_small(region, settings):
             continue
-        shared = len(inputs & {p for n in others for p in n.all_input_nodes})
-        distance = min(abs(order[a] - order[b]) for a in nodes for b in others)
-        candidates.append((-shared, distance, region, others))
-    for _, _, region, others in sorted(candidates, key=lambda c: c[:3]):
-        union = members | set(others)
+        shared = len(index.inputs[orphan] & index.inputs[region])
+        r_lo, r_hi = index.spans[region]
+        distance = max(0, r_lo - hi, lo - r_hi)
+        candidates.append((-shared, distance, region))
+    for _, _, region in sorted(candidates)[:MERGE_CANDIDATES]:
+        union = members | set(index.regions[region])
 
         def group(node: Node, union: set[Node] = union) -> Optional[list[Node]]:
             region_id = node.meta.get(REGION_KEY)
-            return None if region_id is None or node in union else regions[region_id]
+            return None if region_id is None or node in union else index.regions.get(region_id)
 
-        others_spans = [span for r, span in spans.items() if r not in (region, orphan)]
-        if region_io_count(union) > settings.max_region_io or creates_cycle(union, order, group, others_spans):
+        others_spans = [span for r, span in index.spans.items() if r not in (region, orphan)]
+        if region_io_count(union) > settings.max_region_io or creates_cycle(union, index.order, group, others_spans):
             continue
         for node in nodes:
             node.meta[REGION_KEY] = region
             _record(gm, node, region, "interior", "merged",
                     f"too small alone ({len(_compute_nodes(nodes))} compute op(s)); joined horizontally")
+        index.move(orphan, region)
         return True
     return False
 
@@ -211,20 +253,26 @@ def _merge_orphan(gm: GraphModule, orphan: int, nodes: list[Node], settings: Set
 def bookend_regions(gm: GraphModule, settings: Settings) -> GraphModule:
     """Trims each region's boundary metadata nodes and drops regions with too little compute."""
     gm.meta[DECISIONS_KEY] = []
-    for region in sorted(regions_of(gm)):
-        if settings.bookend:
+    if settings.bookend:
+        for region, nodes in sorted(regions_of(gm).items()):
             kept: set[Node] = set()
-            while _trim_leading(gm, region, settings, kept) | _trim_trailing(gm, region, kept):
+            while _trim_leading(gm, region, nodes, settings, kept) | _trim_trailing(gm, region, nodes, kept):
                 pass
-            _collapse_reshape_chains(gm, region)
-    for region, nodes in sorted(regions_of(gm).items()):
+            _collapse_reshape_chains(gm, region, nodes)
+    index = _RegionIndex(gm)
+    for region in sorted(index.regions):
+        nodes = index.regions.get(region)
+        if nodes is None:
+            continue
         compute = _compute_nodes(nodes)
         if not compute and (settings.bookend or _symbolic(nodes)):
             set_eager(nodes, "metadata-only: region has no compute, so PyTorch runs it as aliases")
-        elif _too_small(nodes, settings) and not _merge_orphan(gm, region, nodes, settings):
+            index.drop(region)
+        elif _too_small(nodes, settings) and not _merge_orphan(gm, region, index, settings):
             count = len(compute) if settings.bookend else len(nodes)
             set_eager(nodes, f"single-op policy: {count} {'compute ' if settings.bookend else ''}op(s) "
                              f"< min_region_size={settings.min_region_size}")
+            index.drop(region)
     gm.graph.lint()
     gm.recompile()
     return gm
