@@ -5,6 +5,7 @@
 #   scripts/gpu_evidence.sh final   run 2 against perf/baseline.json, live untrimmed check, explain, suite
 #   scripts/gpu_evidence.sh suite   GPU suite beside the sharded OpInfo sweep
 #   scripts/gpu_evidence.sh check   embedding fused vs ATen, live untrimmed check, --quick wall time, suite
+#   scripts/gpu_evidence.sh confirm metadata programs and embedding, --quick vs baseline, explain, suite
 # Run from the repo root after: source .gpu/nvf_setup.sh (and, for the OpInfo sweep, the expecttest
 # wheel carried in .whl/ on PYTHONPATH).
 set -u
@@ -71,6 +72,20 @@ case "${1:-tests}" in
     timeout 60 python3 tests/gpu_explain_runs.py gpt_block > "$OUT/explain_gpt_block.txt" 2>&1
     echo "perf and explain done at ${SECONDS}s"
     NVF_OPINFO_SAMPLES=${NVF_OPINFO_SAMPLES:-4} NVF_EVIDENCE_BUDGET_S=$(( ${NVF_FINAL_BUDGET_S:-575} - SECONDS )) \
+      OUT="$OUT" bash "$0" suite
+    ;;
+  confirm)
+    # The last call of a session: the seed metadata programs and embedding beside Dynamo's floor,
+    # --quick against the baseline, the explain reports, then the GPU suite beside the OpInfo sweep.
+    timeout 120 python3 -m perf --only 'lone_reshape,metadata_only,embedding_*' \
+      --backends eager,inductor,nvf_bookend,nvf_aten_embedding,dynamo_eager \
+      --json /tmp/views.json > "$OUT/perf_views.log" 2>&1; echo "views rc=$?"
+    start=$SECONDS; timeout 120 python3 -m perf --quick --baseline perf/baseline.json --json /tmp/quick.json \
+      > "$OUT/perf_quick.log" 2>&1; echo "quick rc=$? wall $((SECONDS - start))s" | tee -a "$OUT/perf_quick.log"
+    timeout 40 python3 tests/gpu_explain_runs.py seed001 > "$OUT/explain_seed001.txt" 2>&1
+    timeout 60 python3 tests/gpu_explain_runs.py gpt_block > "$OUT/explain_gpt_block.txt" 2>&1
+    grep -A8 "### Host time" "$OUT/perf_views.log"; tail -n 2 "$OUT/perf_quick.log"
+    NVF_OPINFO_SAMPLES=${NVF_OPINFO_SAMPLES:-4} NVF_EVIDENCE_BUDGET_S=$(( ${NVF_FINAL_BUDGET_S:-560} - SECONDS )) \
       OUT="$OUT" bash "$0" suite
     ;;
   check)
