@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--compare", metavar="NEW", help="compare stored result file NEW with --baseline, no measuring (no GPU needed)")
     b.add_argument("--compare-backend", metavar="NAME", help="backend of the new results to check (default: all shared backends)")
     b.add_argument("--baseline-backend", metavar="NAME", help="backend of the baseline to check against (default: same name)")
+    b.add_argument("--min-delta-us", type=float, default=1.0, metavar="US",
+                   help="time changes smaller than this are never flagged (default 1.0 us)")
     b.add_argument("--metric", default="gpu_us", choices=("gpu_us", "host_us", "kernels"),
                    help="number compared with the baseline (default gpu_us; host_us and kernels are never re-measured)")
     b.add_argument("--remeasure", type=int, default=None, metavar="N", help="re-measurements of a suspect before flagging (default 3, quick 2; 0: none)")
@@ -169,7 +171,8 @@ def compare_mode(args: argparse.Namespace) -> int:
     if not args.baseline:
         raise UsageError("--compare needs --baseline FILE")
     new, base = _load(args.compare), _load(args.baseline)
-    cmp = compare(new, base, threshold=args.threshold, pairs=_pairs(backends_of(new), base, args), metric=args.metric)
+    cmp = compare(new, base, threshold=args.threshold, pairs=_pairs(backends_of(new), base, args), metric=args.metric,
+                  min_delta_us=args.min_delta_us)
     print(render_comparison(cmp))
     return cmp.exit_code
 
@@ -263,6 +266,7 @@ def run_mode(args: argparse.Namespace) -> int:
             remeasure=runner.remeasure if repeats > 0 else None,
             repeats=max(1, repeats),
             metric=args.metric,
+            min_delta_us=args.min_delta_us,
         )
         print(render_comparison(cmp), flush=True)
         doc["comparison"] = cmp.to_json()

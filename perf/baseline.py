@@ -1,7 +1,7 @@
 """Regression check of a run against a stored result file (same schema).
 
 A (workload, backend) regresses when its new GPU time exceeds
-``baseline * (1 + threshold)``.  ``metric`` picks another number of the same records instead:
+``baseline * (1 + threshold)`` and grows by at least ``min_delta_us`` (1 us: the event-timer floor).  ``metric`` picks another number of the same records instead:
 ``host_us`` (host time per call on tiny inputs, where a wrapper's cost shows) or ``kernels``
 (kernel launches per call, exact: one more kernel per call regresses, whatever the threshold).
 Only GPU time is re-measured; a metric the new run did not measure (``--no-host``) is reported,
@@ -32,6 +32,9 @@ Remeasure = Callable[[str, str, int], Sequence[float]]
 """remeasure(workload, backend, repeats) -> that many fresh GPU times (us); empty on failure."""
 
 DEFAULT_THRESHOLD = 0.10
+#: Time changes smaller than this (us) are never flagged: a call that launches no kernel measures
+#: ~1.5 us of CUDA-event overhead, and 0.2 us more is 13% of it (seen on an H200, lone_reshape).
+DEFAULT_MIN_DELTA_US = 1.0
 METRIC = "gpu_us"
 METRICS = {"gpu_us": "GPU time, us", "host_us": "host time on tiny inputs, us", "kernels": "kernels per call"}
 
@@ -79,6 +82,7 @@ class Comparison:
     pairs: list[tuple[str, str]]
     warnings: list[str] = field(default_factory=list)
     metric: str = METRIC
+    min_delta_us: float = DEFAULT_MIN_DELTA_US
 
     @property
     def regressions(self) -> list[Row]:
@@ -92,6 +96,7 @@ class Comparison:
         return {
             "threshold": self.threshold,
             "metric": self.metric,
+            "min_delta_us": self.min_delta_us,
             "pairs": [list(p) for p in self.pairs],
             "warnings": self.warnings,
             "regressions": len(self.regressions),
@@ -146,6 +151,7 @@ def compare(
     repeats: int = 3,
     reduce: str = "min",
     metric: str = METRIC,
+    min_delta_us: float = DEFAULT_MIN_DELTA_US,
 ) -> Comparison:
     """Compare ``new`` with ``base`` (both result documents); see the module docstring."""
     if threshold < 0:
@@ -161,29 +167,31 @@ def compare(
         for new_b, base_b in pairs:
             if new_b not in per_backend:
                 continue  # not measured in this run (e.g. --only / --backends)
-            rows.append(_compare_one(wl, new_b, base_b, per_backend[new_b], base_wl.get(base_b), threshold, metric))
+            rows.append(_compare_one(wl, new_b, base_b, per_backend[new_b], base_wl.get(base_b), threshold, metric,
+                                     min_delta_us))
     for row in rows:
         if row.status == REGRESSION and remeasure is not None and metric == METRIC:
-            _recheck(row, remeasure, repeats, reducer, threshold)
+            _recheck(row, remeasure, repeats, reducer, threshold, min_delta_us)
     return Comparison(rows=rows, threshold=threshold, pairs=list(pairs), warnings=env_warnings(new, base),
-                      metric=metric)
+                      metric=metric, min_delta_us=min_delta_us)
 
 
-def _worse(new: float, base: float, th: float, metric: str) -> bool:
-    """Kernel counts are exact: one more kernel per call is a regression whatever the threshold."""
+def _worse(new: float, base: float, th: float, metric: str, min_delta: float = DEFAULT_MIN_DELTA_US) -> bool:
+    """Kernel counts are exact: one more kernel per call is a regression whatever the threshold.
+    Times must grow by the threshold and by at least `min_delta` microseconds."""
     if metric == "kernels":
         return new >= base + 0.5
-    return new > base * (1 + th)
+    return new > base * (1 + th) and new - base >= min_delta
 
 
-def _better(new: float, base: float, th: float, metric: str) -> bool:
+def _better(new: float, base: float, th: float, metric: str, min_delta: float = DEFAULT_MIN_DELTA_US) -> bool:
     if metric == "kernels":
         return new <= base - 0.5
-    return new < base * (1 - th)
+    return new < base * (1 - th) and base - new >= min_delta
 
 
 def _compare_one(wl: str, new_b: str, base_b: str, rec: dict, base_rec: Optional[dict], th: float,
-                 metric: str = METRIC) -> Row:
+                 metric: str = METRIC, min_delta: float = DEFAULT_MIN_DELTA_US) -> Row:
     new_us = rec.get(metric)
     base_us = (base_rec or {}).get(metric)
     row = Row(wl, new_b, base_b, base_us, new_us, OK, final_us=new_us)
@@ -199,14 +207,15 @@ def _compare_one(wl: str, new_b: str, base_b: str, rec: dict, base_rec: Optional
         row.note = str(rec.get("error") or "no GPU time")[:160]
     elif base_us is None:
         row.status = FIXED
-    elif _worse(new_us, base_us, th, metric):
+    elif _worse(new_us, base_us, th, metric, min_delta):
         row.status = REGRESSION
-    elif _better(new_us, base_us, th, metric):
+    elif _better(new_us, base_us, th, metric, min_delta):
         row.status = FASTER
     return row
 
 
-def _recheck(row: Row, remeasure: Remeasure, repeats: int, reducer, th: float) -> None:
+def _recheck(row: Row, remeasure: Remeasure, repeats: int, reducer, th: float,
+             min_delta: float = DEFAULT_MIN_DELTA_US) -> None:
     try:
         again = [float(v) for v in remeasure(row.workload, row.backend, repeats) if v is not None]
     except Exception as exc:  # noqa: BLE001  (keep the original verdict)
@@ -218,7 +227,7 @@ def _recheck(row: Row, remeasure: Remeasure, repeats: int, reducer, th: float) -
         return
     row.final_us = reducer(again)
     assert row.baseline_us is not None
-    if row.final_us <= row.baseline_us * (1 + th):
+    if not _worse(row.final_us, row.baseline_us, th, METRIC, min_delta):
         row.status = NOISE
 
 
@@ -234,7 +243,8 @@ def render_comparison(cmp: Comparison, only_interesting: bool = False) -> str:
         body.append(
             [r.workload, r.backend, r.baseline_backend, fmt_num(r.baseline_us, 1), fmt_num(r.new_us, 1), again, fmt_ratio(r.ratio), status]
         )
-    parts = [f"### Baseline comparison ({METRICS[cmp.metric]}, threshold +{cmp.threshold * 100:.0f}%)"]
+    floor = "" if cmp.metric == "kernels" else f" and +{cmp.min_delta_us:g} us"
+    parts = [f"### Baseline comparison ({METRICS[cmp.metric]}, threshold +{cmp.threshold * 100:.0f}%{floor})"]
     parts += [f"warning: {w}" for w in cmp.warnings]
     if body:
         parts.append(tabulate(body, headers=headers, tablefmt=TABLEFMT, disable_numparse=True))
