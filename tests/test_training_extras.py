@@ -14,8 +14,9 @@ from helpers import DEVICES, compile_fn, device_options
 
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("device", DEVICES)
-def test_autocast_bf16_training_step(device):
+def test_autocast_training_step(device, dtype):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.GELU(), nn.Linear(64, 8)).to(device)
     reference = nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64), nn.GELU(), nn.Linear(64, 8)).to(device)
@@ -23,7 +24,7 @@ def test_autocast_bf16_training_step(device):
     compiled = compile_fn(model, device_options(device, strict=True))
     x = torch.randn(16, 32, device=device)
     for net, run in ((model, compiled), (reference, reference)):
-        with torch.autocast(device, dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=dtype):
             loss = run(x).float().pow(2).mean()
         loss.backward()
     for p, q in zip(model.parameters(), reference.parameters()):
