@@ -151,12 +151,9 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any]) 
     placeholders = [n for n in region.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(args):
         raise LoweringError(f"region takes {len(placeholders)} inputs, got {len(args)}")
-    inputs = set()
     for node, arg in zip(placeholders, args):
-        defined, value = _define_input(ctx, arg)
-        ctx.values[node] = value
-        ctx.raw_inputs[node] = defined
-        inputs.add(id(defined))
+        ctx.raw_inputs[node], ctx.values[node] = _define_input(ctx, arg)
+    inputs = {id(defined) for defined in ctx.raw_inputs.values()}
     output_node = None
     for node in region.graph.nodes:
         if node.op == "placeholder":

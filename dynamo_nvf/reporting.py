@@ -110,6 +110,10 @@ def _kernel_rows(region: RegionPlan) -> list[list[Any]]:
     return [[k.segment_id, k.scheduler, k.name, _ms(k.time_ms), _ms(k.compile_time_ms)] for k in region.kernels]
 
 
+def _totals_rows(report: "Report") -> list[list[Any]]:
+    return [[k, "n/a" if v is None else v] for k, v in report.totals().items()]
+
+
 def _ms(value: Optional[float]) -> str:
     return "" if value is None else f"{value:.3f}"
 
@@ -176,9 +180,7 @@ def render_text(report: Report) -> str:
                               tablefmt="simple"))
     else:
         lines.append("Dynamo graph breaks: none")
-    totals = report.totals()
-    lines.append(tabulate([[k, "n/a" if v is None else v] for k, v in totals.items()], headers=["total", "value"],
-                          tablefmt="simple"))
+    lines.append(tabulate(_totals_rows(report), headers=["total", "value"], tablefmt="simple"))
     lines.append(f"kernel counts: {report.kernel_source}")
     for plan in report.graphs:
         lines.append("")
@@ -203,7 +205,7 @@ def render_html(report: Report) -> str:
                      "nothing ran on nvFuser</p>")
     if report.graph_breaks:
         parts.append(_html_table([[b.reason, b.count] for b in report.graph_breaks], ["graph break", "count"]))
-    parts.append(_html_table([[k, "n/a" if v is None else v] for k, v in report.totals().items()], ["total", "value"]))
+    parts.append(_html_table(_totals_rows(report), ["total", "value"]))
     for plan in report.graphs:
         parts.append(f"<h4>{esc(plan.kind)} graph {plan.graph_id}</h4>")
         rows = []

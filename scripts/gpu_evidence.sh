@@ -13,12 +13,22 @@ OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+
+explain_reports() {  # explain() printed on the GPU for seed 001 and for a GPT-style block
+  timeout 60 python3 tests/gpu_explain_runs.py seed001 > "$OUT/explain_seed001.txt" 2>&1
+  timeout 90 python3 tests/gpu_explain_runs.py gpt_block > "$OUT/explain_gpt_block.txt" 2>&1
+}
+
+untrimmed_live() {  # bookend=False checked live (with re-measurement) against the trimmed baseline
+  timeout 90 python3 -m perf --only gpt_attention_fwd_bf16,gpt_mlp_fwd_bf16,metadata_only --backends nvf_untrimmed \
+    --baseline perf/baseline.json --compare-backend nvf_untrimmed --baseline-backend nvf_bookend \
+    --json /tmp/untrimmed_live.json > "$OUT/untrimmed_live.log" 2>&1; echo "untrimmed live rc=$?"
+}
 case "${1:-tests}" in
   tests)
     # Timing-sensitive runs first, alone on the machine; then the GPU suite beside the OpInfo sweep,
     # sharded over processes (neither times anything).
-    timeout 60 python3 tests/gpu_explain_runs.py seed001 > "$OUT/explain_seed001.txt" 2>&1
-    timeout 90 python3 tests/gpu_explain_runs.py gpt_block > "$OUT/explain_gpt_block.txt" 2>&1
+    explain_reports
     timeout 60 python3 scripts/host_latency.py > "$OUT/host_latency.log" 2>&1
     timeout 60 python3 scripts/probe_view_output.py > "$OUT/probe_view_output.log" 2>&1
     NVF_EVIDENCE_BUDGET_S=$(( ${NVF_EVIDENCE_BUDGET_S:-560} - SECONDS )) OUT="$OUT" bash "$0" suite
@@ -65,11 +75,8 @@ case "${1:-tests}" in
     timeout 330 python3 -m perf --backends eager,inductor,nvf_bookend,nvf_untrimmed,dynamo_eager \
       --baseline perf/baseline.json --json "$OUT/perf_run2.json" > "$OUT/perf_run2.log" 2>&1
     echo "run2 rc=$?"; tail -n 2 "$OUT/perf_run2.log"
-    timeout 60 python3 -m perf --only gpt_attention_fwd_bf16,gpt_mlp_fwd_bf16,metadata_only --backends nvf_untrimmed \
-      --baseline perf/baseline.json --compare-backend nvf_untrimmed --baseline-backend nvf_bookend \
-      --json /tmp/untrimmed_live.json > "$OUT/untrimmed_live.log" 2>&1; echo "untrimmed live rc=$?"
-    timeout 40 python3 tests/gpu_explain_runs.py seed001 > "$OUT/explain_seed001.txt" 2>&1
-    timeout 60 python3 tests/gpu_explain_runs.py gpt_block > "$OUT/explain_gpt_block.txt" 2>&1
+    untrimmed_live
+    explain_reports
     echo "perf and explain done at ${SECONDS}s"
     NVF_OPINFO_SAMPLES=${NVF_OPINFO_SAMPLES:-4} NVF_EVIDENCE_BUDGET_S=$(( ${NVF_FINAL_BUDGET_S:-575} - SECONDS )) \
       OUT="$OUT" bash "$0" suite
@@ -82,8 +89,7 @@ case "${1:-tests}" in
       --json /tmp/views.json > "$OUT/perf_views.log" 2>&1; echo "views rc=$?"
     start=$SECONDS; timeout 120 python3 -m perf --quick --baseline perf/baseline.json --json /tmp/quick.json \
       > "$OUT/perf_quick.log" 2>&1; echo "quick rc=$? wall $((SECONDS - start))s" | tee -a "$OUT/perf_quick.log"
-    timeout 40 python3 tests/gpu_explain_runs.py seed001 > "$OUT/explain_seed001.txt" 2>&1
-    timeout 60 python3 tests/gpu_explain_runs.py gpt_block > "$OUT/explain_gpt_block.txt" 2>&1
+    explain_reports
     grep -A8 "### Host time" "$OUT/perf_views.log"; tail -n 2 "$OUT/perf_quick.log"
     NVF_OPINFO_SAMPLES=${NVF_OPINFO_SAMPLES:-4} NVF_EVIDENCE_BUDGET_S=$(( ${NVF_FINAL_BUDGET_S:-560} - SECONDS )) \
       OUT="$OUT" bash "$0" suite
@@ -93,9 +99,7 @@ case "${1:-tests}" in
     # host latency, then the GPU suite (no OpInfo).
     timeout 90 python3 -m perf --only 'embedding_*' --backends eager,inductor,nvf_bookend,nvf_aten_embedding \
       --json "$OUT/perf_embedding.json" > "$OUT/perf_embedding.log" 2>&1; echo "embedding rc=$?"
-    timeout 90 python3 -m perf --only gpt_attention_fwd_bf16,gpt_mlp_fwd_bf16,metadata_only --backends nvf_untrimmed \
-      --baseline perf/baseline.json --compare-backend nvf_untrimmed --baseline-backend nvf_bookend \
-      --json /tmp/untrimmed_live.json > "$OUT/untrimmed_live.log" 2>&1; echo "untrimmed live rc=$?"
+    untrimmed_live
     start=$SECONDS; timeout 120 python3 -m perf --quick --json /tmp/quick.json > "$OUT/perf_quick.log" 2>&1
     echo "quick rc=$? wall $((SECONDS - start))s" | tee -a "$OUT/perf_quick.log"
     timeout 60 python3 scripts/host_latency.py > "$OUT/host_latency.log" 2>&1

@@ -524,7 +524,7 @@ register_lowering(aten.ones.default)(_full_like_lowering(1))
 
 
 def _check_full_like(node: Node) -> Optional[str]:
-    if not all(isinstance(s, int) for s in _val(node.args[0]).shape):
+    if not all(_static(s) for s in _val(node.args[0]).shape):
         return "full_like of a tensor with symbolic sizes (no size inputs in the graph)"
     return None
 

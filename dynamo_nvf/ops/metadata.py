@@ -99,6 +99,11 @@ MULTI_OUTPUT_METADATA_OPS = frozenset(
 RESHAPE_OPS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
 
 
+def static_layout(t: torch.Tensor) -> bool:
+    """True when a (fake) tensor's sizes, strides and storage offset are all plain ints."""
+    return all(isinstance(v, int) for v in (*t.shape, *t.stride(), t.storage_offset()))
+
+
 def is_metadata(node: Node) -> bool:
     """True for a node that only changes metadata (including getitem of a split)."""
     if node.op != "call_function" or node.target not in METADATA_OPS:

@@ -37,7 +37,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import RESHAPE_OPS, alias_violation, is_broadcast, is_metadata
+from dynamo_nvf.ops.metadata import RESHAPE_OPS, alias_violation, is_broadcast, is_metadata, static_layout
 from dynamo_nvf.ops.registry import op_name
 from dynamo_nvf.passes.partition import (
     REASON_KEY,
@@ -68,6 +68,15 @@ def _members(nodes: list[Node], region: int) -> list[Node]:
     return [n for n in nodes if _in(n, region)]
 
 
+def _kept_if_copy(gm: GraphModule, node: Node, region: int, side: str, kept: set[Node]) -> bool:
+    """Keeps `node` inside when eager would copy rather than alias it; True if so."""
+    violation = alias_violation(node)
+    if violation:
+        kept.add(node)
+        _record(gm, node, region, side, "kept", violation)
+    return bool(violation)
+
+
 def _trim_leading(gm: GraphModule, region: int, nodes: list[Node], settings: Settings, kept: set[Node]) -> bool:
     changed = False
     for node in _members(nodes, region):
@@ -80,10 +89,7 @@ def _trim_leading(gm: GraphModule, region: int, nodes: list[Node], settings: Set
             _record(gm, node, region, "leading", "kept",
                     "broadcast stays inside: free in nvFuser, and stride-0 inputs can split kernels")
             continue
-        violation = alias_violation(node)
-        if violation:
-            kept.add(node)
-            _record(gm, node, region, "leading", "kept", violation)
+        if _kept_if_copy(gm, node, region, "leading", kept):
             continue
         set_eager([node], "trimmed (leading): zero-copy alias of a region input, run by PyTorch")
         _record(gm, node, region, "leading", "trimmed", "zero-copy alias of a region input")
@@ -97,12 +103,7 @@ def _trim_trailing(gm: GraphModule, region: int, nodes: list[Node], kept: set[No
         if node in kept or not is_metadata(node):
             continue
         outside = [u for u in node.users if not _in(u, region)]
-        if not outside:
-            continue
-        violation = alias_violation(node)
-        if violation:
-            kept.add(node)
-            _record(gm, node, region, "trailing", "kept", violation)
+        if not outside or _kept_if_copy(gm, node, region, "trailing", kept):
             continue
         inside = [u for u in node.users if _in(u, region)]
         if not inside:
@@ -161,13 +162,8 @@ def _symbolic(nodes: list[Node]) -> bool:
     """True if a node's result has a symbolic size, stride or offset. aot_autograd then rebuilds an
     output that aliases an input with as_strided from the region's output, which nvFuser does not
     promise to return as a view: such metadata-only regions stay in eager even with bookend=False."""
-    for node in nodes:
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor) and not all(
-            isinstance(v, int) for v in (*val.shape, *val.stride(), val.storage_offset())
-        ):
-            return True
-    return False
+    vals = (node.meta.get("val") for node in nodes)
+    return any(isinstance(val, torch.Tensor) and not static_layout(val) for val in vals)
 
 
 def _too_small(nodes: list[Node], settings: Settings) -> bool:
@@ -268,7 +264,7 @@ def bookend_regions(gm: GraphModule, settings: Settings) -> GraphModule:
         if not compute and (settings.bookend or _symbolic(nodes)):
             set_eager(nodes, "metadata-only: region has no compute, so PyTorch runs it as aliases")
             index.drop(region)
-        elif _too_small(nodes, settings) and not _merge_orphan(gm, region, index, settings):
+        elif index.too_small(region, settings) and not _merge_orphan(gm, region, index, settings):
             count = len(compute) if settings.bookend else len(nodes)
             set_eager(nodes, f"single-op policy: {count} {'compute ' if settings.bookend else ''}op(s) "
                              f"< min_region_size={settings.min_region_size}")

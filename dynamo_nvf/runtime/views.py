@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import METADATA_OPS
+from dynamo_nvf.ops.metadata import METADATA_OPS, static_layout
 from dynamo_nvf.ops.registry import op_name
 from dynamo_nvf.plan import GraphPlan
 
@@ -40,10 +40,6 @@ def _only_aliases(plans: Sequence[GraphPlan]) -> bool:
         and all(n.op in _ALIAS_OP_NAMES for n in plan.nodes)
         for plan in plans
     )
-
-
-def _static(values: Sequence[Any]) -> bool:
-    return all(isinstance(v, int) for v in values)
 
 
 #: Dynamo-level calls that always return a new view (never the input object itself, as `flatten`,
@@ -95,7 +91,7 @@ def view_specs(gm: GraphModule, plans: Sequence[GraphPlan]) -> Optional[tuple[li
         out, inp = node.meta.get("example_value"), src.meta.get("example_value")
         if not isinstance(out, torch.Tensor) or not isinstance(inp, torch.Tensor) or out.dtype != inp.dtype:
             return None
-        if not (_static(out.size()) and _static(out.stride()) and _static([out.storage_offset(), inp.storage_offset()])):
+        if not (static_layout(out) and isinstance(inp.storage_offset(), int)):
             return None
         specs.append(ViewOfInput(placeholders.index(src), tuple(out.size()), tuple(out.stride()),
                                  int(out.storage_offset()) - int(inp.storage_offset())))
