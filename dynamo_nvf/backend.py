@@ -25,6 +25,7 @@ from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.plan import GraphPlan
+from dynamo_nvf.runtime.cudagraphs import CudaGraphs, boxed
 from dynamo_nvf.runtime.region import RegionRuntime
 from dynamo_nvf.runtime.views import view_replay
 from dynamo_nvf.settings import Settings
@@ -94,9 +95,10 @@ def _summary(plan: GraphPlan) -> str:
 class _GraphCompiler:
     """Compiles the aten graphs aot_autograd hands over for one Dynamo graph."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, num_dynamo_inputs: int = 0) -> None:
         self.settings = settings
         self.plans: list[GraphPlan] = []
+        self.cuda_graphs = CudaGraphs(num_dynamo_inputs, settings.cuda_graph_max_shapes) if settings.cuda_graphs else None
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any], *, kind: str) -> Callable[..., Any]:
         graph_id = next(_graph_ids)
@@ -104,18 +106,22 @@ class _GraphCompiler:
         # failure anywhere in planning leaves aot_autograd's graph intact to run as it is.
         work = GraphModule(gm, copy.deepcopy(gm.graph))
         if self.settings.strict:
-            return self._compile(work, kind, graph_id)
-        try:
-            return self._compile(work, kind, graph_id)
-        except Exception as exc:  # planning must never break the user's program
-            error = f"{type(exc).__name__}: {exc}"
-            warnings.warn(f"dynamo_nvf: planning {kind} graph {graph_id} failed, it runs in eager: {error}",
-                          RuntimeWarning, stacklevel=2)
-            plan = GraphPlan(kind=kind, graph_id=graph_id, planning_error=error)
-            self.plans.append(plan)
-            return make_boxed_func(gm.forward)
+            plan, forward = self._compile(work, kind, graph_id)
+        else:
+            try:
+                plan, forward = self._compile(work, kind, graph_id)
+            except Exception as exc:  # planning must never break the user's program
+                error = f"{type(exc).__name__}: {exc}"
+                warnings.warn(f"dynamo_nvf: planning {kind} graph {graph_id} failed, it runs in eager: {error}",
+                              RuntimeWarning, stacklevel=2)
+                plan = GraphPlan(kind=kind, graph_id=graph_id, planning_error=error)
+                self.plans.append(plan)
+                forward = gm.forward
+        if self.cuda_graphs is None:
+            return make_boxed_func(forward)
+        return self.cuda_graphs.wrap(gm, boxed(forward), example_inputs, kind, plan)
 
-    def _compile(self, gm: GraphModule, kind: str, graph_id: int) -> Callable[..., Any]:
+    def _compile(self, gm: GraphModule, kind: str, graph_id: int) -> tuple[GraphPlan, Callable[..., Any]]:
         gm = plan_graph(gm, self.settings, kind, graph_id)
         plan: GraphPlan = gm.meta[PLAN_KEY]
         gm = install_runtimes(gm, plan, self.settings)
@@ -129,7 +135,7 @@ class _GraphCompiler:
             from dynamo_nvf.reporting import render_plan_text
 
             log.debug("dynamo_nvf plan:\n%s", render_plan_text(plan))
-        return make_boxed_func(gm.forward)
+        return plan, gm.forward
 
     def needs_no_fusion(self) -> bool:
         """True when every graph of this program was compiled and none has a region."""
@@ -142,15 +148,14 @@ def nvf_bookend(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
     options: Optional[dict[str, Any]] = None,
-    **kwargs: Any,
+    mode: Optional[str] = None,
 ) -> Callable[..., Any]:
-    """torch.compile backend: `torch.compile(model, backend="nvf_bookend", options={...})`."""
-    if kwargs.get("mode") not in (None, "default"):
-        log.warning("dynamo_nvf: mode=%r is ignored by nvf_bookend", kwargs["mode"])
-    settings = Settings.from_options(options)
+    """torch.compile backend: `torch.compile(model, backend="nvf_bookend", options={...})`, or with
+    `mode="reduce-overhead"` (CUDA graphs; see `Settings.with_mode` for every mode)."""
+    settings = Settings.from_options(options).with_mode(mode)
     if not nvf_env.nvfuser_available():
         nvf_env.log_unavailable_once()
-    compiler = _GraphCompiler(settings)
+    compiler = _GraphCompiler(settings, num_dynamo_inputs=len(example_inputs))
     compiled = aot_autograd(
         fw_compiler=functools.partial(compiler, kind="forward"),
         bw_compiler=functools.partial(compiler, kind="backward"),
@@ -161,9 +166,13 @@ def nvf_bookend(
     )(gm, example_inputs)
     if compiler.needs_no_fusion():
         # Nothing for nvFuser: skip every wrapper (lone views, seed 003). Views only: one as_strided
-        # per output; anything else runs Dynamo's graph as it is.
+        # per output; anything else runs Dynamo's graph as it is, unless CUDA graphs were asked for
+        # (the graph may still launch kernels worth replaying).
         replay = view_replay(gm, compiler.plans)
-        log.info("dynamo_nvf: no region in this graph; it runs as %s",
-                 "one as_strided view per output" if replay is not None else "plain PyTorch")
-        return replay if replay is not None else gm.forward
+        if replay is not None:
+            log.info("dynamo_nvf: no region in this graph; it runs as one as_strided view per output")
+            return replay
+        if compiler.cuda_graphs is None:
+            log.info("dynamo_nvf: no region in this graph; it runs as plain PyTorch")
+            return gm.forward
     return compiled

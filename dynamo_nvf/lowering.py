@@ -131,13 +131,19 @@ def _define_input(ctx: LoweringContext, arg: Any) -> tuple[Any, Any]:
     raise LoweringError(f"unsupported region input of type {type(arg).__name__}")
 
 
-def build_fusion(nvf: ModuleType, region: GraphModule, args: Sequence[Any]) -> BuiltFusion:
-    """Defines the fusion of `region` for these actual inputs."""
+def build_fusion(nvf: ModuleType, region: GraphModule, args: Sequence[Any],
+                 materialize: frozenset[int] = frozenset()) -> BuiltFusion:
+    """Defines the fusion of `region` for these actual inputs.
+
+    `materialize` lists outputs the kernel must write densely in eager's layout although nvFuser
+    would return them otherwise (see `_materialized`); the runtime asks for it after a first run
+    showed such outputs, instead of copying them on every call.
+    """
     fd = nvf.FusionDefinition()
     failure: Optional[BaseException] = None
     with fd:
         try:
-            built = _define(nvf, fd, region, args)
+            built = _define(nvf, fd, region, args, materialize)
         except BaseException as exc:  # re-raised outside: FusionDefinition.__exit__ prints exceptions
             failure = exc
     if failure is not None:
@@ -145,7 +151,8 @@ def build_fusion(nvf: ModuleType, region: GraphModule, args: Sequence[Any]) -> B
     return BuiltFusion(fd=fd, definition=repr(fd), output_orders=built.output_orders)
 
 
-def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any]) -> BuiltFusion:
+def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
+            materialize: frozenset[int] = frozenset()) -> BuiltFusion:
     """Lowers every node of `region` into the open FusionDefinition `fd`."""
     ctx = LoweringContext(nvf, fd)
     placeholders = [n for n in region.graph.nodes if n.op == "placeholder"]
@@ -177,20 +184,42 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any]) 
     # kernel-less segments in explain() on an H200). A layout nvFuser still gets wrong is fixed by
     # the runtime's one-time check.
     row_major_inputs = all(a.is_contiguous() for a in args if isinstance(a, torch.Tensor))
-    for out in output_node.args[0]:
+    for index, out in enumerate(output_node.args[0]):
         value = ctx.values[out]
         val = out.meta.get("val")
+        order = _stride_order(val) if isinstance(val, torch.Tensor) and _is_dense(val) else None
+        pinned = False
+        if index in materialize and order is not None:
+            value, pinned = _materialized(ctx, value, val), True
         if isinstance(val, torch.Tensor):
             value = ctx.cast(value, val.dtype)  # low-precision values were computed in f32
         if id(value) in inputs:
             value = ctx.ops.set(value)  # nvFuser returns fresh tensors, never its inputs
-        order = _stride_order(val) if isinstance(val, torch.Tensor) and _is_dense(val) else None
         row_major = order is not None and order == list(range(val.dim() - 1, -1, -1))
-        if order is not None and val.dim() > 1 and not (row_major and row_major_inputs):
+        if order is not None and val.dim() > 1 and (pinned or not (row_major and row_major_inputs)):
             value = ctx.ops.stride_order(value, order)
         layouts.append(order)
         fd.add_output(value)
     return BuiltFusion(fd=fd, definition="", output_orders=layouts)
+
+
+def _materialized(ctx: LoweringContext, value: Any, val: torch.Tensor) -> Any:
+    """`value` read through a product with dense ones of eager's shape.
+
+    nvFuser keeps an expanded broadcast dim expanded in an output (stride 0, no write), where eager
+    returns a dense tensor (a copy or reshape of an expanded one): the runtime then had to copy
+    the output on every call (`_relayout`, 6 copy kernels a step in a LLaMA-style model). The
+    product gives every dim a concrete extent, as for reductions of expanded inputs
+    (`ops.lowerings._reduction_input`), so the kernel writes the dense output itself. Multiplying by
+    one is exact; bool values use a logical and with true.
+    """
+    if any(not isinstance(s, int) for s in val.shape):
+        return value  # symbolic sizes: no constant shape for the ones; the runtime copy stays
+    shape = [int(s) for s in val.shape]
+    if val.dtype == torch.bool:
+        return ctx.ops.logical_and(value, ctx.ops.full(shape, ctx.value(True), ctx.dtype(torch.bool)))
+    dtype = torch.float32 if val.dtype in LOW_PRECISION_FLOATS else val.dtype
+    return ctx.ops.mul(value, ctx.ops.full(shape, ctx.constant(1, dtype), ctx.dtype(dtype)))
 
 
 _EXPLICIT_CASTS = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)

@@ -116,6 +116,8 @@ class GraphPlan:
     code: str = ""
     #: Set when planning failed and the graph runs as aot_autograd gave it (nodes are then unknown).
     planning_error: str = ""
+    #: With CUDA graphs on: whether this graph is captured, or why not ("" when CUDA graphs are off).
+    cuda_graph: str = ""
 
     @property
     def eager_nodes(self) -> list[NodeInfo]:
@@ -135,4 +137,6 @@ class GraphPlan:
             "eager_nodes": [{"node": n.name, "op": n.op, "reason": n.reason} for n in self.eager_nodes],
             "nodes": [asdict(n) for n in self.nodes],
             "decisions": [asdict(d) for d in self.decisions],
+            "cuda_graph": self.cuda_graph,
+            "planning_error": self.planning_error,
         }

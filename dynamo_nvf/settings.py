@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Mapping
+import logging
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping, Optional
+
+log = logging.getLogger("dynamo_nvf")
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,15 @@ class Settings:
     #: on an H200, 23.0 us and 1 kernel fused against 38.2 us and 2 kernels with ATen's gather
     #: (backend nvf_aten_embedding runs the latter).
     fuse_embedding: bool = True
+    #: Run each compiled aten graph (forward, backward, inference) as a CUDA graph through torch's
+    #: cudagraph trees, as `torch.compile(mode="reduce-overhead")` does for inductor: one replay per
+    #: call instead of one host launch per region and eager op. Graphs that cannot be captured safely
+    #: (CPU tensors, mutated non-static inputs, ops that sync) run uncaptured, with one log line saying
+    #: why. `mode="reduce-overhead"` turns it on.
+    cuda_graphs: bool = False
+    #: With cuda_graphs, a graph with dynamic shapes records one CUDA graph per distinct set of sizes
+    #: (each holds its own memory); sizes seen after this many run uncaptured.
+    cuda_graph_max_shapes: int = 8
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> "Settings":
@@ -63,4 +75,36 @@ class Settings:
             raise ValueError("min_region_size must be at least 1")
         if values.get("max_region_io", 2) < 2:
             raise ValueError("max_region_io must be at least 2")
+        if values.get("cuda_graph_max_shapes", 1) < 1:
+            raise ValueError("cuda_graph_max_shapes must be at least 1")
         return cls(**values)
+
+    def with_mode(self, mode: Optional[str]) -> "Settings":
+        """Applies a `torch.compile(mode=...)` value (see `COMPILE_MODES`); an unknown mode is an error."""
+        if mode is None:
+            return self
+        if mode not in COMPILE_MODES:
+            raise ValueError(
+                f"nvf_bookend: unknown mode {mode!r}; torch.compile modes are {sorted(COMPILE_MODES)}"
+            )
+        changes, note = COMPILE_MODES[mode]
+        if note:
+            log.warning("dynamo_nvf: mode=%r: %s", mode, note)
+        return replace(self, **changes) if changes else self
+
+
+#: torch.compile's documented modes -> (settings they set, a note logged when part of the mode has no
+#: meaning here). Inductor's autotuning has no counterpart: nvFuser picks its schedules itself.
+COMPILE_MODES: dict[str, tuple[dict[str, Any], str]] = {
+    "default": ({}, ""),
+    "reduce-overhead": ({"cuda_graphs": True}, ""),
+    "max-autotune": (
+        {"cuda_graphs": True},
+        "nvf_bookend has no autotuning (nvFuser picks its own schedules); CUDA graphs are on, as in "
+        "inductor's max-autotune",
+    ),
+    "max-autotune-no-cudagraphs": (
+        {},
+        "nvf_bookend has no autotuning (nvFuser picks its own schedules); runs as mode='default'",
+    ),
+}

@@ -6,6 +6,7 @@ CPU unit test of the cache logic only; the GPU tests use the real nvFuser.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
@@ -40,6 +41,9 @@ def _runtime(monkeypatch, cache_size=2):
     sub = getattr(gm, region_plan.name)
     runtime = region_mod.RegionRuntime(sub, region_plan, settings)
     runtime._nvf = object()  # pretend nvFuser is there; builds go to the stand-in below
+    # The region was traced at one static size; these tests feed it other sizes and layouts (as a
+    # dynamic-shape graph would), so the static no-key path is off here (tested on its own below).
+    runtime._static = False
     monkeypatch.setattr(region_mod, "build_fusion",
                         lambda nvf, eager, args: BuiltFusion(_StandInDefinition(eager), "stand-in", [None]))
     monkeypatch.setattr(region_mod, "_runs_on_nvfuser", lambda args: "")
@@ -85,3 +89,89 @@ def test_descriptor_matches_nvfusers_rules():
     assert tensor_descriptor(b.shape, b.stride())[0] == (False, None)
     assert _descriptor(a) != _descriptor(b)
     assert _descriptor(torch.randn(4, 8)) == _descriptor(torch.randn(16, 3))
+
+
+class _LayoutStrictDefinition(_StandInDefinition):
+    """Accepts only the layout it was built for, as nvFuser validates inputs against a definition."""
+
+    def __init__(self, eager, stride):
+        super().__init__(eager)
+        self.stride = stride
+
+    def execute(self, args):
+        if args[0].stride() != self.stride:
+            raise RuntimeError("stride mismatch with contiguity info")
+        return super().execute(args)
+
+
+def test_static_region_skips_the_key_and_recovers_from_a_new_layout(monkeypatch):
+    runtime = _runtime(monkeypatch)
+    runtime._static = True
+    monkeypatch.setattr(region_mod, "build_fusion", lambda nvf, eager, args: BuiltFusion(
+        _LayoutStrictDefinition(eager, args[0].stride()), "stand-in", [None]))
+    keys = []
+    real_key = region_mod._exact_key
+    monkeypatch.setattr(region_mod, "_exact_key", lambda args: keys.append(1) or real_key(args))
+    STATS.reset()
+    x = torch.randn(4, 4)
+    runtime(x)
+    first = len(keys)
+    for _ in range(4):
+        torch.testing.assert_close(runtime(x)[0], torch.sigmoid(x) * 2 + 1)
+    assert first > 0 and len(keys) == first and runtime._fast is not None  # no key after the first call
+    y = torch.randn(4, 4).t()  # a layout the static definition rejects: the keyed path builds anew
+    torch.testing.assert_close(runtime(y)[0], torch.sigmoid(y) * 2 + 1)
+    assert STATS.fusions_built == 2 and STATS.fallbacks == 0
+    assert runtime._fast is None  # two descriptors seen: the region keys every call from now on
+    torch.testing.assert_close(runtime(x)[0], torch.sigmoid(x) * 2 + 1)
+    assert runtime._fast is None and STATS.nvfuser_calls == 7
+
+
+def test_static_region_detection():
+    from dynamo_nvf.runtime.region import static_region
+
+    gm = make_fx(lambda x: torch.sigmoid(x) * 2)(torch.randn(4, 4))
+    FakeTensorProp(gm).propagate(torch.randn(4, 4))
+    assert static_region(gm)
+    dyn = make_fx(lambda x: torch.sigmoid(x) * 2, tracing_mode="symbolic")(torch.randn(4, 4))
+    assert not static_region(dyn)
+
+
+class _ExpandedOutputDefinition(_StandInDefinition):
+    """Returns its output stride-0 (as nvFuser does for an expanded value) unless rebuilt dense."""
+
+    def __init__(self, eager, dense):
+        super().__init__(eager)
+        self.dense = dense
+
+    def execute(self, args):
+        (out,) = super().execute(args)
+        return [out if self.dense else out[:1].expand_as(out)]
+
+
+@pytest.mark.parametrize("rebuild_works", [True, False])
+def test_expanded_outputs_are_rebuilt_dense_or_copied(monkeypatch, rebuild_works):
+    runtime = _runtime(monkeypatch)
+    builds = []
+
+    def build(nvf, eager, args, materialize=frozenset()):
+        builds.append(materialize)
+        if materialize and not rebuild_works:
+            raise RuntimeError("cannot materialize")
+        return BuiltFusion(_ExpandedOutputDefinition(eager, dense=bool(materialize)), "stand-in", [[1, 0]])
+
+    monkeypatch.setattr(region_mod, "build_fusion", build)
+    relayouts = []
+    real_relayout = region_mod._relayout
+    monkeypatch.setattr(region_mod, "_relayout", lambda t, order: relayouts.append(1) or real_relayout(t, order))
+    x = torch.ones(4, 4)  # rows all equal, so the stand-in's expanded output has eager's values
+    for _ in range(3):
+        (out,) = runtime(x)
+        torch.testing.assert_close(out, torch.sigmoid(x) * 2 + 1)
+        assert out.stride() == (4, 1)
+    assert builds == [frozenset(), frozenset({0})]
+    (entry,) = runtime._by_descriptor.values()
+    if rebuild_works:
+        assert entry.fixups == [] and relayouts == []  # the kernel writes the dense output itself
+    else:
+        assert entry.fixups == [(0, [1, 0])] and len(relayouts) == 3  # copied on every call

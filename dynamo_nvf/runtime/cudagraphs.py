@@ -1,0 +1,260 @@
+"""CUDA graphs for the compiled aten graphs, through torch's cudagraph trees.
+
+With `cuda_graphs` (or `mode="reduce-overhead"`) each compiled forward, backward or inference graph is
+handed to `torch._inductor.cudagraph_trees.cudagraphify_impl`, exactly as torch's own `cudagraphs`
+backend and inductor's `reduce-overhead` do: one memory pool shared by forward and backward,
+parameters and buffers as static inputs (re-recorded if their addresses change), other inputs copied
+into static buffers, one recording per distinct set of integer (size) inputs, warm-up runs first so
+nvFuser compiles outside capture. A replay then costs one launch, whatever the number of regions:
+the host cost per region (40-170 us in fec.execute on real models) is paid only while recording.
+
+Capture is refused for a graph that torch's checks say cannot be replayed faithfully (CPU tensors,
+several devices, ops that sync or have data-dependent outputs, mutation of an input that is not
+static), and for CUDA-less machines. Such a graph runs uncaptured and says why once, in the log and
+in its GraphPlan (explain()). RNG: ATen's dropout draws from the CUDA generator, which cudagraph
+capture registers, so each replay gets a fresh mask.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+from torch.fx import GraphModule
+
+from dynamo_nvf.plan import GraphPlan
+
+log = logging.getLogger("dynamo_nvf")
+
+BoxedFn = Callable[[list], Any]
+
+CAPTURED = "captured (cudagraph trees; recorded on the first calls of each input shape)"
+
+
+def boxed(fn: Callable[..., Any]) -> BoxedFn:
+    """The boxed calling convention cudagraph trees expect: one list argument, cleared on entry."""
+
+    def run(args: list) -> Any:
+        local = list(args)
+        args.clear()
+        return fn(*local)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def _devices(gm: GraphModule) -> dict[torch.device, str]:
+    """Each device a value of the graph lives on, with one node name as an example."""
+    found: dict[torch.device, str] = {}
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        vals = val if isinstance(val, (list, tuple)) else (val,)
+        for v in vals:
+            if isinstance(v, torch.Tensor) and v.device not in found:
+                found[v.device] = node.name
+    return found
+
+
+def _first_incompatible_node(gm: GraphModule) -> Optional[str]:
+    """torch's own list of ops a CUDA graph cannot replay (syncs, data-dependent outputs, ...)."""
+    try:
+        from torch._inductor.utils import get_first_incompatible_cudagraph_node
+    except ImportError:  # pragma: no cover - older torch
+        return None
+    node = get_first_incompatible_cudagraph_node(gm)
+    return None if node is None else f"{node.name} ({node.target})"
+
+
+def mutated_inputs(gm: GraphModule) -> set[int]:
+    """Indices of the graph's inputs that an op of the graph writes to."""
+    from torch._dynamo.backends.cudagraphs import find_input_mutations
+
+    return set(find_input_mutations(gm.graph))
+
+
+def skip_reason(gm: GraphModule, static_inputs: Sequence[int]) -> Optional[str]:
+    """Why `gm` must not be captured here, or None when it can be."""
+    if not torch.cuda.is_available():
+        return "CUDA is not available"
+    return graph_skip_reason(gm, static_inputs)
+
+
+def graph_skip_reason(gm: GraphModule, static_inputs: Sequence[int], accelerator: str = "cuda") -> Optional[str]:
+    """Why the graph itself cannot be replayed as a CUDA graph (whatever the machine), or None.
+
+    `accelerator` is the device type that counts as the GPU (CPU tests plan CPU graphs as CUDA ones).
+    """
+    devices = _devices(gm)
+    cpu = [name for device, name in devices.items() if device.type != accelerator]
+    if cpu:
+        return f"a value lives off the GPU ({cpu[0]})"
+    if len(devices) > 1:
+        return f"values on several devices ({', '.join(str(d) for d in devices)})"
+    if not devices:
+        return f"the graph has no {accelerator.upper()} tensor"
+    incompatible = _first_incompatible_node(gm)
+    if incompatible is not None:
+        return f"an op a CUDA graph cannot replay: {incompatible}"
+    mutated = sorted(mutated_inputs(gm) - set(static_inputs))
+    if mutated:
+        names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        return f"mutates input(s) that are not parameters or buffers: {', '.join(names[i] for i in mutated)}"
+    return None
+
+
+def _device_index(gm: GraphModule) -> int:
+    device = next(iter(_devices(gm)))
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def static_input_indices(num_fixed: int) -> list[int]:
+    """Inputs cudagraph trees may read in place: parameters and buffers, as inductor chooses them.
+
+    With inlined nn.Modules (torch's default) parameters are ordinary graph inputs; aot_autograd
+    marks them in `fw_metadata.static_input_indices`. Otherwise the first `num_fixed` inputs are the
+    ones aot_autograd lifted (parameters, buffers).
+    """
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None) if context is not None else None
+    indices = getattr(metadata, "static_input_indices", None)
+    if indices is None:
+        return list(range(num_fixed))
+    return sorted(set(indices) | set(range(num_fixed)))
+
+
+def _stack_traces(gm: GraphModule) -> list[Optional[str]]:
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    args = output.args[0]
+    if not isinstance(args, (list, tuple)):
+        return []
+    return [a.stack_trace if isinstance(a, torch.fx.Node) else None for a in args]
+
+
+def _placeholders(gm: GraphModule) -> Any:
+    from torch._inductor.cudagraph_utils import get_placeholder_info
+
+    return get_placeholder_info(gm.graph)
+
+
+class _ShapeLimit:
+    """Runs the first `limit` distinct integer-input keys through `captured`, later ones uncaptured."""
+
+    def __init__(self, captured: BoxedFn, uncaptured: BoxedFn, int_indices: list[int], limit: int,
+                 name: str) -> None:
+        self.captured, self.uncaptured = captured, uncaptured
+        self.int_indices, self.limit, self.name = int_indices, limit, name
+        self.keys: set[tuple] = set()
+        self.warned = False
+        self._boxed_call = True
+
+    def __call__(self, args: list) -> Any:
+        key = tuple(args[i] for i in self.int_indices)
+        if key in self.keys or len(self.keys) < self.limit:
+            self.keys.add(key)
+            return self.captured(args)
+        if not self.warned:
+            self.warned = True
+            log.warning("dynamo_nvf: %s: %d input shapes already have a CUDA graph "
+                        "(cuda_graph_max_shapes); further shapes run uncaptured", self.name, self.limit)
+        return self.uncaptured(args)
+
+
+class CudaGraphs:
+    """Wraps the compiled graphs of one Dynamo graph (its forward and backward share this state)."""
+
+    def __init__(self, num_dynamo_inputs: int, max_shapes: int) -> None:
+        self.num_dynamo_inputs = num_dynamo_inputs
+        self.max_shapes = max_shapes
+        self.device_index: Optional[int] = None
+        self.forward_skip: Optional[str] = None
+
+    def wrap(self, aten_gm: GraphModule, compiled: BoxedFn, example_inputs: Sequence[Any], kind: str,
+             plan: GraphPlan) -> BoxedFn:
+        """`compiled` under cudagraph trees, or `compiled` itself with the reason in `plan` and the log."""
+        if kind == "backward":
+            num_fixed = _count_tangents(aten_gm)
+            static = list(range(num_fixed))
+            skip = (f"its forward graph was not captured ({self.forward_skip})" if self.forward_skip
+                    else skip_reason(aten_gm, static))
+        else:
+            num_fixed = _num_fixed(self.num_dynamo_inputs, len(example_inputs))
+            static = static_input_indices(num_fixed)
+            skip = skip_reason(aten_gm, static)
+            self.forward_skip = skip
+        if skip is not None:
+            plan.cuda_graph = f"not captured: {skip}"
+            # One warning per graph that was asked to be captured and is not; a backward that only
+            # follows its forward's skip says so at INFO.
+            level = logging.INFO if kind == "backward" and self.forward_skip else logging.WARNING
+            log.log(level, "dynamo_nvf: %s graph %d runs without CUDA graphs: %s", kind, plan.graph_id, skip)
+            if kind == "backward" and self.forward_skip is None:
+                return self._backward_after_captured_forward(compiled)
+            return compiled
+        if self.device_index is None or kind != "backward":
+            self.device_index = _device_index(aten_gm)
+        plan.cuda_graph = CAPTURED
+        captured = self._deferred(aten_gm, compiled, static, kind)
+        int_indices = [i for i, v in enumerate(example_inputs) if isinstance(v, (int, torch.SymInt))]
+        if int_indices:
+            name = f"{kind} graph {plan.graph_id}"
+            return _ShapeLimit(captured, compiled, int_indices, self.max_shapes, name)
+        return captured
+
+    def _deferred(self, aten_gm: GraphModule, compiled: BoxedFn, static: list[int], kind: str) -> BoxedFn:
+        """cudagraphify_impl, set up on the first real call (it keys recordings on real ints), as
+        inductor's compile_fx does."""
+        from torch._inductor.cudagraph_trees import cudagraphify_impl
+
+        kwargs = dict(
+            device_index=self.device_index,
+            is_backward=kind == "backward",
+            is_inference=kind == "inference",
+            stack_traces=_stack_traces(aten_gm),
+            placeholders=_placeholders(aten_gm),
+            mutated_input_idxs=mutated_inputs(aten_gm),
+        )
+        state: dict[str, Any] = {}
+
+        def run(args: list) -> Any:
+            fn = state.get("fn")
+            if fn is None:
+                fn = state["fn"] = cudagraphify_impl(compiled, args, static, **kwargs)
+            return fn(args)
+
+        run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+    def _backward_after_captured_forward(self, compiled: BoxedFn) -> BoxedFn:
+        """An uncaptured backward behind a captured forward must tell the tree manager, as torch's
+        cudagraphs backend does, so that the forward's pool outputs stay valid."""
+        from torch._inductor import cudagraph_trees
+
+        device_index = self.device_index if self.device_index is not None else 0
+
+        def run(args: list) -> Any:
+            manager = cudagraph_trees.get_manager(device_index, create_if_none_exists=False)
+            if manager is not None:
+                manager.set_to_running_backward()
+            return compiled(args)
+
+        run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+
+def _num_fixed(num_dynamo_inputs: int, num_aot_inputs: int) -> int:
+    """Inputs aot_autograd added in front of Dynamo's (lifted parameters and buffers)."""
+    try:
+        from torch._inductor.utils import num_fw_fixed_arguments
+    except ImportError:  # pragma: no cover
+        return max(0, num_aot_inputs - num_dynamo_inputs)
+    return num_fw_fixed_arguments(num_dynamo_inputs, num_aot_inputs)
+
+
+def _count_tangents(gm: GraphModule) -> int:
+    """Backward inputs that are saved activations (static: they live in the forward's pool)."""
+    from torch._inductor.utils import count_tangents
+
+    return count_tangents(gm)

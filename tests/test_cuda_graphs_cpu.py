@@ -1,0 +1,160 @@
+"""CUDA-graph mode on the CPU: torch.compile's `mode=` values, the option, and the reasons a graph is
+not captured (checked on fake CUDA graphs, since this machine cannot capture anything)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import dynamo_nvf
+from dynamo_nvf.runtime.cudagraphs import graph_skip_reason
+from dynamo_nvf.settings import COMPILE_MODES, Settings
+from helpers import assert_same, compile_fn
+
+
+def _block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.gelu(x @ w) * 2 + 1
+
+
+# -- mode= -------------------------------------------------------------------------------------------
+
+
+def test_modes_map_onto_settings(caplog):
+    base = Settings()
+    assert base.with_mode(None) == base and base.with_mode("default") == base
+    assert base.with_mode("reduce-overhead").cuda_graphs
+    with caplog.at_level(logging.WARNING, logger="dynamo_nvf"):
+        assert base.with_mode("max-autotune").cuda_graphs
+        assert not base.with_mode("max-autotune-no-cudagraphs").cuda_graphs
+    notes = [r.getMessage() for r in caplog.records]
+    assert len(notes) == 2 and all("no autotuning" in n for n in notes)
+    # Every mode torch.compile documents is handled.
+    doc = torch.compile.__doc__ or ""
+    for mode in ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+        assert mode in COMPILE_MODES and mode in doc
+
+
+def test_unknown_mode_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown mode 'bogus'"):
+        Settings().with_mode("bogus")
+    compiled = torch.compile(_block, backend="nvf_bookend", mode="bogus")
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"unknown mode 'bogus'.*reduce-overhead"):
+        compiled(torch.randn(4, 8), torch.randn(8, 8))
+
+
+def test_cuda_graph_max_shapes_is_validated():
+    with pytest.raises(ValueError, match="cuda_graph_max_shapes"):
+        Settings.from_options({"cuda_graph_max_shapes": 0})
+
+
+# -- without CUDA: runs uncaptured, says why, same results ----------------------------------------------
+
+
+def test_reduce_overhead_without_cuda_runs_uncaptured_and_says_why(caplog):
+    x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(_block, backend="nvf_bookend", mode="reduce-overhead")
+    with caplog.at_level(logging.INFO, logger="dynamo_nvf"), dynamo_nvf.recording() as rec:
+        out = compiled(x, w)
+        out.sum().backward()
+    x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    expected = _block(x2, w2)
+    expected.sum().backward()
+    assert_same(out, expected)
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(w.grad, w2.grad)
+    assert [(p.kind, p.cuda_graph) for p in rec.plans] == [
+        ("forward", "not captured: CUDA is not available"),
+        ("backward", "not captured: its forward graph was not captured (CUDA is not available)"),
+    ]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "without CUDA graphs" in r.getMessage()]
+    assert len(warnings) == 1 and "forward graph" in warnings[0].getMessage()
+
+
+def test_cuda_graphs_option_shows_in_explain():
+    report = dynamo_nvf.explain(_block, torch.randn(4, 8), torch.randn(8, 8),
+                                options={"cuda_graphs": True})
+    assert [g.cuda_graph for g in report.graphs] == ["not captured: CUDA is not available"]
+    assert "CUDA graph: not captured: CUDA is not available" in str(report)
+    assert report.to_dict()["graphs"][0]["cuda_graph"] == "not captured: CUDA is not available"
+    plain = dynamo_nvf.explain(_block, torch.randn(4, 8), torch.randn(8, 8))
+    assert [g.cuda_graph for g in plain.graphs] == [""] and "CUDA graph:" not in str(plain)
+
+
+def test_matmul_only_program_keeps_the_compiled_graph_under_cuda_graphs():
+    """A program without regions would normally run as Dynamo's graph; with CUDA graphs asked for, it
+    must still go through the (capturing) compiled graph."""
+    def matmul_only(a, b):
+        return a @ b
+
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with dynamo_nvf.recording() as rec:
+        out = compile_fn(matmul_only, {"cuda_graphs": True})(a, b)
+    assert_same(out, a @ b)
+    assert rec.plans and rec.plans[0].cuda_graph.startswith("not captured")
+
+
+# -- graph-level reasons, on fake CUDA graphs -----------------------------------------------------------
+
+
+def _aot_graphs(fn, *shapes, device="cuda", train=False):
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    backend = aot_autograd(fw_compiler=capture, bw_compiler=capture, keep_inference_input_mutations=True)
+    torch._dynamo.reset()
+    with FakeTensorMode():
+        inputs = [torch.randn(s, device=device, requires_grad=train) for s in shapes]
+        out = torch.compile(fn, backend=backend)(*inputs)
+        if train:
+            out.sum().backward()
+    return graphs
+
+
+# Fake CUDA tensors cannot run backward or in-place ops on a CPU-only torch build, so those graphs
+# are traced on the CPU and checked with the CPU standing for the GPU (`accelerator="cpu"`).
+
+
+def test_capturable_graphs_have_no_skip_reason():
+    (gm,) = _aot_graphs(_block, (4, 8), (8, 8))  # fake CUDA, inference
+    assert graph_skip_reason(gm, static_inputs=[]) is None
+    forward, backward = _aot_graphs(_block, (4, 8), (8, 8), device="cpu", train=True)
+    assert graph_skip_reason(forward, [], accelerator="cpu") is None
+    assert graph_skip_reason(backward, [], accelerator="cpu") is None
+
+
+def test_cpu_values_are_not_captured():
+    (gm,) = _aot_graphs(_block, (4, 8), (8, 8), device="cpu")
+    assert graph_skip_reason(gm, []).startswith("a value lives off the GPU")
+
+
+def test_mutated_inputs_are_captured_only_when_static():
+    def add_in_place(x, y):
+        x.add_(y)
+        return x * 2
+
+    (gm,) = _aot_graphs(add_in_place, (4, 8), (4, 8), device="cpu")
+    reason = graph_skip_reason(gm, [], accelerator="cpu")
+    assert reason is not None and reason.startswith("mutates input(s) that are not parameters or buffers")
+    assert graph_skip_reason(gm, [0], accelerator="cpu") is None  # a static input (a buffer) may be written
+
+
+def test_data_dependent_ops_are_not_captured():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def uses_item(x):
+        return x * x.sum().item()  # a host read of device data
+
+    gm = make_fx(uses_item, tracing_mode="symbolic")(torch.randn(4, 8))
+    reason = graph_skip_reason(gm, [], accelerator="cpu")
+    assert reason is not None and reason.startswith("an op a CUDA graph cannot replay")
