@@ -189,8 +189,9 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
         val = out.meta.get("val")
         order = _stride_order(val) if isinstance(val, torch.Tensor) and _is_dense(val) else None
         pinned = False
-        if index in materialize and order is not None:
-            value, pinned = _materialized(ctx, value, val), True
+        dense_wanted = order is not None and (index in materialize or _expanded_value(value))
+        if dense_wanted or (isinstance(val, torch.Tensor) and copies_an_input(out)):
+            value, pinned = _materialized(ctx, value, val), order is not None
         if isinstance(val, torch.Tensor):
             value = ctx.cast(value, val.dtype)  # low-precision values were computed in f32
         if id(value) in inputs:
@@ -203,19 +204,66 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
     return BuiltFusion(fd=fd, definition="", output_orders=layouts)
 
 
+#: Ops whose nvFuser lowering is a meta op (set, reshape, permute, slice, broadcast, expand, squeeze,
+#: a cast to the same dtype): nvFuser returns such an output of a fusion input as a view of that
+#: input's storage (its alias analysis, Fuser's AliasTest.TrivialInputForwarding), not as a copy.
+_COPYING_OPS = frozenset({
+    torch.ops.aten.clone.default, torch.ops.aten._to_copy.default, torch.ops.aten.copy.default,
+    torch.ops.prims.convert_element_type.default,
+})
+
+
+def copies_an_input(node: Node) -> bool:
+    """True when eager gives `node` fresh storage (a clone, copy or same-dtype cast on the way) but its
+    value is only meta ops of a region input, which nvFuser would return as an alias of the input.
+    Such an output is materialized: handing the caller the input's storage would let a later write
+    to one show in the other, unlike eager."""
+    from dynamo_nvf.ops.metadata import METADATA_OPS
+
+    copied = False
+    while node.op != "placeholder":
+        if node.op != "call_function":
+            return False
+        if node.target in _COPYING_OPS:
+            src = node.args[1] if node.target is torch.ops.aten.copy.default else node.args[0]
+            before, after = (src.meta.get("val") if isinstance(src, Node) else None), node.meta.get("val")
+            if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor) or before.dtype != after.dtype:
+                return False  # a real conversion computes a new value
+            copied = True
+        elif node.target in METADATA_OPS:
+            src = node.args[0]
+        else:
+            return False
+        if not isinstance(src, Node):
+            return False
+        node = src
+    return copied
+
+
+def _expanded_value(value: Any) -> bool:
+    """True when nvFuser would return `value` with an expanded broadcast dim (stride 0): an
+    IterDomain prints as e.g. `bS3{1 ex i2}`, and the direct API has no is_broadcast."""
+    try:
+        return any(" ex " in str(d) for d in value.get_logical_domain())
+    except Exception:  # not a TensorView, or an API change: the runtime's layout check still runs
+        return False
+
+
 def _materialized(ctx: LoweringContext, value: Any, val: torch.Tensor) -> Any:
     """`value` read through a product with dense ones of eager's shape.
 
     nvFuser keeps an expanded broadcast dim expanded in an output (stride 0, no write), where eager
     returns a dense tensor (a copy or reshape of an expanded one): the runtime then had to copy
-    the output on every call (`_relayout`, 6 copy kernels a step in a LLaMA-style model). The
-    product gives every dim a concrete extent, as for reductions of expanded inputs
-    (`ops.lowerings._reduction_input`), so the kernel writes the dense output itself. Multiplying by
-    one is exact; bool values use a logical and with true.
+    the output on every call (`_relayout`, 6 copy kernels a step in a LLaMA-style model). It also
+    returns meta ops of an input as views of it (`copies_an_input`). The product gives every dim a
+    concrete extent and a computed value, as for reductions of expanded inputs
+    (`ops.lowerings._reduction_input`), so the kernel writes a fresh dense output itself.
+    Multiplying by one is exact; bool values use a logical and with true.
     """
-    if any(not isinstance(s, int) for s in val.shape):
-        return value  # symbolic sizes: no constant shape for the ones; the runtime copy stays
-    shape = [int(s) for s in val.shape]
+    if all(isinstance(s, int) for s in val.shape):
+        shape: Any = [int(s) for s in val.shape]
+    else:
+        shape = ctx.ops.shape(value)  # symbolic sizes: the value's own extents
     if val.dtype == torch.bool:
         return ctx.ops.logical_and(value, ctx.ops.full(shape, ctx.value(True), ctx.dtype(torch.bool)))
     dtype = torch.float32 if val.dtype in LOW_PRECISION_FLOATS else val.dtype

@@ -83,6 +83,10 @@ class RegionPlan:
     calls_nvfuser: int = 0
     calls_eager: int = 0
     first_run_ms: Optional[float] = None  # nvFuser's compile and first run, host wall time
+    #: Equal keys mean one shared compiled fusion (passes/fusion_key.py).
+    fusion_key: str = ""
+    #: The definition was taken from an earlier region with the same key (not built again).
+    fusion_reused: bool = False
 
     @property
     def launched_kernels(self) -> list["KernelInfo"]:

@@ -16,7 +16,16 @@ from dynamo_nvf.backend import plan_graph
 from dynamo_nvf.lowering import BuiltFusion
 from dynamo_nvf.passes.fuse import PLAN_KEY
 from dynamo_nvf.runtime import region as region_mod
+from dynamo_nvf.runtime.fusion_cache import SHARED_FUSIONS
 from dynamo_nvf.runtime.stats import STATS
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_stand_ins():
+    """Stand-in definitions must never be shared with another test's regions."""
+    SHARED_FUSIONS.clear()
+    yield
+    SHARED_FUSIONS.clear()
 
 
 class _StandInDefinition:

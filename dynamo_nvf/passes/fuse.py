@@ -14,6 +14,7 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from dynamo_nvf.ops.registry import op_name
 from dynamo_nvf.passes.bookend import DECISIONS_KEY
+from dynamo_nvf.passes.fusion_key import region_fusion_key
 from dynamo_nvf.passes.partition import REASON_KEY, SPLIT_KEY, regions_of
 from dynamo_nvf.plan import GraphPlan, NodeInfo, RegionPlan, TensorInfo
 
@@ -101,5 +102,6 @@ def fuse_regions(gm: GraphModule, kind: str, graph_id: int) -> GraphModule:
         region.inputs = [TensorInfo.of(n) for n in sub.graph.nodes if n.op == "placeholder"]
         out = next(n for n in sub.graph.nodes if n.op == "output")
         region.outputs = [TensorInfo.of(n) for n in out.args[0]]
+        region.fusion_key = region_fusion_key(sub)
     gm.meta[PLAN_KEY] = plan
     return gm

@@ -19,6 +19,7 @@ from torch.fx import GraphModule
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.lowering import build_fusion
 from dynamo_nvf.plan import KernelInfo, RegionPlan
+from dynamo_nvf.runtime.fusion_cache import SHARED_FUSIONS
 from dynamo_nvf.runtime.stats import STATS
 from dynamo_nvf.settings import Settings
 
@@ -283,7 +284,7 @@ class RegionRuntime:
         if entry is None:
             STATS.cache_misses += 1
             reason = _runs_on_nvfuser(args)
-            entry = _Entry(eager_reason=reason) if reason else self._build(args)
+            entry = _Entry(eager_reason=reason) if reason else self._shared_or_built(args, descriptor)
             self._by_descriptor[descriptor] = entry
             if len(self._by_descriptor) > self.settings.fusion_cache_size:
                 self._by_descriptor.popitem(last=False)
@@ -294,6 +295,20 @@ class RegionRuntime:
         self._by_exact[exact] = entry
         if len(self._by_exact) > 8 * self.settings.fusion_cache_size:
             self._by_exact.popitem(last=False)
+        return entry
+
+    def _shared_or_built(self, args: Sequence[Any], descriptor: tuple) -> _Entry:
+        """The definition of an equal region (same fusion key and inputs) if one exists, else a new one,
+        which is then offered to later equal regions."""
+        key = (self.plan.fusion_key, descriptor) if self.plan.fusion_key else None
+        entry = SHARED_FUSIONS.get(key) if key is not None else None
+        if entry is not None:
+            self.plan.fusion_reused = True
+            self.plan.definition = entry.definition
+            return entry
+        entry = self._build(args)
+        if key is not None and entry.fd is not None and not entry.eager_reason:
+            SHARED_FUSIONS.put(key, entry)
         return entry
 
     def _build(self, args: Sequence[Any]) -> _Entry:

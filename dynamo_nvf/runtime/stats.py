@@ -10,6 +10,8 @@ class RuntimeStats:
     nvfuser_calls: int = 0
     eager_calls: int = 0
     fusions_built: int = 0
+    #: definitions taken from another region with the same fusion key instead of being built
+    fusions_reused: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
     evictions: int = 0
