@@ -126,7 +126,7 @@ class _GraphCompiler:
             recorder.graph_modules.append(gm)
         log.info("dynamo_nvf: %s", _summary(plan))
         if log.isEnabledFor(logging.DEBUG):
-            from dynamo_nvf.reporting import render_plan_text
+            from dynamo_nvf.plan_text import render_plan_text
 
             log.debug("dynamo_nvf plan:\n%s", render_plan_text(plan))
         return make_boxed_func(gm.forward)
