@@ -104,6 +104,8 @@ class NodeInfo:
     op: str
     region: Optional[int]
     reason: str = ""
+    #: Names of the nodes it reads (graph inputs included): the edges explain()'s picture draws.
+    inputs: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from tabulate import tabulate
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.backend import nvf_bookend, recording
 from dynamo_nvf.plan import GraphPlan
+from dynamo_nvf.plan_svg import region_color, render_plan_svg
 from dynamo_nvf.plan_text import decision_rows, io_rows, kernel_rows, region_status, render_plan_text
 from dynamo_nvf.runtime.region import PROFILING
 from dynamo_nvf.runtime.stats import STATS
@@ -85,6 +86,20 @@ class Report:
     def _repr_html_(self) -> str:
         return render_html(self)
 
+    def graph_svg(self, index: int = 0, columns: int = 6, max_eager_run: int = 4) -> "SVG":
+        """A picture of graph `index` (regions, trimmed and eager nodes, boundaries), as SVG text.
+
+        A notebook displays it as a picture; `str()` of it is the SVG document.
+        """
+        return SVG(render_plan_svg(self.graphs[index], columns=columns, max_eager_run=max_eager_run))
+
+
+class SVG(str):
+    """SVG text that a notebook displays as a picture."""
+
+    def _repr_svg_(self) -> str:
+        return str(self)
+
 
 # --------------------------------------------------------------------------------------------------
 # Rendering
@@ -115,9 +130,6 @@ def render_text(report: Report) -> str:
     return "\n".join(lines)
 
 
-_REGION_COLORS = ["#d0e8ff", "#d8f5d0", "#ffe8c8", "#f0d8ff", "#fff6b0", "#ffd6d6"]
-
-
 def _html_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     return tabulate(rows, headers=headers, tablefmt="html")
 
@@ -135,9 +147,10 @@ def render_html(report: Report) -> str:
     parts.append(_html_table(_totals_rows(report), ["total", "value"]))
     for plan in report.graphs:
         parts.append(f"<h4>{esc(plan.kind)} graph {plan.graph_id}</h4>")
+        parts.append(f"<div class='dynamo-nvf-graph' style='overflow-x:auto'>{render_plan_svg(plan)}</div>")
         rows = []
         for n in plan.nodes:
-            color = "" if n.region is None else _REGION_COLORS[n.region % len(_REGION_COLORS)]
+            color = "" if n.region is None else region_color(n.region)[0]
             where = "eager" if n.region is None else f"region {n.region}"
             rows.append(f"<tr style='background:{color}'><td>{esc(n.name)}</td><td>{esc(n.op)}</td>"
                         f"<td>{where}</td><td>{esc(n.reason)}</td></tr>")

@@ -65,6 +65,7 @@ def fuse_regions(gm: GraphModule, kind: str, graph_id: int) -> GraphModule:
                 op=op_name(node.target) if node.op == "call_function" else node.op,
                 region=None if region is None else renumber[region],
                 reason="" if region is not None else node.meta.get(REASON_KEY, ""),
+                inputs=[producer.name for producer in node.all_input_nodes],
             )
         )
 
