@@ -165,8 +165,8 @@ def render_html(report: Report) -> str:
                 parts.append("<ul>" + "".join(f"<li>{esc(b)}</li>" for b in region.boundary) + "</ul>")
             if region.kernels:
                 parts.append(_html_table(kernel_rows(region), ["segment", "scheduler", "kernel", "time ms", "compile ms"]))
-            for title, text in (("fusion definition", region.definition), ("scheduled IR", region.scheduled_ir),
-                                ("CUDA source", region.cuda_source)):
+            for title, text in (("FX graph", region.fx_code), ("fusion definition", region.definition),
+                                ("scheduled IR", region.scheduled_ir), ("CUDA source", region.cuda_source)):
                 if text:
                     parts.append(f"<details><summary>{title}</summary><pre>{esc(text)}</pre></details>")
         if plan.code:

@@ -99,6 +99,7 @@ def fuse_regions(gm: GraphModule, kind: str, graph_id: int) -> GraphModule:
         )
     for region in plan.regions:
         sub = getattr(gm, region.name)
+        region.fx_code = sub.code.strip()
         region.inputs = [TensorInfo.of(n) for n in sub.graph.nodes if n.op == "placeholder"]
         out = next(n for n in sub.graph.nodes if n.op == "output")
         region.outputs = [TensorInfo.of(n) for n in out.args[0]]
