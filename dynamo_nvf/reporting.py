@@ -100,6 +100,9 @@ class SVG(str):
     def _repr_svg_(self) -> str:
         return str(self)
 
+    def __repr__(self) -> str:  # the picture's plain-text stand-in, not thousands of characters
+        return f"<SVG picture, {len(self)} characters>"
+
 
 # --------------------------------------------------------------------------------------------------
 # Rendering
