@@ -30,7 +30,7 @@ EAGER_FILL, EAGER_STROKE = "#e6e6e6", "#8a8a8a"
 EDGE_COLOR = "#d0021b"
 
 BOX_W, BOX_H, GAP, PAD = 150, 32, 10, 12
-HEADER_H, SEGMENT_H, LEGEND_H = 20, 20, 28
+HEADER_H, SEGMENT_H, LEGEND_H, LEGEND_W = 20, 20, 28, 740
 CHARS = 23  # characters of 10px monospace that fit in a box
 
 
@@ -160,7 +160,7 @@ def _boundary_reasons(plan: GraphPlan) -> dict[tuple[str, str], str]:
     reasons: dict[tuple[str, str], str] = {}
     for region in plan.regions:
         for note in region.boundary:
-            edge, _, why = note.partition(": ")
+            edge, _, _ = note.partition(": ")
             producer, _, consumer = edge.partition(" -> ")
             reasons.setdefault((producer, consumer), f"{region.name}: {note}")
     return reasons
@@ -230,7 +230,7 @@ def _legend(marker: str) -> list[str]:
 def render_plan_svg(plan: GraphPlan, columns: int = 6, max_eager_run: int = 4) -> str:
     """SVG of one graph's plan: region bands, eager bands, trimmed nodes, boundary edges."""
     columns = max(1, columns)
-    width = 2 * PAD + columns * BOX_W + (columns - 1) * GAP
+    width = max(LEGEND_W, 2 * PAD + columns * BOX_W + (columns - 1) * GAP)
     uid = f"{plan.kind}-{plan.graph_id}"
     marker = f"nvf-arrow-{uid}"
     regions = {r.id: r for r in plan.regions}
