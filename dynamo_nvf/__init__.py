@@ -1,12 +1,13 @@
 """dynamo_nvf: a torch.compile backend (`backend="nvf_bookend"`) that runs aten regions on nvFuser.
 
-Importing the package registers the backend; the `torch_dynamo_backends` entry point does the same
-without an import.
+Importing the package registers the backend (the `torch_dynamo_backends` entry point does the same
+without an import) and the "dynamo_nvf" log with torch's logging (`TORCH_LOGS="+dynamo_nvf"`).
 """
 
 from __future__ import annotations
 
 from dynamo_nvf.backend import nvf_bookend, plan_graph, recording
+from dynamo_nvf.logs import register_with_torch_logging
 from dynamo_nvf.reporting import Report, explain
 from dynamo_nvf.runtime.stats import STATS
 from dynamo_nvf.settings import Settings
@@ -28,4 +29,5 @@ def _register() -> None:
     registry.register_backend(name="nvf_bookend")(nvf_bookend)
 
 
+register_with_torch_logging()
 _register()

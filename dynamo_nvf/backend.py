@@ -25,6 +25,7 @@ from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.plan import GraphPlan
+from dynamo_nvf.plan_text import render_plan_text
 from dynamo_nvf.runtime.cudagraphs import CudaGraphs, boxed
 from dynamo_nvf.runtime.region import RegionRuntime
 from dynamo_nvf.runtime.views import view_replay
@@ -132,8 +133,6 @@ class _GraphCompiler:
             recorder.graph_modules.append(gm)
         log.info("dynamo_nvf: %s", _summary(plan))
         if log.isEnabledFor(logging.DEBUG):
-            from dynamo_nvf.reporting import render_plan_text
-
             log.debug("dynamo_nvf plan:\n%s", render_plan_text(plan))
         return plan, gm.forward
 

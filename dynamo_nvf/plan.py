@@ -74,6 +74,8 @@ class RegionPlan:
     #: "nvfuser" once it ran there, "eager" when it cannot (no CUDA/nvFuser) or fell back, else "planned".
     executor: str = "planned"
     executor_reason: str = ""
+    #: Python code of the region's FX graph: what nvFuser is given and what eager runs on fallback.
+    fx_code: str = ""
     definition: Optional[str] = None
     kernels: list[KernelInfo] = field(default_factory=list)
     segments: Optional[int] = None
@@ -108,6 +110,8 @@ class NodeInfo:
     op: str
     region: Optional[int]
     reason: str = ""
+    #: Names of the nodes it reads (graph inputs included): the edges explain()'s picture draws.
+    inputs: list[str] = field(default_factory=list)
 
 
 @dataclass

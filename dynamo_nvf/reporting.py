@@ -22,7 +22,9 @@ from tabulate import tabulate
 
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.backend import nvf_bookend, recording
-from dynamo_nvf.plan import GraphPlan, RegionPlan
+from dynamo_nvf.plan import GraphPlan
+from dynamo_nvf.plan_svg import region_color, render_plan_svg
+from dynamo_nvf.plan_text import decision_rows, fusion_note, io_rows, kernel_rows, region_status, render_plan_text
 from dynamo_nvf.runtime.region import PROFILING
 from dynamo_nvf.runtime.stats import STATS
 
@@ -84,90 +86,31 @@ class Report:
     def _repr_html_(self) -> str:
         return render_html(self)
 
+    def graph_svg(self, index: int = 0, columns: int = 6, max_eager_run: int = 4) -> "SVG":
+        """A picture of graph `index` (regions, trimmed and eager nodes, boundaries), as SVG text.
+
+        A notebook displays it as a picture; `str()` of it is the SVG document.
+        """
+        return SVG(render_plan_svg(self.graphs[index], columns=columns, max_eager_run=max_eager_run))
+
+
+class SVG(str):
+    """SVG text that a notebook displays as a picture."""
+
+    def _repr_svg_(self) -> str:
+        return str(self)
+
+    def __repr__(self) -> str:  # the picture's plain-text stand-in, not thousands of characters
+        return f"<SVG picture, {len(self)} characters>"
+
 
 # --------------------------------------------------------------------------------------------------
 # Rendering
 # --------------------------------------------------------------------------------------------------
 
 
-def _decisions(region: RegionPlan) -> list[list[str]]:
-    rows = []
-    for side, items in (("leading", region.leading), ("trailing", region.trailing), ("kept", region.kept)):
-        for d in items:
-            rows.append([side, d.node, d.op, d.action, d.reason])
-    return rows
-
-
-def _io_rows(region: RegionPlan) -> list[list[str]]:
-    rows = []
-    for role, infos in (("in", region.inputs), ("out", region.outputs)):
-        for t in infos:
-            rows.append([role, t.name, t.dtype, str(t.shape), str(t.stride), t.device])
-    return rows
-
-
-def _kernel_rows(region: RegionPlan) -> list[list[Any]]:
-    return [[k.segment_id, k.scheduler, k.name, _ms(k.time_ms), _ms(k.compile_time_ms)] for k in region.kernels]
-
-
 def _totals_rows(report: "Report") -> list[list[Any]]:
     return [[k, "n/a" if v is None else v] for k, v in report.totals().items()]
-
-
-def _ms(value: Optional[float]) -> str:
-    return "" if value is None else f"{value:.3f}"
-
-
-def _region_status(region: RegionPlan) -> str:
-    status = region.executor
-    if region.executor_reason:
-        status += f" ({region.executor_reason})"
-    return status
-
-
-def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
-    """Text of one compiled graph's plan."""
-    lines = [f"== {plan.kind} graph {plan.graph_id}: {len(plan.regions)} region(s) =="]
-    if plan.cuda_graph:
-        lines.append(f"CUDA graph: {plan.cuda_graph}")
-    node_rows = [[n.name, n.op, "" if n.region is None else f"region {n.region}",
-                  n.reason if n.region is None else ""] for n in plan.nodes]
-    lines.append(tabulate(node_rows, headers=["node", "op", "where", "why eager"], tablefmt="simple"))
-    for region in plan.regions:
-        lines.append("")
-        lines.append(f"-- {region.name}: {len(region.nodes)} node(s), {len(region.compute_ops)} compute, "
-                     f"executor {_region_status(region)}")
-        lines.append(tabulate(_io_rows(region), headers=["", "tensor", "dtype", "shape", "stride", "device"],
-                              tablefmt="simple"))
-        rows = _decisions(region)
-        if rows:
-            lines.append("bookend decisions:")
-            lines.append(tabulate(rows, headers=["side", "node", "op", "action", "reason"], tablefmt="simple"))
-        if region.boundary:
-            lines.append("boundaries:")
-            lines.extend(f"  {b}" for b in region.boundary)
-        if region.kernels:
-            first = "" if region.first_run_ms is None else f"; first run with compile {region.first_run_ms:.1f} ms"
-            lines.append(f"nvFuser segments: {region.segments} ({region.profile_source}{first})")
-            lines.append(tabulate(_kernel_rows(region), headers=["segment", "scheduler", "kernel", "time ms", "compile ms"],
-                                  tablefmt="simple"))
-        elif region.profile_source:
-            lines.append(f"nvFuser segments: unknown ({region.profile_source})")
-        if show_definitions and region.definition:
-            lines.append("fusion definition:")
-            lines.append(region.definition.rstrip())
-        if region.scheduled_ir:
-            lines.append("scheduled IR:")
-            lines.append(region.scheduled_ir.rstrip())
-        if region.cuda_source:
-            lines.append("CUDA source:")
-            lines.append(region.cuda_source.rstrip())
-    if plan.decisions:
-        lines.append("")
-        lines.append("decisions on regions later merged into another or returned to eager:")
-        lines.append(tabulate([[d.node, d.op, d.action, d.reason] for d in plan.decisions],
-                              headers=["node", "op", "action", "reason"], tablefmt="simple"))
-    return "\n".join(lines)
 
 
 def render_text(report: Report) -> str:
@@ -190,9 +133,6 @@ def render_text(report: Report) -> str:
     return "\n".join(lines)
 
 
-_REGION_COLORS = ["#d0e8ff", "#d8f5d0", "#ffe8c8", "#f0d8ff", "#fff6b0", "#ffd6d6"]
-
-
 def _html_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     return tabulate(rows, headers=headers, tablefmt="html")
 
@@ -212,25 +152,27 @@ def render_html(report: Report) -> str:
         parts.append(f"<h4>{esc(plan.kind)} graph {plan.graph_id}</h4>")
         if plan.cuda_graph:
             parts.append(f"<p>CUDA graph: {esc(plan.cuda_graph)}</p>")
+        parts.append(f"<div class='dynamo-nvf-graph' style='overflow-x:auto'>{render_plan_svg(plan)}</div>")
         rows = []
         for n in plan.nodes:
-            color = "" if n.region is None else _REGION_COLORS[n.region % len(_REGION_COLORS)]
+            color = "" if n.region is None else region_color(n.region)[0]
             where = "eager" if n.region is None else f"region {n.region}"
             rows.append(f"<tr style='background:{color}'><td>{esc(n.name)}</td><td>{esc(n.op)}</td>"
                         f"<td>{where}</td><td>{esc(n.reason)}</td></tr>")
         parts.append("<table><thead><tr><th>node</th><th>op</th><th>where</th><th>why eager</th></tr></thead>"
                      f"<tbody>{''.join(rows)}</tbody></table>")
         for region in plan.regions:
-            parts.append(f"<h5>{esc(region.name)}: executor {esc(_region_status(region))}</h5>")
-            parts.append(_html_table(_io_rows(region), ["", "tensor", "dtype", "shape", "stride", "device"]))
-            if _decisions(region):
-                parts.append(_html_table(_decisions(region), ["side", "node", "op", "action", "reason"]))
+            parts.append(f"<h5>{esc(region.name)}: executor {esc(region_status(region))}"
+                         f"{esc(fusion_note(region))}</h5>")
+            parts.append(_html_table(io_rows(region), ["", "tensor", "dtype", "shape", "stride", "device"]))
+            if decision_rows(region):
+                parts.append(_html_table(decision_rows(region), ["side", "node", "op", "action", "reason"]))
             if region.boundary:
                 parts.append("<ul>" + "".join(f"<li>{esc(b)}</li>" for b in region.boundary) + "</ul>")
             if region.kernels:
-                parts.append(_html_table(_kernel_rows(region), ["segment", "scheduler", "kernel", "time ms", "compile ms"]))
-            for title, text in (("fusion definition", region.definition), ("scheduled IR", region.scheduled_ir),
-                                ("CUDA source", region.cuda_source)):
+                parts.append(_html_table(kernel_rows(region), ["segment", "scheduler", "kernel", "time ms", "compile ms"]))
+            for title, text in (("FX graph", region.fx_code), ("fusion definition", region.definition),
+                                ("scheduled IR", region.scheduled_ir), ("CUDA source", region.cuda_source)):
                 if text:
                     parts.append(f"<details><summary>{title}</summary><pre>{esc(text)}</pre></details>")
         if plan.code:

@@ -39,7 +39,9 @@ def main(scenario: str) -> None:
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     print(report)
-    print(json.dumps(report.to_dict()))
+    result = report.to_dict()
+    result["svg"] = [str(report.graph_svg(i)) for i in range(len(report.graphs))]
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

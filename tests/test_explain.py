@@ -48,6 +48,10 @@ def test_seed000_gelu_report_matches_the_plan():
     assert region.ops == expected.ops
     assert [d.node for d in region.leading] == [d.node for d in expected.leading] == ["view"]
     assert [d.node for d in region.trailing] == [d.node for d in expected.trailing] == ["view_1"]
+    # The region's FX code: its ops and nothing trimmed.
+    assert region.fx_code.startswith("def forward(self, view)")
+    assert all(f"torch.ops.{op}(" in region.fx_code for op in region.ops)
+    assert "aten.view" not in region.fx_code
     text = str(report)
     assert "nothing ran on nvFuser" in text
     assert "trimmed (leading)" in text and "zero-copy alias of a region input" in text

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -43,6 +44,15 @@ def test_seed001_segments_agree_with_torch_profiler():
     assert any("reduction" in s for s in schedulers) and any("pointwise" in s for s in schedulers), schedulers
     assert all(k["time_ms"] > 0 for k in launched)
     assert region["scheduled_ir"] and not region["scheduled_ir"].startswith("unavailable")
+    # The picture shows the region's segments: one chip per segment, scheduler and kernel on hover.
+    (svg,) = report["svg"]
+    groups = list(ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}g"))
+    (segments,) = [g for g in groups if g.get("class") == "segments"]
+    assert segments.get("data-count") == str(len(region["kernels"]))
+    chips = ["".join(g.find("{http://www.w3.org/2000/svg}title").itertext()) for g in groups if g.get("class") == "segment"]
+    assert len(chips) == len(region["kernels"])
+    for kernel in launched:
+        assert any(kernel["name"] in chip and kernel["scheduler"] in chip for chip in chips), (kernel, chips)
 
     seen_by_torch = run_scenario("seed001_torch_profiler")
     assert seen_by_torch["totals"]["kernels_nvfuser_torch_profiler"] == len(launched)

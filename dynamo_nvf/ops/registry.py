@@ -16,7 +16,7 @@ from torch.fx import Node
 from dynamo_nvf.ops.dtypes import SUPPORTED_DTYPES
 
 if TYPE_CHECKING:
-    from dynamo_nvf.lowering import LoweringContext
+    from dynamo_nvf.ops.context import LoweringContext
     from dynamo_nvf.settings import Settings
 
 #: Lowers one FX node into nvFuser values; returns a value or a tuple of values.

@@ -66,6 +66,7 @@ def fuse_regions(gm: GraphModule, kind: str, graph_id: int) -> GraphModule:
                 op=op_name(node.target) if node.op == "call_function" else node.op,
                 region=None if region is None else renumber[region],
                 reason="" if region is not None else node.meta.get(REASON_KEY, ""),
+                inputs=[producer.name for producer in node.all_input_nodes],
             )
         )
 
@@ -99,6 +100,7 @@ def fuse_regions(gm: GraphModule, kind: str, graph_id: int) -> GraphModule:
         )
     for region in plan.regions:
         sub = getattr(gm, region.name)
+        region.fx_code = sub.code.strip()
         region.inputs = [TensorInfo.of(n) for n in sub.graph.nodes if n.op == "placeholder"]
         out = next(n for n in sub.graph.nodes if n.op == "output")
         region.outputs = [TensorInfo.of(n) for n in out.args[0]]

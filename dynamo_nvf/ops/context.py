@@ -1,0 +1,83 @@
+"""What a lowering works with: the fusion being defined and the nvFuser value of each FX node.
+
+It lives under ops/ with the registry that names its type, apart from the fusion builder
+(`dynamo_nvf.lowering`), which imports the registry and every lowering.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Sequence
+
+import torch
+from torch.fx import Node
+
+from dynamo_nvf.ops.dtypes import nvf_dtype, python_scalar_dtype_name
+
+
+class LoweringError(RuntimeError):
+    """A node could not be lowered to nvFuser."""
+
+
+class LoweringContext:
+    """What a lowering sees: the fusion being defined and the nvFuser value of each FX node."""
+
+    def __init__(self, nvf: ModuleType, fd: Any) -> None:
+        self.nvf = nvf
+        self.fd = fd
+        self.ops = fd.ops
+        self.values: dict[Node, Any] = {}
+        #: Region inputs as defined, before the f32 upcast of half/bfloat16 ones (for gathers).
+        self.raw_inputs: dict[Node, Any] = {}
+
+    def dtype(self, dtype: torch.dtype) -> Any:
+        return nvf_dtype(self.nvf, dtype)
+
+    def value(self, arg: Any) -> Any:
+        """The nvFuser value of an FX argument: a node's value, or a constant for a Python number."""
+        if isinstance(arg, Node):
+            return self.values[arg]
+        if isinstance(arg, (list, tuple)):
+            return [self.value(a) for a in arg]
+        if arg is None:
+            return None
+        if isinstance(arg, (bool, int, float)):
+            return self.fd.define_scalar(arg, dtype=getattr(self.nvf.DataType, python_scalar_dtype_name(arg)))
+        raise LoweringError(f"cannot lower argument {arg!r} of type {type(arg).__name__}")
+
+    def constant(self, value: Any, dtype: torch.dtype) -> Any:
+        """A scalar of the given dtype's kind (Double for floats, Int for ints, Bool for bools)."""
+        if isinstance(value, Node):
+            return self.values[value]
+        if dtype == torch.bool:
+            return self.value(bool(value))
+        if dtype.is_floating_point:
+            return self.value(float(value))
+        return self.value(int(value))
+
+    def index(self, index: Any) -> Any:
+        return self.values[index] if isinstance(index, Node) else self.value(int(index))
+
+    def shape(self, sizes: Sequence[Any]) -> list[Any]:
+        """A shape argument: ints stay ints, symbolic sizes become the region's scalar inputs."""
+        out: list[Any] = []
+        for s in sizes:
+            if isinstance(s, Node):
+                out.append(self.values[s])
+            elif isinstance(s, torch.SymInt):
+                raise LoweringError("symbolic size without a graph input")
+            elif isinstance(s, int):
+                out.append(int(s))
+            else:
+                out.append(s)  # already an nvFuser scalar (e.g. ops.size of a tensor)
+        return out
+
+    def cast(self, value: Any, dtype: torch.dtype) -> Any:
+        if isinstance(value, self.nvf.TensorView) and value.dtype() == self.dtype(dtype):
+            return value
+        return self.ops.cast(value, self.dtype(dtype))
+
+    def broadcast_to(self, value: Any, src: torch.Tensor, out_shape: Sequence[Any]) -> Any:
+        """Broadcasts `value` (eager value `src`) to `out_shape`, aligning trailing dims like aten."""
+        offset = len(out_shape) - src.dim()
+        return self.ops.broadcast_in_dim(value, self.shape(out_shape), list(range(offset, len(out_shape))))
