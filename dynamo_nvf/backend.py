@@ -11,6 +11,7 @@ import functools
 import warnings
 import itertools
 import logging
+import time
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -123,10 +124,12 @@ class _GraphCompiler:
         return self.cuda_graphs.wrap(gm, boxed(forward), example_inputs, kind, plan)
 
     def _compile(self, gm: GraphModule, kind: str, graph_id: int) -> tuple[GraphPlan, Callable[..., Any]]:
+        start = time.perf_counter()
         gm = plan_graph(gm, self.settings, kind, graph_id)
         plan: GraphPlan = gm.meta[PLAN_KEY]
         gm = install_runtimes(gm, plan, self.settings)
         plan.code = gm.code
+        plan.planning_ms = (time.perf_counter() - start) * 1e3
         self.plans.append(plan)
         for recorder in _active_recorders():
             recorder.plans.append(plan)

@@ -85,6 +85,8 @@ class RegionPlan:
     calls_nvfuser: int = 0
     calls_eager: int = 0
     first_run_ms: Optional[float] = None  # nvFuser's compile and first run, host wall time
+    #: Host time to build the fusion definition (lowering), before nvFuser compiles it.
+    build_ms: Optional[float] = None
     #: Equal keys mean one shared compiled fusion (passes/fusion_key.py).
     fusion_key: str = ""
     #: The definition was taken from an earlier region with the same key (not built again).
@@ -126,6 +128,8 @@ class GraphPlan:
     planning_error: str = ""
     #: With CUDA graphs on: whether this graph is captured, or why not ("" when CUDA graphs are off).
     cuda_graph: str = ""
+    #: Host time of partitioning, bookend, fuse and runtime set-up for this graph.
+    planning_ms: Optional[float] = None
 
     @property
     def eager_nodes(self) -> list[NodeInfo]:
@@ -146,5 +150,6 @@ class GraphPlan:
             "nodes": [asdict(n) for n in self.nodes],
             "decisions": [asdict(d) for d in self.decisions],
             "cuda_graph": self.cuda_graph,
+            "planning_ms": self.planning_ms,
             "planning_error": self.planning_error,
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import html
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -47,6 +48,8 @@ class Report:
     kernels_nvfuser: Optional[int] = None
     kernel_source: str = ""
     runtime: dict[str, int] = field(default_factory=dict)
+    #: Wall time of the first call (compile included), forward and backward.
+    first_call_ms: Optional[float] = None
 
     # -- totals ------------------------------------------------------------------------------------
     def totals(self) -> dict[str, Any]:
@@ -64,7 +67,27 @@ class Report:
             "kernels_nvfuser_torch_profiler": self.kernels_nvfuser,
             "kernels_eager": None if self.kernels_total is None else self.kernels_total - (self.kernels_nvfuser or 0),
             "kernels_total": self.kernels_total,
+            "distinct_fusions": len({r.fusion_key for r in regions if r.fusion_key}),
+            **self.first_call_breakdown(),
         }
+
+    def first_call_breakdown(self) -> dict[str, Optional[float]]:
+        """Where the first call's time went (ms): planning, building definitions, nvFuser's compile and
+        first runs, and the rest (Dynamo, aot_autograd, eager ops). None where not measured."""
+        regions = [r for g in self.graphs for r in g.regions]
+
+        def total(values: list[Optional[float]]) -> Optional[float]:
+            known = [v for v in values if v is not None]
+            return round(sum(known), 3) if known else None
+
+        planning = total([g.planning_ms for g in self.graphs])
+        building = total([r.build_ms for r in regions])
+        nvfuser = total([r.first_run_ms for r in regions])
+        other = None
+        if self.first_call_ms is not None:
+            other = round(self.first_call_ms - sum(v or 0.0 for v in (planning, building, nvfuser)), 3)
+        return {"first_call_ms": self.first_call_ms, "planning_ms": planning, "definitions_ms": building,
+                "nvfuser_compile_ms": nvfuser, "dynamo_aot_eager_ms": other}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -266,7 +289,11 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
     total = nvf_count = None
     source = "no GPU profiling"
     with recording() as recorder:
+        start = time.perf_counter()
         run()  # compiles, and runs once
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        first_call_ms = (time.perf_counter() - start) * 1e3
         if available and profiler == "torch":
             _torch_profiler_used = True
             _, total, nvf_count, source = _count_kernels(run)
@@ -288,6 +315,7 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
         kernels_nvfuser=nvf_count,
         kernel_source=source,
         runtime={k: stats_after[k] - stats_before[k] for k in stats_after},
+        first_call_ms=round(first_call_ms, 3),
     )
     if (cuda_source or scheduled_ir) and available:
         _attach_sources(recorder, cuda_source, scheduled_ir)

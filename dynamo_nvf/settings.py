@@ -50,6 +50,13 @@ class Settings:
     #: With cuda_graphs, a graph with dynamic shapes records one CUDA graph per distinct set of sizes
     #: (each holds its own memory); sizes seen after this many run uncaptured.
     cuda_graph_max_shapes: int = 8
+    #: Keep compiled kernels on disk for later processes (nvFuser's kernel_db, one private copy per
+    #: process; see runtime/kernel_cache.py). Off until its gain is measured on the GPU.
+    kernel_cache: bool = False
+    #: Where the kernel cache lives ('' = $XDG_CACHE_HOME or ~/.cache, then dynamo_nvf/kernels).
+    kernel_cache_dir: str = ""
+    #: Size cap of the kept snapshots, in MiB.
+    kernel_cache_max_mb: int = 1024
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> "Settings":
@@ -70,6 +77,8 @@ class Settings:
                     raise TypeError(f"option {name!r} takes a bool, got {value!r}")
             elif isinstance(default, int) and (not isinstance(value, int) or isinstance(value, bool)):
                 raise TypeError(f"option {name!r} takes an int, got {value!r}")
+            elif isinstance(default, str) and not isinstance(value, str):
+                raise TypeError(f"option {name!r} takes a str, got {value!r}")
             values[name] = value
         if values.get("min_region_size", 1) < 1:
             raise ValueError("min_region_size must be at least 1")

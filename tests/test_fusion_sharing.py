@@ -167,3 +167,17 @@ def test_shared_cache_is_bounded():
     for i in range(10):
         cache.put(("k", i), object())
     assert len(cache) == 3 and cache.get(("k", 0)) is None and cache.get(("k", 9)) is not None
+
+
+def test_explain_shows_keys_and_where_the_first_call_went():
+    import dynamo_nvf
+
+    report = dynamo_nvf.explain(_stack(3), torch.randn(2, 8, 32, requires_grad=True))
+    totals = report.to_dict()["totals"]
+    keys = {r.fusion_key for g in report.graphs for r in g.regions}
+    assert totals["distinct_fusions"] == len(keys) < totals["regions"]
+    assert all(g.planning_ms is not None and g.planning_ms > 0 for g in report.graphs)
+    assert totals["first_call_ms"] > totals["planning_ms"] > 0
+    assert totals["dynamo_aot_eager_ms"] > 0  # nothing ran on nvFuser here: the rest is Dynamo/aot/eager
+    text = str(report)
+    assert all(f"fusion {k}" in text for k in keys) and "first_call_ms" in text

@@ -19,6 +19,7 @@ from torch.fx import GraphModule
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.lowering import build_fusion
 from dynamo_nvf.plan import KernelInfo, RegionPlan
+from dynamo_nvf.runtime import kernel_cache
 from dynamo_nvf.runtime.fusion_cache import SHARED_FUSIONS
 from dynamo_nvf.runtime.stats import STATS
 from dynamo_nvf.settings import Settings
@@ -312,6 +313,7 @@ class RegionRuntime:
         return entry
 
     def _build(self, args: Sequence[Any]) -> _Entry:
+        start = time.perf_counter()
         try:
             built = build_fusion(self._nvf, self.eager, args)
         except Exception as exc:
@@ -321,6 +323,7 @@ class RegionRuntime:
             return _Entry(eager_reason=self.failed or "build failed")
         STATS.fusions_built += 1
         self.plan.definition = built.definition
+        self.plan.build_ms = (time.perf_counter() - start) * 1e3
         return _Entry(fd=built.fd, output_orders=built.output_orders, definition=built.definition)
 
     def _first_or_profiled_execute(self, entry: _Entry, args: Sequence[Any]) -> Any:
@@ -328,7 +331,7 @@ class RegionRuntime:
         if PROFILING.enabled:
             outputs = self._profiled_execute(entry, args)
         else:
-            outputs = entry.fd.execute(list(args))
+            outputs = self._compiling_execute(entry.fd, args)
         if entry.fec is None:
             entry.fec = entry.fd.fec
             self.plan.first_run_ms = (time.perf_counter() - start) * 1e3
@@ -344,6 +347,16 @@ class RegionRuntime:
         self.plan.executor_reason = ""
         return outputs
 
+    def _compiling_execute(self, fd: Any, args: Sequence[Any]) -> Any:
+        """A definition's first run, which compiles it: through the kernel cache when it is on."""
+        cache = (kernel_cache.activate(self.settings.kernel_cache_dir, self.settings.kernel_cache_max_mb)
+                 if self.settings.kernel_cache else None)
+        if cache is None:
+            return fd.execute(list(args))
+        with cache.opening():
+            return fd.execute(list(args), _enable_options=list(kernel_cache.ENABLE_OPTIONS),
+                              _disable_options=list(kernel_cache.DISABLE_OPTIONS))
+
     def _materialize_outputs(self, entry: _Entry, args: Sequence[Any], outputs: Any) -> Any:
         """Rebuilds `entry` so the kernel writes its misplaced outputs densely (lowering's
         `_materialized`); keeps the old definition and its per-call copies if that fails or does
@@ -351,7 +364,7 @@ class RegionRuntime:
         wanted = frozenset(index for index, _ in entry.fixups)
         try:
             built = build_fusion(self._nvf, self.eager, args, materialize=wanted)
-            rebuilt = built.fd.execute(list(args))
+            rebuilt = self._compiling_execute(built.fd, args)
             _validate_outputs(rebuilt, self._expected)
             remaining = layout_fixups(rebuilt, built.output_orders)
         except Exception as exc:
