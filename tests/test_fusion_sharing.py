@@ -172,7 +172,7 @@ def test_shared_cache_is_bounded():
 def test_explain_shows_keys_and_where_the_first_call_went():
     import dynamo_nvf
 
-    report = dynamo_nvf.explain(_stack(3), torch.randn(2, 8, 32, requires_grad=True))
+    report = dynamo_nvf.explain(_stack(6), torch.randn(2, 8, 32, requires_grad=True))
     totals = report.to_dict()["totals"]
     keys = {r.fusion_key for g in report.graphs for r in g.regions}
     assert totals["distinct_fusions"] == len(keys) < totals["regions"]
