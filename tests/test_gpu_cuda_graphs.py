@@ -165,3 +165,14 @@ def test_static_regions_skip_the_cache_key_on_the_gpu():
     runtimes = [n.target for gm in rec.graph_modules for n in gm.graph.nodes
                 if type(n.target).__name__ == "RegionRuntime"]
     assert runtimes and all(r._fast is not None for r in runtimes)
+
+
+def test_explain_under_cuda_graphs_says_captured():
+    import dynamo_nvf
+
+    torch.manual_seed(0)
+    model = programs.TransformerBlock(64, 4).to(DEV)
+    report = dynamo_nvf.explain(model, torch.randn(4, 16, 64, device=DEV, requires_grad=True),
+                                options={"cuda_graphs": True})
+    assert [g.cuda_graph for g in report.graphs] == [CAPTURED, CAPTURED]
+    assert "CUDA graph: captured" in str(report)
