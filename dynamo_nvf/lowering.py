@@ -121,10 +121,13 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
         value = ctx.values[out]
         val = out.meta.get("val")
         order = _stride_order(val) if isinstance(val, torch.Tensor) and _is_dense(val) else None
-        pinned = False
+        # A stride_order on an output adds a kernel-less segment (nvFuser makes the output an alias
+        # of a compact intermediate, ~20 us of host time), so it is pinned only where needed: a layout
+        # other than row-major, or one a first run showed nvFuser getting wrong (`materialize`).
+        pinned = order is not None and index in materialize
         dense_wanted = order is not None and (index in materialize or _expanded_value(value))
         if dense_wanted or (isinstance(val, torch.Tensor) and copies_an_input(out)):
-            value, pinned = _materialized(ctx, value, val), order is not None
+            value = _materialized(ctx, value, val)
         if isinstance(val, torch.Tensor):
             value = ctx.cast(value, val.dtype)  # low-precision values were computed in f32
         if id(value) in inputs:
