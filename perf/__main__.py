@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not hide host time behind a GPU spin before each timed call (GPU time then includes launch gaps)",
     )
     m.add_argument("--time-budget", type=float, metavar="S",
-                   help="start no pair after S seconds (pairs not run are listed as missing); with --json the "
+                   help="start a workload only if it is predicted to finish within S seconds of the start "
+                        "(those not run are listed, with the command that measures them); with --json the "
                         "file is also rewritten after every pair, so a killed run keeps what it measured")
 
     o = p.add_argument_group("output")
@@ -358,6 +359,13 @@ def run_mode(args: argparse.Namespace) -> int:
 
     path = write_document(doc, path)
     print(f"results written to {path}")
+    not_run = [w.name for w in workloads if w.name not in results]
+    if not_run:
+        _stderr(
+            f"perf: {len(not_run)} workload(s) not run within --time-budget; measure them in another call and join:\n"
+            f"  python -m perf --only {','.join(not_run)} --backends {','.join(backends)} --json REST.json\n"
+            f"  python -m perf --report {path} REST.json [other shards] --json joined.json"
+        )
     return code or _acceptance_code(doc, args)
 
 

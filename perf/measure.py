@@ -461,6 +461,7 @@ class Runner:
         self.progress = progress or (lambda _msg: None)
         self.roofline: Optional[dict] = None
         self.host_floor: dict = {}
+        self.clock: Callable[[], float] = time.monotonic  # what a run's deadline is read on
         self._flush: Optional[torch.Tensor] = None
         if config.cupti_teardown:
             ensure_cupti_teardown()
@@ -664,8 +665,10 @@ class Runner:
         """results[workload][backend] = record, in the given orders.
 
         ``on_pair(results)`` runs after every pair (the CLI writes a checkpoint, so a run killed by
-        a time limit keeps what it measured).  No pair starts after ``deadline`` (a
-        time.monotonic() value); those not run are left out of the results.
+        a time limit keeps what it measured).  With a ``deadline`` (a time.monotonic() value) a
+        workload starts only if it is predicted to finish by then (its cost times the seconds per
+        unit of cost so far), so every workload is either complete or absent; those not run are
+        left out of the results (and listed as missing by the report).
         """
         bes = [get_backend(b) for b in backends]
         if self.roofline is None and any(w.timing == "gpu" for w in workloads):
@@ -675,12 +678,16 @@ class Runner:
         results: dict[str, dict[str, dict]] = {}
         total = len(workloads) * len(bes)
         i = 0
+        spent, cost_done = 0.0, 0.0
         try:
             for wl in workloads:
+                predicted = wl.cost * spent / cost_done if cost_done else 0.0
+                if deadline is not None and self.clock() + predicted > deadline:
+                    left = [w.name for w in workloads if w.name not in results]
+                    self.progress(f"time budget: {len(left)} workload(s) not started: {','.join(left)}")
+                    return results
+                started = self.clock()
                 for be in bes:
-                    if deadline is not None and time.monotonic() > deadline:
-                        self.progress(f"time budget spent: {total - i} pair(s) not run")
-                        return results
                     i += 1
                     t0 = time.perf_counter()
                     rec = self.measure(wl, be)
@@ -691,6 +698,8 @@ class Runner:
                     # A full collection over torch/inductor's heap costs ~0.3 s and ran 3x a
                     # pair; freezing what survives a pair keeps later ones to new objects.
                     gc.freeze()
+                spent += self.clock() - started
+                cost_done += wl.cost
         finally:
             gc.unfreeze()
             reset_compile_state()
@@ -707,6 +716,7 @@ def _progress_line(i: int, total: int, wl: str, be: str, rec: dict, wall: float)
             parts.append(f"gpu {rec['gpu_us']:.1f}us")
         if rec.get("step_ms") is not None:
             parts.append(f"step {rec['step_ms']:.3f}ms (median +{_pct(rec['step_ms_median'], rec['step_ms'])})")
+        if rec.get("enqueue_ms") is not None:
             parts.append(f"enqueue {rec['enqueue_ms']:.3f}ms")
         if rec["kernels"] is not None:
             parts.append(f"{rec['kernels']:g} kernels")
@@ -714,7 +724,8 @@ def _progress_line(i: int, total: int, wl: str, be: str, rec: dict, wall: float)
             parts.append(f"{rec['nvfuser_calls']:g} nvFuser calls")
         if rec["host_us"] is not None:
             parts.append(f"host {rec['host_us']:.1f}us (median +{_pct(rec['host_us_median'], rec['host_us'])})")
-        parts.append(f"compile {rec['compile_s']:.2f}s")
+        if rec.get("compile_s") is not None:
+            parts.append(f"compile {rec['compile_s']:.2f}s")
         if rec["errors"]:
             parts.append("errors in " + ",".join(rec["errors"]))
         what = ", ".join(parts)
