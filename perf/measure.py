@@ -17,8 +17,8 @@ pair so no backend reuses another's graphs.  Metrics (keys of a result record):
                     collector outside the timed span; the best batch mean (interference only
                     ever adds time), ``host_us_median`` the median batch.  Uses a fresh
                     compile for the tiny shapes (``host_compile_s``) so the main graph is
-                    never recompiled to dynamic shapes.  Measured before torch.profiler ever
-                    runs for the pair, with CUPTI torn down after each profile (see
+                    never recompiled to dynamic shapes.  Measured after the pair's profile,
+                    which is why CUPTI is torn down at the end of every profile (see
                     "One host metric" below).
 * ``peak_mem_mb``   torch.cuda.max_memory_allocated over one call after
                     reset_peak_memory_stats (inputs and parameters included, the L2
@@ -55,7 +55,10 @@ keep the synchronize outside; what differed:
    profile ends unless ``TEARDOWN_CUPTI=1`` (pytorch issue 144455), so every later CUDA API call
    of the process pays CUPTI's callback cost, and a call that makes more CUDA API calls (an
    nvFuser execute: launch, allocation, stream/device queries) pays more than one Triton launch.
-   This is the one difference that can make perf's numbers *higher*, and more so for nvFuser.
+   This is the one difference found that can make perf's numbers *higher*, and more so for
+   nvFuser: the likely cause, not yet confirmed on a GPU (``scripts/host_latency.py --only
+   cupti`` measures it: the same callables before a profile, after one with teardown, after
+   one without).
 2. statistic: perf took the best of 20 batches of 100 calls, the script the median of 7
    batches of 2000 (with the garbage collector on and 200 warm-up calls): both would make the
    script's number the higher one, the opposite of what was seen.
@@ -65,8 +68,8 @@ keep the synchronize outside; what differed:
 Kept: perf's method (:func:`host_time`: best batch mean of short batches, GC off, synchronize
 outside, plus the median for the spread), now the only one (the script imports it), and
 measured in a clean process state: ``TEARDOWN_CUPTI=1`` is set before the first profile
-(unless the caller set it), and within a pair every host-inclusive timing runs before the
-profiler.  A *host floor* (one tiny eager op, :func:`host_floor_us`) is measured at the start
+(unless the caller set it), and in a model pair every host-inclusive timing runs before the
+profiler (a block pair's host_us needs its own tiny compile, so it comes after the profile).  A *host floor* (one tiny eager op, :func:`host_floor_us`) is measured at the start
 and the end of every run; the report warns when it grew, which is how a process-state drift
 like the CUPTI one shows.  Host numbers are gated only with a generous threshold and a
 minimum delta (:mod:`perf.baseline`).

@@ -181,9 +181,9 @@ def select(
 
     ``only`` entries are exact names or fnmatch patterns; an entry matching nothing raises
     KeyError (a typo should not silently benchmark nothing).  Without ``only``: the --quick
-    set if ``quick``, every workload if ``all_``, else the default set plus the workloads a
-    named tag opts in (``opt_in_tags``: ``model`` brings the model tier).  ``tags`` then keeps
-    workloads having any of the tags.
+    set if ``quick``, every workload if ``all_``, else the default set; the workloads a named
+    tag opts in (``opt_in_tags``: ``model`` brings the model tier) join the quick or default
+    set.  ``tags`` then keeps workloads having any of the tags.
     """
     from fnmatch import fnmatchcase
 
@@ -197,7 +197,7 @@ def select(
             keep.update(hits)
         chosen = [w for w in chosen if w.name in keep]
     elif quick:
-        chosen = [w for w in chosen if w.quick]
+        chosen = [w for w in chosen if w.quick or w.opt_in_tags & set(tags)]
     elif not all_:
         chosen = [w for w in chosen if w.default or w.opt_in_tags & set(tags)]
     if tags:

@@ -63,6 +63,7 @@ def test_model_tier_selection():
     assert {w.name for w in plain_model_workloads()} <= {w.name for w in select(all_=True, tags=["model"])}
     assert len(plain_model_workloads()) == len(MODEL_NAMES) * 8
     assert [w.name for w in select(tags=["llama"])] == [n for n in TIER if n.startswith("llama_")]
+    assert [w.name for w in select(tags=["model"], quick=True)] == TIER  # --quick: fewer steps, same tier
 
 
 @pytest.mark.parametrize("model", MODEL_NAMES)
@@ -639,8 +640,12 @@ def test_time_budget_starts_only_workloads_predicted_to_finish():
     times the seconds per unit of cost so far fits.  Pairs are faked (no GPU), the clock too."""
     from perf.measure import Runner
 
+    from dataclasses import replace
+
+    from perf.measure import DEFAULT_CONFIG
+
     clock = FakeClock()
-    runner = Runner()
+    runner = Runner(replace(DEFAULT_CONFIG, cupti_teardown=False))  # leaves this process's environment alone
     runner.clock = clock
     runner.host_floor = {"start_us": 1.0}  # skip the CUDA host floor
     runner.measure_host_floor = lambda when: None
