@@ -291,18 +291,26 @@ def render_roofline(doc: dict) -> str:
 HOST_FLOOR_DRIFT = (0.25, 1.0)
 
 
-def render_host_floor(doc: dict) -> str:
-    """One line: the host floor at the start and the end of the run, with a warning on drift."""
-    floor = doc.get("host_floor") or {}
+def _host_floor_line(floor: dict, label: str) -> str:
     start, end = floor.get("start_us"), floor.get("end_us")
     if start is None or end is None:
         return ""
-    line = f"host floor (one tiny eager op): {start:.2f} us at the start, {end:.2f} us at the end"
+    line = f"host floor{label} (one tiny eager op): {start:.2f} us at the start, {end:.2f} us at the end"
     frac, abs_us = HOST_FLOOR_DRIFT
     if end > start * (1 + frac) and end - start > abs_us:
         line += (" -- WARNING: host time grew over the run; host numbers measured late are inflated "
                  "(is TEARDOWN_CUPTI=0 set? see perf/README.md, 'One host metric')")
     return line
+
+
+def render_host_floor(doc: dict) -> str:
+    """The host floor at the start and the end of the run (of each joined file: each process has
+    its own), with a warning on drift."""
+    joined = (doc.get("config") or {}).get("joined") or []
+    if joined:
+        lines = [_host_floor_line(j.get("host_floor") or {}, f" of {j.get('file')}") for j in joined]
+        return "\n".join(line for line in lines if line)
+    return _host_floor_line(doc.get("host_floor") or {}, "")
 
 
 def render_report(doc: dict, families: Iterable[Family] = FAMILIES, with_env: bool = True) -> str:
@@ -420,9 +428,6 @@ def join_documents(docs: Sequence[dict], names: Sequence[str]) -> dict:
     )
     env = dict(first.get("env") or {})
     env["hostname"] = ", ".join(dict.fromkeys(str((d.get("env") or {}).get("hostname")) for d in docs))
-    floors = [d.get("host_floor") or {} for d in docs]
-    starts = [f["start_us"] for f in floors if f.get("start_us") is not None]
-    ends = [f["end_us"] for f in floors if f.get("end_us") is not None]
     joined = make_document(
         env=env,
         config=config,
@@ -430,8 +435,7 @@ def join_documents(docs: Sequence[dict], names: Sequence[str]) -> dict:
         workloads=workloads,
         results=results,
         roofline=next((d.get("roofline") for d in docs if d.get("roofline")), None),
-        # the worst shard's drift: the lowest start and the highest end
-        host_floor={"start_us": min(starts), "end_us": max(ends)} if starts and ends else {},
+        host_floor={},  # one per process: in config["joined"]
     )
     if any(d.get("partial") for d in docs):
         joined["partial"] = True

@@ -462,6 +462,9 @@ def test_join_gives_the_unsharded_tables_and_verdicts():
     assert [v["status"] for v in joined["acceptance"]] == [v["status"] for v in whole["acceptance"]]
     assert joined["env"]["hostname"] == "host1, host2" and joined["config"]["shard"] is None
     assert "joined from 2 file(s)" in report.render_report(joined)
+    floors = report.render_host_floor(joined).splitlines()
+    assert [line.split(" (")[0] for line in floors] == ["host floor of a.json", "host floor of b.json"]
+    assert "WARNING" not in "".join(floors)
 
 
 def test_join_rejects_files_of_different_runs():
