@@ -44,6 +44,16 @@ def _module_version(module: str, dists: tuple[str, ...] = ()) -> Optional[str]:
     return "unknown"
 
 
+def _dist_version(dist: str) -> Optional[str]:
+    """Installed version of a distribution without importing it (transformers takes seconds)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def nvidia_driver() -> Optional[str]:
     """Display driver version from nvidia-smi (torch does not expose it)."""
     if shutil.which("nvidia-smi") is None:
@@ -70,6 +80,8 @@ def collect_env() -> dict:
         "dynamo_nvf": _module_version("dynamo_nvf", ("dynamo_nvf", "dynamo-nvf")),
         "git_commit": _run(["git", "rev-parse", "--short", "HEAD"]),
         "git_dirty": None,
+        "transformers": _dist_version("transformers"),  # the model tier's extra workloads
+        "timm": _dist_version("timm"),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "argv": sys.argv[1:],
     }
