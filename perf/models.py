@@ -456,7 +456,7 @@ def model_inputs(spec: ModelSpec, batch: str, train: bool, device, dtype, tiny: 
 TIER: tuple[tuple[str, str, str], ...] = (
     ("fwd", "bf16", "small"),  # host-bound inference, as served
     ("fwd", "f32", "large"),  # GPU-bound inference
-    ("train", "f32", "small"),  # host-bound training step
+    ("train", "bf16", "small"),  # host-bound training step, in bf16 as models are trained
 )
 ALL_COMBINATIONS: tuple[tuple[str, str, str], ...] = tuple(
     (kind, dt, batch) for kind in ("fwd", "train") for dt in ("f32", "bf16") for batch in ("small", "large")
