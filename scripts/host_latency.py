@@ -83,6 +83,20 @@ def region_label(runtime: Any) -> str:
     return f"{name} ({', '.join(ops[:3])}{', ...' if len(ops) > 3 else ''})" if ops else str(name)
 
 
+def _outputs(runtime: Any) -> str:
+    plan = getattr(runtime, "plan", None)
+    return str(len(plan.outputs)) if plan is not None and hasattr(plan, "outputs") else "?"
+
+
+def _kernels(fec: Any, region_args: tuple) -> str:
+    """GPU kernels of the region's fusion (its kernel segments; nvFuser's other segments, evaluated on
+    the host, cost host time too: explain() lists all of them)."""
+    try:
+        return str(fec.get_cuda_kernel(region_args).count("__global__"))
+    except Exception:  # noqa: BLE001  (diagnostic only)
+        return "?"
+
+
 def capture_region_args(step: Callable[[], object], runtimes: Sequence[Any]) -> dict[int, tuple]:
     """Runs ``step`` once and returns id(runtime) -> the arguments it was called with (first call)."""
     cls = region_runtime_class()
@@ -180,7 +194,7 @@ def wrapper_cost(args: argparse.Namespace) -> None:
     if region_runtime_class() is None:
         print("dynamo_nvf.runtime.region.RegionRuntime not found: nothing to measure")
         return
-    print(f"{'region':60s} {'RegionRuntime':>14s} {'fec.execute':>12s} {'difference':>11s}")
+    print(f"{'region':60s} {'RegionRuntime':>14s} {'fec.execute':>12s} {'difference':>11s}  in out kernels")
     diffs, region_sum = [], 0.0
     for runtime in runtimes:
         region_args = captured.get(id(runtime))
@@ -197,7 +211,8 @@ def wrapper_cost(args: argparse.Namespace) -> None:
         raw = measure(lambda: fec.execute(region_args), args)
         diff = call.per_call_us - raw.per_call_us
         diffs.append(diff)
-        print(f"{label:60s} {call.per_call_us:11.2f} us {raw.per_call_us:9.2f} us {diff:8.2f} us")
+        print(f"{label:60s} {call.per_call_us:11.2f} us {raw.per_call_us:9.2f} us {diff:8.2f} us  "
+              f"{len(region_args):2d} {_outputs(runtime):3} {_kernels(fec, region_args):>7}")
     whole = measure(lambda: nvf(*inst.inputs), args)
     print()
     print(f"whole call (host)                {whole.per_call_us:9.2f} us")

@@ -2,7 +2,7 @@
 
 Run in a subprocess by tests/test_gpu_explain.py: nvFuser's profiler and torch.profiler cannot share
 one process (CUPTI takes one subscriber), so each scenario gets a process of its own.
-Usage: python tests/gpu_explain_runs.py {seed001|seed001_torch_profiler|gpt_block}
+Usage: python tests/gpu_explain_runs.py {seed001|seed001_torch_profiler|gpt_block|llama|llama_train}
 """
 
 from __future__ import annotations
@@ -36,6 +36,14 @@ def main(scenario: str) -> None:
         model = programs.TransformerBlock(256, 8).cuda()
         x = torch.randn(4, 128, 256, device="cuda", requires_grad=True)
         report = dynamo_nvf.explain(model, x, profiler="nvfuser")
+    elif scenario in ("llama", "llama_train"):
+        # Segments and schedulers of every region of perf's LLaMA-style model (bf16, small batch):
+        # read beside scripts/host_latency.py's per-region host times.
+        from perf.workloads import REGISTRY
+
+        wl = REGISTRY["llama_fwd_bf16_small" if scenario == "llama" else "llama_train_bf16_small"]
+        inst = wl.instantiate("cuda")
+        report = dynamo_nvf.explain(inst.fn, *inst.inputs, profiler="nvfuser")
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     print(report)
