@@ -1,0 +1,112 @@
+"""First-call (compile) time per model workload, each in a fresh process, on the GPU.
+
+For every workload: inductor with an empty inductor cache (cold), nvf_bookend with an empty kernel
+cache (cold), then nvf_bookend again in a new process with the kernel cache the cold run left (warm).
+Prints one table with the ratios issue #12 asks for: nvf cold / inductor cold (<= 1.0) and nvf warm /
+nvf cold (<= 0.3), plus where nvf's cold first call went (explain()'s split is not used here: the
+numbers come from the backend's plans, recorded in the child process).
+
+Usage: python scripts/compile_times.py [--only llama_fwd_bf16_small,...] [--json out.json]
+A child run: python scripts/compile_times.py --child WORKLOAD BACKEND [--cache DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = [f"{m}_{k}" for m in ("llama", "gpt", "bert", "vit", "convnext")
+           for k in ("fwd_bf16_small", "train_bf16_small")]
+
+
+def child(workload: str, backend: str, cache: str, device: str) -> None:
+    """One first call, synchronized; prints a JSON line. `device="cpu"` is a smoke run (tiny shapes,
+    regions planned as for CUDA and run eagerly, no kernel cache)."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    import dynamo_nvf
+    from perf.workloads import REGISTRY
+
+    cpu = device == "cpu"
+    inst = REGISTRY[workload].instantiate(device, tiny=cpu)
+    options = {"plan_cpu_as_cuda": True} if cpu else {"kernel_cache": True, "kernel_cache_dir": cache}
+    fn = torch.compile(inst.fn) if backend == "inductor" else torch.compile(inst.fn, backend="nvf_bookend",
+                                                                            options=options)
+
+    def sync() -> None:
+        if not cpu:
+            torch.cuda.synchronize()
+
+    sync()
+    with dynamo_nvf.recording() as rec:
+        start = time.perf_counter()
+        inst.call(fn)
+        sync()
+        first = time.perf_counter() - start
+    regions = [r for p in rec.plans for r in p.regions]
+    split = {
+        "planning_s": sum(p.planning_ms or 0.0 for p in rec.plans) / 1e3,
+        "definitions_s": sum(r.build_ms or 0.0 for r in regions) / 1e3,
+        "nvfuser_compile_s": sum(r.first_run_ms or 0.0 for r in regions) / 1e3,
+    }
+    print("RESULT " + json.dumps({"workload": workload, "backend": backend, "first_call_s": first,
+                                  "regions": len(regions), "distinct_fusions": len({r.fusion_key for r in regions}),
+                                  "fusions_built": dynamo_nvf.STATS.fusions_built,
+                                  "fusions_reused": dynamo_nvf.STATS.fusions_reused, **split}))
+
+
+def run_child(workload: str, backend: str, cache: str, inductor_cache: str, device: str) -> dict:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": inductor_cache, "PYTHONUNBUFFERED": "1"}
+    out = subprocess.run([sys.executable, __file__, "--child", workload, backend, "--cache", cache,
+                          "--device", device],
+                         capture_output=True, text=True, env=env, timeout=600)
+    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
+    if out.returncode != 0 or line is None:
+        return {"workload": workload, "backend": backend, "error": out.stderr[-500:]}
+    return json.loads(line[len("RESULT "):])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "BACKEND"))
+    parser.add_argument("--cache", default="")
+    parser.add_argument("--only", default=",".join(DEFAULT))
+    parser.add_argument("--json", default="")
+    parser.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself")
+    parser.add_argument("--backends", default="inductor,nvf_bookend")
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child, args.cache, args.device)
+        return
+    rows = []
+    print(f"{'workload':28s} {'inductor cold s':>15s} {'nvf cold s':>10s} {'nvf warm s':>10s} "
+          f"{'cold/ind':>8s} {'warm/cold':>9s}  nvf cold split (plan/defs/nvfuser s), fusions built/reused")
+    for workload in args.only.split(","):
+        with tempfile.TemporaryDirectory() as kernels, tempfile.TemporaryDirectory() as inductor_cache:
+            ind = (run_child(workload, "inductor", kernels, inductor_cache, args.device)
+                   if "inductor" in args.backends else {"first_call_s": float("nan"), "backend": "inductor"})
+            cold = run_child(workload, "nvf_bookend", kernels, inductor_cache, args.device)
+            warm = run_child(workload, "nvf_bookend", kernels, inductor_cache, args.device)
+        rows.append({"inductor": ind, "nvf_cold": cold, "nvf_warm": warm})
+        if any("error" in r for r in (ind, cold, warm)):
+            errors = "; ".join(f"{r['backend']}: {r['error'][-200:]}" for r in (ind, cold, warm) if "error" in r)
+            print(f"{workload:28s} ERROR {errors}")
+            continue
+        print(f"{workload:28s} {ind['first_call_s']:15.2f} {cold['first_call_s']:10.2f} {warm['first_call_s']:10.2f} "
+              f"{cold['first_call_s'] / ind['first_call_s']:8.2f} {warm['first_call_s'] / cold['first_call_s']:9.2f}  "
+              f"{cold['planning_s']:.2f}/{cold['definitions_s']:.2f}/{cold['nvfuser_compile_s']:.2f}, "
+              f"{cold['fusions_built']}/{cold['fusions_reused']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
