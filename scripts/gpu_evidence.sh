@@ -1,5 +1,15 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
+# Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh gpu      the whole GPU suite (CUDA graphs, aliasing, kernel cache, shared
+#                                    fusions, attention, perf models...), host latency and wrapper cost
+#                                    per region, explain() of the LLaMA model (segments per region)
+#   scripts/gpu_evidence.sh models 1 perf's model tier, shard 1 of 2 (JSON + log)
+#   scripts/gpu_evidence.sh models 2 shard 2 of 2; then, anywhere: python -m perf --report m1.json m2.json --acceptance
+#   scripts/gpu_evidence.sh compile  first call per model workload in fresh processes (cold, warm kernel cache)
+#   scripts/gpu_evidence.sh blocks   perf's default (block) set against perf/baseline.json, GPU time vs inductor
+#   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
+# Earlier issues:
 #   scripts/gpu_evidence.sh tests   GPU test suite, explain() reports, host latency, OpInfo sweep
 #   scripts/gpu_evidence.sh perf    perf/ default set, untrimmed-vs-trimmed checks, the expand rule
 #   scripts/gpu_evidence.sh final   run 2 against perf/baseline.json, live untrimmed check, explain, suite
@@ -25,6 +35,27 @@ untrimmed_live() {  # bookend=False checked live (with re-measurement) against t
     --json /tmp/untrimmed_live.json > "$OUT/untrimmed_live.log" 2>&1; echo "untrimmed live rc=$?"
 }
 case "${1:-tests}" in
+  gpu)
+    timeout 330 python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfs \
+      --deselect tests/test_gpu_opinfo.py::test_opinfo_sweep > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
+    timeout 120 python3 scripts/host_latency.py > "$OUT/host_latency.log" 2>&1; echo "host latency rc=$?"
+    timeout 60 python3 tests/gpu_explain_runs.py llama > "$OUT/explain_llama.txt" 2>&1; echo "explain rc=$?"
+    tail -n 3 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -30
+    cat "$OUT/host_latency.log"; grep -E "^-- nvf_region|^nvFuser segments|^CUDA graph" "$OUT/explain_llama.txt" | head -60
+    echo "elapsed ${SECONDS}s"
+    ;;
+  models)
+    shard="${2:-1}"
+    timeout 590 python3 -m perf --tag model --shard "$shard/2" --time-budget 530 --json "$OUT/model-$shard.json" \
+      > "$OUT/model-$shard.log" 2>&1; echo "models shard $shard rc=$?"; tail -n 60 "$OUT/model-$shard.log"
+    ;;
+  compile)
+    timeout 580 python3 scripts/compile_times.py --json "$OUT/compile_times.json" 2>&1 | tee "$OUT/compile_times.log"
+    ;;
+  blocks)
+    timeout 560 python3 -m perf --backends eager,inductor,nvf_bookend,nvf_untrimmed --baseline perf/baseline.json \
+      --json "$OUT/perf_blocks.json" > "$OUT/perf_blocks.log" 2>&1; echo "blocks rc=$?"; tail -n 70 "$OUT/perf_blocks.log"
+    ;;
   tests)
     # Timing-sensitive runs first, alone on the machine; then the GPU suite beside the OpInfo sweep,
     # sharded over processes (neither times anything).
