@@ -149,6 +149,7 @@ def test_a_stack_of_blocks_builds_each_distinct_fusion_once(stand_in_nvfuser):
         assert STATS.fusions_reused == len(regions) - len(distinct)
         assert sum(r.fusion_reused for r in regions) == len(regions) - len(distinct)
         assert STATS.nvfuser_calls == len(regions) and STATS.eager_calls == 0
+        assert all(r.executor == "nvfuser" for r in regions)  # reused definitions say so too
         built[depth] = (len(regions), STATS.fusions_built)
     (regions3, built3), (regions6, built6) = built[3], built[6]
     assert regions6 > regions3 and built6 == built3  # twice the depth, no more compiles

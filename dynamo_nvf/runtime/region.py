@@ -268,6 +268,8 @@ class RegionRuntime:
             outputs[index] = _relayout(outputs[index], order)
         STATS.nvfuser_calls += 1
         self.plan.calls_nvfuser += 1
+        if self.plan.executor != "nvfuser":  # a definition shared by an equal region ran first
+            self.plan.executor, self.plan.executor_reason = "nvfuser", ""
         if self._static and len(self._by_descriptor) == 1 and entry.fec is not None:
             self._fast = entry
         return outputs
