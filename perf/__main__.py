@@ -4,24 +4,41 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
 from tabulate import tabulate
 
+from .baseline import METRICS
+
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+_STARTED = time.monotonic()  # --time-budget counts from here (imports and start-up included)
 
 DESCRIPTION = """\
 Benchmark the nvf_bookend torch.compile backend against eager, inductor and the
 untrimmed nvf backend: GPU time, kernel count, host time, compile time, peak memory
-and bandwidth vs a copy roofline, per workload.  Prints an environment header and
-one github table per metric, and writes every number to a JSON file."""
+and bandwidth vs a copy roofline, per workload.  The model tier (--tag model) times
+whole networks as a user sees them: step time with host, host enqueue, kernel time,
+nvFuser calls per step, against eager, inductor and both with CUDA graphs, and prints
+the acceptance ratios of issue #10.  Prints an environment header and one github
+table per metric, and writes every number to a JSON file."""
 
 EPILOG = """\
 backends: eager, inductor, nvf_bookend, nvf_untrimmed (= nvf_bookend with
   options={"bookend": False}); inductor_ro (mode="reduce-overhead") with
-  --reduce-overhead or when named in --backends.
+  --reduce-overhead or when named in --backends.  A run of model workloads only uses
+  eager, inductor, inductor_ro, nvf_bookend, nvf_cudagraphs (= nvf_bookend with
+  mode="reduce-overhead").
+
+model tier and shards:
+  python -m perf --tag model                      # 15 model workloads x 5 backends
+  python -m perf --tag model --shard 1/2 --json m1.json   # one call of a run split in two
+  python -m perf --tag model --shard 2/2 --json m2.json
+  python -m perf --report m1.json m2.json --json model.json --acceptance
+  Tables and acceptance ratios of a sharded run come from the joined file only.
 
 baseline check (GPU time per call):
   a (workload, backend) regresses when new > baseline * (1 + THRESHOLD).  In a live
@@ -37,7 +54,8 @@ baseline check (GPU time per call):
   --compare NEW.json --baseline OLD.json compares two stored files (no GPU, no
   re-measure).
 
-exit status: 0 no regression; 1 regression found; 2 usage or environment error
+exit status: 0 no regression; 1 regression found (or, with --acceptance, the model
+  tier's acceptance not met); 2 usage or environment error
   (bad flag, unknown workload/backend, unreadable file, no CUDA device).
 
 examples:
@@ -45,7 +63,8 @@ examples:
   python -m perf --quick
   python -m perf --only 'gelu_*' bias_gelu_bwd --backends eager,nvf_bookend
   python -m perf --json out.json --baseline perf/baseline.json --threshold 0.05
-  python -m perf --report out.json"""
+  python -m perf --report out.json
+  python -m perf --compare new.json --baseline model.json --metric step_ms"""
 
 
 class UsageError(Exception):
@@ -67,9 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--only", nargs="+", action="extend", metavar="NAME", default=[],
         help="workload names or glob patterns (repeatable); overrides the --quick set, keeps its iteration counts",
     )
-    sel.add_argument("--tag", action="append", default=[], metavar="TAG", help="keep workloads with this tag (seed, block, bf16, train, ...)")
-    sel.add_argument("--backends", metavar="A,B", help="comma-separated backends (default: eager,inductor,nvf_bookend,nvf_untrimmed)")
+    sel.add_argument("--tag", action="append", default=[], metavar="TAG",
+                     help="keep workloads with this tag (seed, block, bf16, train, ...); model (the model tier), "
+                          "llama, gpt, bert, vit, convnext, hf, timm also bring in their non-default workloads")
+    sel.add_argument("--backends", metavar="A,B",
+                     help="comma-separated backends (default: eager,inductor,nvf_bookend,nvf_untrimmed; "
+                          "models only: eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs)")
     sel.add_argument("--reduce-overhead", action="store_true", help="also run inductor_ro (torch.compile mode='reduce-overhead')")
+    sel.add_argument("--shard", metavar="I/N",
+                     help="run shard I of N of the selection (balanced by cost; join the files with --report)")
 
     m = p.add_argument_group("measurement")
     m.add_argument("--iters", type=int, metavar="N", help="timed calls for GPU time (default 50, quick 20)")
@@ -83,21 +108,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--with-launch-gaps", action="store_true",
         help="do not hide host time behind a GPU spin before each timed call (GPU time then includes launch gaps)",
     )
+    m.add_argument("--time-budget", type=float, metavar="S",
+                   help="start no pair after S seconds (pairs not run are listed as missing); with --json the "
+                        "file is also rewritten after every pair, so a killed run keeps what it measured")
 
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="PATH", help="result file (default perf/results/perf-<UTC time>.json)")
-    o.add_argument("--report", metavar="FILE", help="print the tables of a stored result file, then exit (no GPU needed)")
+    o.add_argument("--report", metavar="FILE", nargs="+",
+                   help="print the tables of a stored result file, then exit (no GPU needed); several files "
+                        "(the shards of one run) are joined first, and --json writes the joined file")
+    o.add_argument("--acceptance", action="store_true",
+                   help="exit 1 unless every acceptance criterion of the model tier passes (run or --report)")
 
     b = p.add_argument_group("baseline")
-    b.add_argument("--baseline", metavar="FILE", help="stored result file to check this run (or --compare FILE) against")
-    b.add_argument("--threshold", type=float, default=0.10, metavar="F", help="allowed GPU-time growth, fraction (default 0.10)")
-    b.add_argument("--compare", metavar="NEW", help="compare stored result file NEW with --baseline, no measuring (no GPU needed)")
+    b.add_argument("--baseline", metavar="FILE", nargs="+",
+                   help="stored result file(s) (shards are joined) to check this run (or --compare) against")
+    b.add_argument("--threshold", type=float, default=None, metavar="F",
+                   help="allowed growth, fraction (default per metric: 0.10; host_us and enqueue_ms 0.25)")
+    b.add_argument("--compare", metavar="NEW", nargs="+",
+                   help="compare stored result file(s) NEW with --baseline, no measuring (no GPU needed)")
     b.add_argument("--compare-backend", metavar="NAME", help="backend of the new results to check (default: all shared backends)")
     b.add_argument("--baseline-backend", metavar="NAME", help="backend of the baseline to check against (default: same name)")
-    b.add_argument("--min-delta-us", type=float, default=1.0, metavar="US",
-                   help="time changes smaller than this are never flagged (default 1.0 us)")
-    b.add_argument("--metric", default="gpu_us", choices=("gpu_us", "host_us", "kernels"),
-                   help="number compared with the baseline (default gpu_us; host_us and kernels are never re-measured)")
+    b.add_argument("--min-delta-us", type=float, default=None, metavar="US",
+                   help="time changes smaller than this are never flagged (default per metric: gpu_us 1, host_us 2, "
+                        "step_ms and enqueue_ms 20 us)")
+    b.add_argument("--metric", default="gpu_us", choices=tuple(METRICS),
+                   help="number compared with the baseline (default gpu_us; only gpu_us and step_ms are re-measured)")
     b.add_argument("--remeasure", type=int, default=None, metavar="N", help="re-measurements of a suspect before flagging (default 3, quick 2; 0: none)")
     return p
 
@@ -105,10 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
 # ----------------------------------------------------------------------------- modes
 
 
-def _resolve_backends(args: argparse.Namespace) -> list[str]:
-    from .backends import BACKENDS, DEFAULT_BACKENDS
+def _resolve_backends(args: argparse.Namespace, workloads: Sequence = ()) -> list[str]:
+    from .backends import BACKENDS, default_backends
 
-    names = [n.strip() for n in args.backends.split(",") if n.strip()] if args.backends else list(DEFAULT_BACKENDS)
+    models = [w for w in workloads if w.timing == "step"]
+    default = default_backends(bool(models), mixed=len(models) < len(workloads))
+    names = [n.strip() for n in args.backends.split(",") if n.strip()] if args.backends else default
     if args.reduce_overhead and "inductor_ro" not in names:
         names.append("inductor_ro")
     unknown = [n for n in names if n not in BACKENDS]
@@ -135,9 +173,10 @@ def list_mode(args: argparse.Namespace) -> int:
     from .backends import BACKENDS
 
     rows = []
-    for w in _select(args):
+    for w in _shard(args, _select(args)):
         meta = w.meta()
-        sets = ",".join(s for s, on in (("default", w.default), ("quick", w.quick)) if on) or "all"
+        sets = ",".join([s for s, on in (("default", w.default), ("quick", w.quick)) if on]
+                        + [f"--tag {t}" for t in sorted(w.opt_in_tags)]) or "all"
         rows.append([w.name, meta["kind"], meta["dtype"], ",".join(meta["tags"]), sets, meta["description"]])
     print(tabulate(rows, headers=["workload", "kind", "dtype", "tags", "in sets", "description"], tablefmt="github"))
     print()
@@ -145,11 +184,28 @@ def list_mode(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _load(path: str):
-    from .report import load_document
+def _shard(args: argparse.Namespace, workloads: list) -> list:
+    from .workloads import parse_shard, shard
 
+    if not args.shard:
+        return workloads
     try:
-        return load_document(path)
+        i, n = parse_shard(args.shard)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    chosen = shard(workloads, i, n)
+    if not chosen:
+        raise UsageError(f"shard {i}/{n} of {len(workloads)} workload(s) is empty")
+    return chosen
+
+
+def _load(paths: "str | Sequence[str]"):
+    """One document; several files are joined (the shards of one run)."""
+    from .report import join_documents, load_document
+
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    try:
+        return join_documents([load_document(p) for p in paths], paths)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -177,11 +233,25 @@ def compare_mode(args: argparse.Namespace) -> int:
     return cmp.exit_code
 
 
-def report_mode(args: argparse.Namespace) -> int:
-    from .report import render_report
+def _acceptance_code(doc: dict, args: argparse.Namespace) -> int:
+    from .acceptance import passed
 
-    print(render_report(_load(args.report)), end="")
-    return EXIT_OK
+    if not args.acceptance:
+        return EXIT_OK
+    if passed(doc):
+        return EXIT_OK
+    _stderr("perf: the acceptance of the model tier is not met (see the Acceptance tables)")
+    return EXIT_REGRESSION
+
+
+def report_mode(args: argparse.Namespace) -> int:
+    from .report import render_report, write_document
+
+    doc = _load(args.report)
+    print(render_report(doc), end="")
+    if args.json:
+        print(f"joined document written to {write_document(doc, args.json)}")
+    return _acceptance_code(doc, args)
 
 
 def _default_json_path() -> Path:
@@ -194,8 +264,9 @@ def _stderr(msg: str) -> None:
 
 
 def run_mode(args: argparse.Namespace) -> int:
-    backends = _resolve_backends(args)
-    workloads = _select(args)
+    selected = _select(args)
+    workloads = _shard(args, selected)
+    backends = _resolve_backends(args, selected)
     base = _load(args.baseline) if args.baseline else None
     pairs = _pairs(backends, base, args) if base is not None else None
 
@@ -212,6 +283,7 @@ def run_mode(args: argparse.Namespace) -> int:
     from .env import collect_env, format_env
     from .measure import DEFAULT_CONFIG, QUICK_CONFIG, Runner, with_overrides
     from .report import make_document, render_report, write_document
+    from .workloads import parse_shard
 
     cfg = with_overrides(
         QUICK_CONFIG if args.quick else DEFAULT_CONFIG,
@@ -236,23 +308,35 @@ def run_mode(args: argparse.Namespace) -> int:
     _stderr(f"perf: {len(workloads)} workload(s) x {len(backends)} backend(s): {', '.join(backends)}")
 
     runner = Runner(cfg, progress=_stderr)
-    roofline = runner.measure_roofline()
-    results = runner.run(workloads, backends)
-    doc = make_document(
-        env=env,
-        config={
-            "measure": cfg.to_json(),
-            "quick": args.quick,
-            "all": args.all,
-            "only": args.only,
-            "tags": args.tag,
-            "backends": backends,
-        },
-        backends=backends,
-        workloads={w.name: w.meta() for w in workloads},
-        results=results,
-        roofline=roofline,
-    )
+    env["TEARDOWN_CUPTI"] = os.environ.get("TEARDOWN_CUPTI")
+    if any(w.timing == "gpu" for w in workloads):
+        runner.measure_roofline()
+    config = {
+        "measure": cfg.to_json(),
+        "quick": args.quick,
+        "all": args.all,
+        "only": args.only,
+        "tags": args.tag,
+        "backends": backends,
+        "shard": list(parse_shard(args.shard)) if args.shard else None,
+        "run_workloads": [w.name for w in selected],
+        "time_budget_s": args.time_budget,
+    }
+    path = Path(args.json) if args.json else _default_json_path()
+
+    def document(results: dict) -> dict:
+        return make_document(env=env, config=config, backends=backends, workloads={w.name: w.meta() for w in selected},
+                             results=results, roofline=runner.roofline, host_floor=runner.host_floor)
+
+    def checkpoint(results: dict) -> None:
+        if args.json:
+            partial = document(results)
+            partial["partial"] = True
+            write_document(partial, path)
+
+    deadline = _STARTED + args.time_budget if args.time_budget else None
+    results = runner.run(workloads, backends, on_pair=checkpoint, deadline=deadline)
+    doc = document(results)
     print(render_report(doc, with_env=False), flush=True)
 
     code = EXIT_OK
@@ -263,7 +347,7 @@ def run_mode(args: argparse.Namespace) -> int:
             base,
             threshold=args.threshold,
             pairs=pairs,
-            remeasure=runner.remeasure if repeats > 0 else None,
+            remeasure=(lambda w, b, n: runner.remeasure(w, b, n, metric=args.metric)) if repeats > 0 else None,
             repeats=max(1, repeats),
             metric=args.metric,
             min_delta_us=args.min_delta_us,
@@ -272,17 +356,21 @@ def run_mode(args: argparse.Namespace) -> int:
         doc["comparison"] = cmp.to_json()
         code = cmp.exit_code
 
-    path = write_document(doc, args.json or _default_json_path())
+    path = write_document(doc, path)
     print(f"results written to {path}")
-    return code
+    return code or _acceptance_code(doc, args)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the exit status (argparse itself exits 2 on bad flags)."""
     args = build_parser().parse_args(argv)
     try:
-        if args.threshold < 0:
+        if args.threshold is not None and args.threshold < 0:
             raise UsageError("--threshold must be >= 0")
+        if args.time_budget is not None and args.time_budget <= 0:
+            raise UsageError("--time-budget must be > 0")
+        if args.acceptance and args.shard:
+            raise UsageError("--acceptance needs the whole run: join the shards with --report A.json B.json --acceptance")
         for flag in ("iters", "warmup", "profile_iters", "host_iters"):
             val = getattr(args, flag)
             if val is not None and val < (0 if flag == "warmup" else 1):

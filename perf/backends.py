@@ -18,6 +18,9 @@ Wrap = Callable[[Callable], Callable]
 #: The backend the ratio columns are about, and the references it is divided by.
 SUBJECT = "nvf_bookend"
 REFERENCES = ("eager", "inductor", "nvf_untrimmed")
+#: Every ratio column (subject, reference), in column order; a column appears when both ran.
+#: CUDA graphs are compared with CUDA graphs: nvf_cudagraphs against inductor_ro.
+RATIO_PAIRS: tuple[tuple[str, str], ...] = tuple((SUBJECT, r) for r in REFERENCES) + (("nvf_cudagraphs", "inductor_ro"),)
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,8 @@ class Backend:
     wrap: Wrap
     description: str
     compiled: bool = True  # False: no compile step, so no fresh compile for tiny inputs
+    cuda_graphs: bool = False  # call torch.compiler.cudagraph_mark_step_begin() before each step
+    nvf: bool = False  # a dynamo_nvf backend: nvFuser calls per step are counted
 
 
 def _eager(fn: Callable) -> Callable:
@@ -46,13 +51,16 @@ def _inductor_ro(fn: Callable) -> Callable:
     return torch.compile(fn, mode="reduce-overhead")
 
 
-def _nvf(options: dict | None) -> Wrap:
+def _nvf(options: dict | None, mode: str | None = None) -> Wrap:
     def wrap(fn: Callable) -> Callable:
         import dynamo_nvf  # noqa: F401  (import registers the "nvf_bookend" backend)
 
+        kwargs: dict = {"backend": "nvf_bookend"}
         if options:
-            return torch.compile(fn, backend="nvf_bookend", options=dict(options))
-        return torch.compile(fn, backend="nvf_bookend")
+            kwargs["options"] = dict(options)
+        if mode:
+            kwargs["mode"] = mode
+        return torch.compile(fn, **kwargs)
 
     return wrap
 
@@ -62,21 +70,31 @@ BACKENDS: dict[str, Backend] = {
     for b in (
         Backend("eager", _eager, "plain PyTorch eager", compiled=False),
         Backend("inductor", _inductor, "torch.compile default (inductor)"),
-        Backend("nvf_bookend", _nvf(None), "dynamo_nvf backend, bookend trimming on"),
+        Backend("nvf_bookend", _nvf(None), "dynamo_nvf backend, bookend trimming on", nvf=True),
         Backend(
             "nvf_untrimmed",
             _nvf({"bookend": False}),
             'dynamo_nvf backend with options={"bookend": False}',
+            nvf=True,
+        ),
+        Backend(
+            "nvf_cudagraphs",
+            _nvf(None, mode="reduce-overhead"),
+            'nvf_bookend with CUDA graphs: torch.compile(backend="nvf_bookend", mode="reduce-overhead")',
+            cuda_graphs=True,
+            nvf=True,
         ),
         Backend(
             "nvf_trim_broadcasts",
             _nvf({"trim_broadcasts": True}),
             'dynamo_nvf with options={"trim_broadcasts": True}: evidence for the leading-expand rule; opt-in',
+            nvf=True,
         ),
         Backend(
             "nvf_aten_embedding",
             _nvf({"fuse_embedding": False}),
             'dynamo_nvf with options={"fuse_embedding": False}: ATen\'s embedding, against the fused default; opt-in',
+            nvf=True,
         ),
         Backend(
             "dynamo_eager",
@@ -86,14 +104,35 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "inductor_ro",
             _inductor_ro,
-            'torch.compile(mode="reduce-overhead") (CUDA graphs); only with --reduce-overhead',
+            'torch.compile(mode="reduce-overhead") (CUDA graphs); with --reduce-overhead, in model runs',
+            cuda_graphs=True,
         ),
     )
 }
 
 #: Backends a plain run uses; inductor_ro is opt-in (--reduce-overhead).
 DEFAULT_BACKENDS: tuple[str, ...] = ("eager", "inductor", "nvf_bookend", "nvf_untrimmed")
-OPTIONAL_BACKENDS: tuple[str, ...] = ("inductor_ro", "dynamo_eager", "nvf_trim_broadcasts")
+#: Backends of a run of model workloads only (--tag model): each compiler with and without CUDA graphs.
+MODEL_BACKENDS: tuple[str, ...] = ("eager", "inductor", "inductor_ro", "nvf_bookend", "nvf_cudagraphs")
+OPTIONAL_BACKENDS: tuple[str, ...] = ("inductor_ro", "nvf_cudagraphs", "dynamo_eager", "nvf_trim_broadcasts")
+
+
+def default_backends(model_run: bool, mixed: bool = False) -> list[str]:
+    """The backends a run uses without --backends: models get MODEL_BACKENDS, a selection with
+    both kinds of workload gets the union (in MODEL_BACKENDS then DEFAULT_BACKENDS order)."""
+    if not model_run:
+        return list(DEFAULT_BACKENDS)
+    if not mixed:
+        return list(MODEL_BACKENDS)
+    return list(dict.fromkeys(MODEL_BACKENDS + DEFAULT_BACKENDS))
+
+
+def mark_step(backend: Backend) -> Callable[[], None]:
+    """What to call before each step: cudagraph_mark_step_begin for a CUDA-graph backend (a new
+    step may overwrite the last step's graph outputs), else nothing."""
+    if not backend.cuda_graphs:
+        return lambda: None
+    return torch.compiler.cudagraph_mark_step_begin
 
 
 def get_backend(name: str) -> Backend:

@@ -2,10 +2,13 @@
 
 A (workload, backend) regresses when its new GPU time exceeds
 ``baseline * (1 + threshold)`` and grows by at least ``min_delta_us`` (1 us: the event-timer floor).  ``metric`` picks another number of the same records instead:
-``host_us`` (host time per call on tiny inputs, where a wrapper's cost shows) or ``kernels``
-(kernel launches per call, exact: one more kernel per call regresses, whatever the threshold).
-Only GPU time is re-measured; a metric the new run did not measure (``--no-host``) is reported,
-not flagged.  GPU timings are noisy, so a suspect is not flagged
+``host_us`` (host time per call on tiny inputs, where a wrapper's cost shows), ``kernels``
+(kernel launches per call, exact: one more kernel per call regresses, whatever the threshold),
+and for model workloads ``step_ms`` (step time as a user sees it), ``enqueue_ms`` (host enqueue
+per step) and ``kernel_ms``.  Each metric has its own default threshold and minimum delta
+(``METRIC_DEFAULTS``): host times are gated only with a generous threshold (25%) and a floor,
+because the host of a shared machine is noisier than its GPU.  GPU time and step time are
+re-measured; a metric the new run did not measure (``--no-host``) is reported, not flagged.  GPU timings are noisy, so a suspect is not flagged
 straight away when a ``remeasure`` callback is given: the pair is measured again
 ``repeats`` times, the re-measurements are reduced (min by default: the question is
 "can it still run as fast as the baseline?") and only a regression that persists is
@@ -36,7 +39,28 @@ DEFAULT_THRESHOLD = 0.10
 #: ~1.5 us of CUDA-event overhead, and 0.2 us more is 13% of it (seen on an H200, lone_reshape).
 DEFAULT_MIN_DELTA_US = 1.0
 METRIC = "gpu_us"
-METRICS = {"gpu_us": "GPU time, us", "host_us": "host time on tiny inputs, us", "kernels": "kernels per call"}
+METRICS = {
+    "gpu_us": "GPU time, us",
+    "host_us": "host time on tiny inputs, us",
+    "kernels": "kernels per call",
+    "step_ms": "step time as a user sees it, ms",
+    "enqueue_ms": "host enqueue per step, ms",
+    "kernel_ms": "GPU kernel time per step, ms",
+}
+#: Microseconds per unit of each time metric (min_delta_us is in us whatever the metric's unit).
+US_PER_UNIT = {"gpu_us": 1.0, "host_us": 1.0, "step_ms": 1e3, "enqueue_ms": 1e3, "kernel_ms": 1e3}
+#: (threshold, min_delta_us) used when the caller gives none.  Host metrics: generous, because a
+#: batch of host calls on a shared machine varies by 10-20% between runs where GPU time does not.
+METRIC_DEFAULTS: dict[str, tuple[float, float]] = {
+    "gpu_us": (DEFAULT_THRESHOLD, DEFAULT_MIN_DELTA_US),
+    "kernels": (DEFAULT_THRESHOLD, 0.0),
+    "host_us": (0.25, 2.0),
+    "step_ms": (DEFAULT_THRESHOLD, 20.0),
+    "enqueue_ms": (0.25, 20.0),
+    "kernel_ms": (DEFAULT_THRESHOLD, 2.0),
+}
+#: Metrics a live run can re-measure before flagging (Runner.remeasure).
+REMEASURABLE = frozenset({"gpu_us", "step_ms"})
 
 OK = "ok"
 FASTER = "faster"
@@ -145,19 +169,24 @@ def compare(
     new: dict,
     base: dict,
     *,
-    threshold: float = DEFAULT_THRESHOLD,
+    threshold: Optional[float] = None,
     pairs: Optional[Sequence[tuple[str, str]]] = None,
     remeasure: Optional[Remeasure] = None,
     repeats: int = 3,
     reduce: str = "min",
     metric: str = METRIC,
-    min_delta_us: float = DEFAULT_MIN_DELTA_US,
+    min_delta_us: Optional[float] = None,
 ) -> Comparison:
-    """Compare ``new`` with ``base`` (both result documents); see the module docstring."""
-    if threshold < 0:
-        raise ValueError("threshold must be >= 0")
+    """Compare ``new`` with ``base`` (both result documents); see the module docstring.
+
+    ``threshold`` / ``min_delta_us`` default to the metric's METRIC_DEFAULTS.  ``remeasure``
+    returns values in the metric's unit."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
+    threshold = METRIC_DEFAULTS[metric][0] if threshold is None else threshold
+    min_delta_us = METRIC_DEFAULTS[metric][1] if min_delta_us is None else min_delta_us
+    if threshold < 0:
+        raise ValueError("threshold must be >= 0")
     reducer = _REDUCERS[reduce]
     if pairs is None:
         pairs = backend_pairs(backends_of(new), backends_of(base))
@@ -170,8 +199,8 @@ def compare(
             rows.append(_compare_one(wl, new_b, base_b, per_backend[new_b], base_wl.get(base_b), threshold, metric,
                                      min_delta_us))
     for row in rows:
-        if row.status == REGRESSION and remeasure is not None and metric == METRIC:
-            _recheck(row, remeasure, repeats, reducer, threshold, min_delta_us)
+        if row.status == REGRESSION and remeasure is not None and metric in REMEASURABLE:
+            _recheck(row, remeasure, repeats, reducer, threshold, min_delta_us, metric)
     return Comparison(rows=rows, threshold=threshold, pairs=list(pairs), warnings=env_warnings(new, base),
                       metric=metric, min_delta_us=min_delta_us)
 
@@ -181,13 +210,13 @@ def _worse(new: float, base: float, th: float, metric: str, min_delta: float = D
     Times must grow by the threshold and by at least `min_delta` microseconds."""
     if metric == "kernels":
         return new >= base + 0.5
-    return new > base * (1 + th) and new - base >= min_delta
+    return new > base * (1 + th) and (new - base) * US_PER_UNIT.get(metric, 1.0) >= min_delta
 
 
 def _better(new: float, base: float, th: float, metric: str, min_delta: float = DEFAULT_MIN_DELTA_US) -> bool:
     if metric == "kernels":
         return new <= base - 0.5
-    return new < base * (1 - th) and base - new >= min_delta
+    return new < base * (1 - th) and (base - new) * US_PER_UNIT.get(metric, 1.0) >= min_delta
 
 
 def _compare_one(wl: str, new_b: str, base_b: str, rec: dict, base_rec: Optional[dict], th: float,
@@ -215,7 +244,7 @@ def _compare_one(wl: str, new_b: str, base_b: str, rec: dict, base_rec: Optional
 
 
 def _recheck(row: Row, remeasure: Remeasure, repeats: int, reducer, th: float,
-             min_delta: float = DEFAULT_MIN_DELTA_US) -> None:
+             min_delta: float = DEFAULT_MIN_DELTA_US, metric: str = METRIC) -> None:
     try:
         again = [float(v) for v in remeasure(row.workload, row.backend, repeats) if v is not None]
     except Exception as exc:  # noqa: BLE001  (keep the original verdict)
@@ -227,21 +256,25 @@ def _recheck(row: Row, remeasure: Remeasure, repeats: int, reducer, th: float,
         return
     row.final_us = reducer(again)
     assert row.baseline_us is not None
-    if not _worse(row.final_us, row.baseline_us, th, METRIC, min_delta):
+    if not _worse(row.final_us, row.baseline_us, th, metric, min_delta):
         row.status = NOISE
 
 
 def render_comparison(cmp: Comparison, only_interesting: bool = False) -> str:
     """Github table of the comparison, warnings and a one-line verdict."""
-    headers = ["workload", "backend", "baseline backend", "baseline us", "new us", "re-measured us", "new/base", "status"]
+    unit = cmp.metric.rsplit("_", 1)[-1] if cmp.metric in US_PER_UNIT else ""
+    digits = 3 if unit == "ms" else 1
+    headers = ["workload", "backend", "baseline backend", f"baseline {unit}".strip(), f"new {unit}".strip(),
+               f"re-measured {unit}".strip(), "new/base", "status"]
     body = []
     for r in cmp.rows:
         if only_interesting and r.status in (OK, NO_BASELINE):
             continue
-        again = ", ".join(fmt_num(v, 1) for v in r.remeasured) if r.remeasured else "-"
+        again = ", ".join(fmt_num(v, digits) for v in r.remeasured) if r.remeasured else "-"
         status = r.status + (f" ({r.note})" if r.note else "")
         body.append(
-            [r.workload, r.backend, r.baseline_backend, fmt_num(r.baseline_us, 1), fmt_num(r.new_us, 1), again, fmt_ratio(r.ratio), status]
+            [r.workload, r.backend, r.baseline_backend, fmt_num(r.baseline_us, digits), fmt_num(r.new_us, digits), again,
+             fmt_ratio(r.ratio), status]
         )
     floor = "" if cmp.metric == "kernels" else f" and +{cmp.min_delta_us:g} us"
     parts = [f"### Baseline comparison ({METRICS[cmp.metric]}, threshold +{cmp.threshold * 100:.0f}%{floor})"]

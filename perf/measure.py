@@ -12,11 +12,14 @@ pair so no backend reuses another's graphs.  Metrics (keys of a result record):
                     as its launch latency.  ``gpu_us_min`` is the fastest call.
 * ``kernels``, ``memops``, ``kernel_us``  from torch.profiler: GPU kernels per call,
                     memcpy/memset operations per call, summed kernel+memop time per call.
-* ``host_us``       host cost per call on tiny inputs: N calls back to back timed with
-                    perf_counter, the synchronize left outside the timed span; the best
-                    of a few such batches (interference only ever adds time).  Uses a
-                    fresh compile for the tiny shapes (``host_compile_s``) so the main
-                    graph is never recompiled to dynamic shapes.
+* ``host_us``       host cost per call on tiny inputs (:func:`host_time`): batches of calls
+                    back to back timed with perf_counter, the synchronize and the garbage
+                    collector outside the timed span; the best batch mean (interference only
+                    ever adds time), ``host_us_median`` the median batch.  Uses a fresh
+                    compile for the tiny shapes (``host_compile_s``) so the main graph is
+                    never recompiled to dynamic shapes.  Measured before torch.profiler ever
+                    runs for the pair, with CUPTI torn down after each profile (see
+                    "One host metric" below).
 * ``peak_mem_mb``   torch.cuda.max_memory_allocated over one call after
                     reset_peak_memory_stats (inputs and parameters included, the L2
                     flush buffer freed first); ``peak_extra_mb`` is above what was
@@ -25,6 +28,49 @@ pair so no backend reuses another's graphs.  Metrics (keys of a result record):
                     minimum traffic: bandwidth as a fraction of a device copy measured
                     in the same run.
 
+Model workloads (``timing == "step"``, :mod:`perf.models`) get what a user sees instead:
+
+* ``step_ms``       wall time per step in steady state, host included: N steps back to back,
+                    then one synchronize, (end - start) / N; the best of a few batches
+                    (``step_ms_median`` the median).  This is the headline: GPU time alone
+                    hides a host-bound step.  CUDA-graph backends call
+                    ``torch.compiler.cudagraph_mark_step_begin()`` before every step.
+* ``enqueue_ms``    host time per step: the same batches, time until the last step call
+                    returned (before the synchronize) / N; best batch (``enqueue_ms_median``).
+                    Batches are short (``model_batch_s``), so the CUDA launch queue rarely
+                    fills; if it does, a GPU-bound step's enqueue time is its GPU time.
+* ``kernel_ms``     summed CUDA kernel + memcpy/memset time per step (torch.profiler), with
+                    ``kernels`` and ``memops`` per step.
+* ``nvfuser_calls`` nvFuser executions per step (``dynamo_nvf.STATS`` delta over the timed
+                    steps; None for backends that are not dynamo_nvf).
+* ``compile_s``, ``peak_mem_mb`` as above.
+
+One host metric (part 4 of issue #10).  perf's ``host_us`` and scripts/host_latency.py used to
+disagree (gelu_views, nvf_bookend against inductor: 107 against 64 us in perf on an H100, 28.9
+against 52.6 us in the script on an H200).  Both time back-to-back calls with perf_counter and
+keep the synchronize outside; what differed:
+
+1. process state: perf had run torch.profiler (for kernel counts) before every host
+   measurement but the first, the script never does.  Kineto does not finalize CUPTI when a
+   profile ends unless ``TEARDOWN_CUPTI=1`` (pytorch issue 144455), so every later CUDA API call
+   of the process pays CUPTI's callback cost, and a call that makes more CUDA API calls (an
+   nvFuser execute: launch, allocation, stream/device queries) pays more than one Triton launch.
+   This is the one difference that can make perf's numbers *higher*, and more so for nvFuser.
+2. statistic: perf took the best of 20 batches of 100 calls, the script the median of 7
+   batches of 2000 (with the garbage collector on and 200 warm-up calls): both would make the
+   script's number the higher one, the opposite of what was seen.
+3. program: the script timed sigmoid(x) * 2 + 1 on 16x16, perf gelu_views on 16x64 (one region,
+   one kernel each); not a 3.7x difference.
+
+Kept: perf's method (:func:`host_time`: best batch mean of short batches, GC off, synchronize
+outside, plus the median for the spread), now the only one (the script imports it), and
+measured in a clean process state: ``TEARDOWN_CUPTI=1`` is set before the first profile
+(unless the caller set it), and within a pair every host-inclusive timing runs before the
+profiler.  A *host floor* (one tiny eager op, :func:`host_floor_us`) is measured at the start
+and the end of every run; the report warns when it grew, which is how a process-state drift
+like the CUPTI one shows.  Host numbers are gated only with a generous threshold and a
+minimum delta (:mod:`perf.baseline`).
+
 A failure is recorded, never raised: ``error`` holds the first failure (the pair then
 has no numbers past it) and ``errors`` maps phase -> message for every failed phase.
 """
@@ -32,7 +78,10 @@ has no numbers past it) and ``errors`` maps phase -> message for every failed ph
 from __future__ import annotations
 
 import gc
+import math
+import os
 import statistics
+import sys
 import time
 import traceback
 import warnings
@@ -41,7 +90,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from .backends import Backend, get_backend, reset_compile_state
+from .backends import Backend, get_backend, mark_step, reset_compile_state
 from .workloads import REGISTRY, Workload
 
 Progress = Callable[[str], None]
@@ -54,7 +103,15 @@ METRIC_KEYS = (
     "memops",
     "kernel_us",
     "host_us",
+    "host_us_median",
     "host_compile_s",
+    "step_ms",
+    "step_ms_median",
+    "enqueue_ms",
+    "enqueue_ms_median",
+    "steps_per_batch",
+    "kernel_ms",
+    "nvfuser_calls",
     "peak_mem_mb",
     "peak_extra_mb",
     "bytes_moved",
@@ -80,6 +137,15 @@ class MeasureConfig:
     hide_host: bool = True  # spin the GPU before each timed call (see gpu_us above)
     roofline_mib: int = 512  # size of each of src and dst in the copy roofline
     remeasure_repeats: int = 3
+    # model workloads (timing "step"): steps back to back per batch, sized to last about
+    # model_batch_s (within [model_min_steps, model_max_steps]); step_ms is the best batch
+    model_warmup: int = 5  # after the first call; a CUDA-graph backend records on step 2
+    model_batches: int = 5
+    model_batch_s: float = 0.1
+    model_min_steps: int = 3
+    model_max_steps: int = 50
+    model_profile_steps: int = 2
+    cupti_teardown: bool = True  # set TEARDOWN_CUPTI=1 (unless set) so a profile leaves no CUPTI behind
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -95,6 +161,9 @@ QUICK_CONFIG = MeasureConfig(
     host_repeats=10,
     roofline_mib=256,
     remeasure_repeats=2,
+    model_warmup=3,
+    model_batches=3,
+    model_batch_s=0.05,
 )
 
 
@@ -122,6 +191,11 @@ def _fail(rec: dict, phase: str, exc: BaseException) -> None:
 
 def _sync() -> None:
     torch.cuda.synchronize()
+
+
+def device_sync() -> Callable[[], None]:
+    """torch.cuda.synchronize where CUDA is available, else a no-op (CPU callables in tests)."""
+    return torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
 
 
 def _cleanup() -> None:
@@ -218,25 +292,148 @@ def profile_counts(step: Callable[[], object], iters: int) -> tuple[float, float
     return kernels / iters, memops / iters, dev_us / iters
 
 
-def host_time_us(step: Callable[[], object], iters: int, repeats: int) -> float:
-    """Best batch mean of the host time per call; sync and GC stay outside the timed span."""
-    per_batch = max(1, iters // max(1, repeats))
+@dataclass(frozen=True)
+class HostTiming:
+    """Host time per call: ``per_call_us`` is the best batch mean, ``median_us`` the median batch."""
+
+    per_call_us: float
+    median_us: float
+    batches: int
+    calls_per_batch: int
+
+    @property
+    def spread(self) -> float:
+        """median / best - 1: how much a typical batch lost to interference."""
+        return self.median_us / self.per_call_us - 1.0 if self.per_call_us > 0 else 0.0
+
+
+def host_time(
+    step: Callable[[], object],
+    *,
+    batches: int = 20,
+    calls_per_batch: int = 100,
+    warmup: int = 50,
+    sync: Optional[Callable[[], None]] = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> HostTiming:
+    """THE host-time measurement of this project (perf and scripts/host_latency.py use it).
+
+    ``warmup`` calls, then ``batches`` batches of ``calls_per_batch`` calls back to back; each
+    batch starts after a synchronize (an empty launch queue) and its span ends when the last
+    call returns, so the synchronize is outside it; the garbage collector is off during the
+    batches.  Short batches keep the launch queue from filling (a full queue would make a call
+    wait for the GPU).  The best batch mean is the number (interference only ever adds time).
+    """
+    sync = device_sync() if sync is None else sync
+    for _ in range(warmup):
+        step()
+    n = max(1, calls_per_batch)
     samples: list[float] = []
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(max(1, repeats)):
-            _sync()
-            t0 = time.perf_counter()
-            for _ in range(per_batch):
+        for _ in range(max(1, batches)):
+            sync()
+            t0 = clock()
+            for _ in range(n):
                 step()
-            t1 = time.perf_counter()
-            _sync()
-            samples.append((t1 - t0) / per_batch * 1e6)
+            t1 = clock()
+            sync()
+            samples.append((t1 - t0) / n * 1e6)
     finally:
         if gc_was_on:
             gc.enable()
-    return min(samples)
+    return HostTiming(min(samples), statistics.median(samples), len(samples), n)
+
+
+def host_floor_us(batches: int = 10, calls_per_batch: int = 200) -> float:
+    """Host time of one tiny eager CUDA op (an in-place add on one element): the process's floor.
+
+    Measured at the start and the end of a run; if it grew, something in the process (e.g. CUPTI
+    left attached by a profile) taxes every later host measurement.
+    """
+    x = torch.zeros(1, device="cuda")
+    return host_time(lambda: x.add_(1.0), batches=batches, calls_per_batch=calls_per_batch, warmup=50).per_call_us
+
+
+def ensure_cupti_teardown() -> str:
+    """Ask Kineto to finalize CUPTI at the end of every torch.profiler session.
+
+    Without it (Kineto's default) CUPTI stays attached after the first profile and every later
+    CUDA API call of the process pays for its callbacks, which taxes host timings taken after a
+    profile.  An explicit setting by the caller wins (``TEARDOWN_CUPTI=0`` turns this off, e.g.
+    if a CUDA/CUPTI version crashes re-initialising CUPTI with CUDA graphs).  Returns the value.
+    """
+    return os.environ.setdefault("TEARDOWN_CUPTI", "1")
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """Per-step numbers of :func:`step_timing`, in milliseconds."""
+
+    step_ms: float
+    step_ms_median: float
+    enqueue_ms: float
+    enqueue_ms_median: float
+    batches: int
+    steps_per_batch: int
+
+
+def summarize_steps(batch_spans: Sequence[tuple[float, float, float]], steps: int) -> StepTiming:
+    """(start, last call returned, synchronized end) of each batch, in seconds -> StepTiming."""
+    if not batch_spans or steps < 1:
+        raise ValueError("need at least one batch of at least one step")
+    walls = [(end - start) / steps * 1e3 for start, _, end in batch_spans]
+    enqueues = [(returned - start) / steps * 1e3 for start, returned, _ in batch_spans]
+    return StepTiming(min(walls), statistics.median(walls), min(enqueues), statistics.median(enqueues),
+                      len(batch_spans), steps)
+
+
+def steps_per_batch(step_s: float, target_s: float, lo: int, hi: int) -> int:
+    """Steps that make a batch last about ``target_s`` given one step's wall time, in [lo, hi]."""
+    if step_s <= 0 or not math.isfinite(step_s):
+        return hi
+    return max(lo, min(hi, math.ceil(target_s / step_s)))
+
+
+def step_timing(
+    step: Callable[[], object],
+    *,
+    batches: int,
+    steps: int,
+    sync: Optional[Callable[[], None]] = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> StepTiming:
+    """Step time as a user sees it: ``batches`` batches of ``steps`` steps back to back.
+
+    Each batch starts synchronized; its enqueue span ends when the last step call returns, its
+    wall span after the synchronize that follows (so it holds the GPU tail of the batch).  GC is
+    off during the batches, as in :func:`host_time`.
+    """
+    sync = device_sync() if sync is None else sync
+    spans: list[tuple[float, float, float]] = []
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(max(1, batches)):
+            sync()
+            t0 = clock()
+            for _ in range(steps):
+                step()
+            t1 = clock()
+            sync()
+            spans.append((t0, t1, clock()))
+    finally:
+        if gc_was_on:
+            gc.enable()
+    return summarize_steps(spans, steps)
+
+
+def nvfuser_call_count() -> Optional[int]:
+    """dynamo_nvf.STATS.nvfuser_calls, or None when dynamo_nvf was never imported (no nvf backend)."""
+    mod = sys.modules.get("dynamo_nvf")
+    stats = getattr(mod, "STATS", None) if mod is not None else None
+    return getattr(stats, "nvfuser_calls", None)
 
 
 def copy_roofline(mib: int, iters: int = 20) -> dict:
@@ -263,7 +460,10 @@ class Runner:
         self.config = config
         self.progress = progress or (lambda _msg: None)
         self.roofline: Optional[dict] = None
+        self.host_floor: dict = {}
         self._flush: Optional[torch.Tensor] = None
+        if config.cupti_teardown:
+            ensure_cupti_teardown()
 
     # -- helpers -----------------------------------------------------------------
     def _flush_buffer(self) -> Optional[torch.Tensor]:
@@ -287,15 +487,42 @@ class Runner:
             self.roofline = {"error": format_error(exc)}
         return self.roofline
 
+    def measure_host_floor(self, when: str) -> None:
+        """The host floor (:func:`host_floor_us`) at ``when`` ("start" / "end") of the run."""
+        try:
+            self.host_floor[f"{when}_us"] = host_floor_us()
+        except Exception as exc:  # noqa: BLE001
+            self.host_floor[f"{when}_error"] = format_error(exc)
+
     def _compiled(self, wl: Workload, be: Backend, tiny: bool):
         reset_compile_state()
         inst = wl.instantiate("cuda", tiny=tiny)
         fn = be.wrap(inst.fn)
+        mark = mark_step(be)
+        if be.cuda_graphs:
+            return inst, (lambda: (mark(), inst.call(fn))[1])
         return inst, (lambda: inst.call(fn))
+
+    def _peak_memory(self, step: Callable[[], object], rec: dict) -> None:
+        try:
+            self._flush = None  # not part of the workload's footprint
+            _sync()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            step()
+            _sync()
+            peak = torch.cuda.max_memory_allocated()
+            rec["peak_mem_mb"] = peak / 2**20
+            rec["peak_extra_mb"] = max(0, peak - before) / 2**20
+        except Exception as exc:  # noqa: BLE001
+            _fail(rec, "memory", exc)
 
     # -- one pair ----------------------------------------------------------------
     def measure(self, wl: Workload, be: Backend) -> dict:
         """All metrics of one (workload, backend) pair; never raises for workload failures."""
+        if wl.timing == "step":
+            return self.measure_steps(wl, be)
         cfg = self.config
         rec = empty_record()
         inst = step = None
@@ -329,19 +556,7 @@ class Runner:
                 except Exception as exc:  # noqa: BLE001
                     _fail(rec, "profile", exc)
 
-            try:
-                self._flush = None  # not part of the workload's footprint
-                _sync()
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-                before = torch.cuda.memory_allocated()
-                step()
-                _sync()
-                peak = torch.cuda.max_memory_allocated()
-                rec["peak_mem_mb"] = peak / 2**20
-                rec["peak_extra_mb"] = max(0, peak - before) / 2**20
-            except Exception as exc:  # noqa: BLE001
-                _fail(rec, "memory", exc)
+            self._peak_memory(step, rec)
         finally:
             del inst, step
             if rec["error"] or not cfg.host:
@@ -357,21 +572,74 @@ class Runner:
         try:
             tiny, step = self._compiled(wl, be, tiny=True)
             rec["host_compile_s"] = wall_us_per_call(step, calls=1) * 1e-6
-            for _ in range(cfg.host_warmup):
-                step()
-            rec["host_us"] = host_time_us(step, cfg.host_iters, cfg.host_repeats)
+            per_batch = max(1, cfg.host_iters // max(1, cfg.host_repeats))
+            timing = host_time(step, batches=cfg.host_repeats, calls_per_batch=per_batch, warmup=cfg.host_warmup)
+            rec["host_us"] = timing.per_call_us
+            rec["host_us_median"] = timing.median_us
         except Exception as exc:  # noqa: BLE001
             _fail(rec, "host", exc)
         finally:
             del tiny, step
             _cleanup()  # the pair is done
 
-    def remeasure(self, workload: str, backend: str, repeats: int) -> list[float]:
-        """Fresh compile, then ``repeats`` independent GPU-time medians (for the baseline check)."""
+    def _step_timing(self, step: Callable[[], object]) -> StepTiming:
+        cfg = self.config
+        one = wall_us_per_call(step, calls=2) * 1e-6
+        n = steps_per_batch(one, cfg.model_batch_s, cfg.model_min_steps, cfg.model_max_steps)
+        return step_timing(step, batches=cfg.model_batches, steps=n)
+
+    def measure_steps(self, wl: Workload, be: Backend) -> dict:
+        """A model pair: first call, warm-up, step/enqueue timing with nvFuser calls counted, peak
+        memory, then (last, so no host timing of the pair runs after it) torch.profiler."""
+        cfg = self.config
+        rec = empty_record()
+        inst = step = None
+        try:
+            try:
+                inst, step = self._compiled(wl, be, tiny=False)
+                rec["compile_s"] = wall_us_per_call(step, calls=1) * 1e-6
+                for _ in range(cfg.model_warmup):
+                    step()
+                before = nvfuser_call_count() if be.nvf else None
+                timing = self._step_timing(step)
+                after = nvfuser_call_count() if be.nvf else None
+            except Exception as exc:  # noqa: BLE001
+                _fail(rec, "run", exc)
+                return rec
+            rec.update(
+                step_ms=timing.step_ms,
+                step_ms_median=timing.step_ms_median,
+                enqueue_ms=timing.enqueue_ms,
+                enqueue_ms_median=timing.enqueue_ms_median,
+                steps_per_batch=timing.steps_per_batch,
+            )
+            if before is not None and after is not None:
+                rec["nvfuser_calls"] = (after - before) / (timing.batches * timing.steps_per_batch)
+
+            self._peak_memory(step, rec)
+
+            if cfg.profile:
+                try:
+                    kernels, memops, dev_us = profile_counts(step, cfg.model_profile_steps)
+                    rec.update(kernels=kernels, memops=memops, kernel_ms=dev_us / 1e3)
+                except Exception as exc:  # noqa: BLE001
+                    _fail(rec, "profile", exc)
+        finally:
+            del inst, step
+            _cleanup()
+        return rec
+
+    def remeasure(self, workload: str, backend: str, repeats: int, metric: str = "gpu_us") -> list[float]:
+        """Fresh compile, then ``repeats`` independent measurements of ``metric`` (GPU-time medians,
+        or best-batch step times for ``step_ms``), for the baseline check."""
         cfg = self.config
         inst = step = None
         try:
             inst, step = self._compiled(REGISTRY[workload], get_backend(backend), tiny=False)
+            if metric == "step_ms":
+                for _ in range(cfg.model_warmup + 1):
+                    step()
+                return [self._step_timing(step).step_ms for _ in range(repeats)]
             for _ in range(cfg.warmup + 1):
                 step()
             sleep = self._sleep_for(step)
@@ -386,29 +654,47 @@ class Runner:
             _cleanup()
 
     # -- everything --------------------------------------------------------------
-    def run(self, workloads: Sequence[Workload], backends: Sequence[str]) -> dict[str, dict[str, dict]]:
-        """results[workload][backend] = record, in the given orders."""
+    def run(
+        self,
+        workloads: Sequence[Workload],
+        backends: Sequence[str],
+        on_pair: Optional[Callable[[dict], None]] = None,
+        deadline: Optional[float] = None,
+    ) -> dict[str, dict[str, dict]]:
+        """results[workload][backend] = record, in the given orders.
+
+        ``on_pair(results)`` runs after every pair (the CLI writes a checkpoint, so a run killed by
+        a time limit keeps what it measured).  No pair starts after ``deadline`` (a
+        time.monotonic() value); those not run are left out of the results.
+        """
         bes = [get_backend(b) for b in backends]
-        if self.roofline is None:
+        if self.roofline is None and any(w.timing == "gpu" for w in workloads):
             self.measure_roofline()
+        if "start_us" not in self.host_floor:
+            self.measure_host_floor("start")
         results: dict[str, dict[str, dict]] = {}
         total = len(workloads) * len(bes)
         i = 0
         try:
             for wl in workloads:
-                results[wl.name] = {}
                 for be in bes:
+                    if deadline is not None and time.monotonic() > deadline:
+                        self.progress(f"time budget spent: {total - i} pair(s) not run")
+                        return results
                     i += 1
                     t0 = time.perf_counter()
                     rec = self.measure(wl, be)
-                    results[wl.name][be.name] = rec
+                    results.setdefault(wl.name, {})[be.name] = rec
                     self.progress(_progress_line(i, total, wl.name, be.name, rec, time.perf_counter() - t0))
+                    if on_pair is not None:
+                        on_pair(results)
                     # A full collection over torch/inductor's heap costs ~0.3 s and ran 3x a
                     # pair; freezing what survives a pair keeps later ones to new objects.
                     gc.freeze()
         finally:
             gc.unfreeze()
             reset_compile_state()
+            self.measure_host_floor("end")
         return results
 
 
@@ -416,16 +702,29 @@ def _progress_line(i: int, total: int, wl: str, be: str, rec: dict, wall: float)
     if rec["error"]:
         what = "ERROR " + rec["error"][:120]
     else:
-        parts = [f"gpu {rec['gpu_us']:.1f}us"]
+        parts = []
+        if rec.get("gpu_us") is not None:
+            parts.append(f"gpu {rec['gpu_us']:.1f}us")
+        if rec.get("step_ms") is not None:
+            parts.append(f"step {rec['step_ms']:.3f}ms (median +{_pct(rec['step_ms_median'], rec['step_ms'])})")
+            parts.append(f"enqueue {rec['enqueue_ms']:.3f}ms")
         if rec["kernels"] is not None:
             parts.append(f"{rec['kernels']:g} kernels")
+        if rec.get("nvfuser_calls") is not None:
+            parts.append(f"{rec['nvfuser_calls']:g} nvFuser calls")
         if rec["host_us"] is not None:
-            parts.append(f"host {rec['host_us']:.1f}us")
+            parts.append(f"host {rec['host_us']:.1f}us (median +{_pct(rec['host_us_median'], rec['host_us'])})")
         parts.append(f"compile {rec['compile_s']:.2f}s")
         if rec["errors"]:
             parts.append("errors in " + ",".join(rec["errors"]))
         what = ", ".join(parts)
     return f"[{i}/{total}] {wl} / {be}: {what} ({wall:.1f}s)"
+
+
+def _pct(median: Optional[float], best: Optional[float]) -> str:
+    if median is None or not best:
+        return "?"
+    return f"{(median / best - 1) * 100:.0f}%"
 
 
 def with_overrides(config: MeasureConfig, **overrides) -> MeasureConfig:

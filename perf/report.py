@@ -11,11 +11,17 @@ Document schema (``SCHEMA``)::
       "config": {...},                    # MeasureConfig + selection (quick, backends, ...)
       "backends": ["eager", ...],         # column order
       "roofline": {"copy_bytes", "copy_us", "bytes_per_s"} | {"error"} | null,
-      "workloads": {name: {"kind", "dtype", "tags", "quick", "has_bytes_moved", "description"}},
+      "workloads": {name: {"kind", "dtype", "tags", "quick", "has_bytes_moved", "description",
+                           "timing": "gpu" | "step", "cost"}},
       "results": {name: {backend: record}},   # record: perf.measure.empty_record() keys
       "ratios": {name: {metric: {"nvf_bookend/eager": float|null, ...}}},
+      "host_floor": {"start_us", "end_us"},   # perf.measure.host_floor_us at the run's ends
+      "acceptance": [...],                # model workloads only (perf.acceptance)
       "comparison": {...}                 # only when a baseline was checked (perf.baseline)
     }
+
+Shards of one run (``--shard i/n``) are separate documents; :func:`join_documents` makes the one
+document the tables and the acceptance ratios are computed from.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from tabulate import tabulate
 
-from .backends import REFERENCES, SUBJECT
+from .backends import RATIO_PAIRS
 from .env import format_env
 
 SCHEMA = "dynamo_nvf.perf/1"
@@ -46,23 +52,50 @@ class Family:
     scale: float = 1.0  # shown value = record value * scale
     needs: Optional[str] = None  # only workloads whose meta has this truthy key
     count: bool = False  # whole numbers print without decimals (kernel counts)
+    timing: Optional[str] = None  # only workloads of this timing ("gpu", "step"); None: all
+    spread_key: Optional[str] = None  # a median to show next to the best value, as +N%
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("gpu_us", "GPU time per call (us, CUDA events, median)", 1, True),
+    Family("step_ms", "Step time as a user sees it (ms per step, wall clock with host, best batch; +N%: median batch)",
+           3, True, timing="step", spread_key="step_ms_median"),
+    Family("enqueue_ms", "Host enqueue per step (ms, until the step call returns, best batch; +N%: median batch)",
+           3, True, timing="step", spread_key="enqueue_ms_median"),
+    Family("kernel_ms", "GPU kernel time per step (ms, kernels + memcpy/memset, torch.profiler)", 3, True, timing="step"),
+    Family("nvfuser_calls", "nvFuser calls per step (dynamo_nvf.STATS)", 1, False, timing="step", count=True),
+    Family("gpu_us", "GPU time per call (us, CUDA events, median)", 1, True, timing="gpu"),
     Family("kernels", "Kernels per call (torch.profiler)", 1, True, count=True),
-    Family("kernel_us", "Summed kernel time per call (us, torch.profiler)", 1, True),
-    Family("host_us", "Host time per call on tiny inputs (us)", 1, True),
+    Family("kernel_us", "Summed kernel time per call (us, torch.profiler)", 1, True, timing="gpu"),
+    Family("host_us", "Host time per call on tiny inputs (us, best batch; +N%: median batch)", 1, True,
+           timing="gpu", spread_key="host_us_median"),
     Family("compile_s", "First call incl. compile (s)", 2, False),
     Family("peak_mem_mb", "Peak memory over one call (MiB, inputs and parameters included)", 1, False),
-    Family("roofline_frac", "Bandwidth (% of device copy roofline)", 1, False, 100.0, "has_bytes_moved"),
+    Family("roofline_frac", "Bandwidth (% of device copy roofline)", 1, False, 100.0, "has_bytes_moved", timing="gpu"),
 )
 
 RATIO_METRICS = tuple(f.key for f in FAMILIES if f.ratios)
 
 
-def ratio_name(ref: str) -> str:
-    return f"{SUBJECT}/{ref}"
+def ratio_name(ref: str, subject: str = "nvf_bookend") -> str:
+    return f"{subject}/{ref}"
+
+
+def ratio_pairs(backends: Sequence[str]) -> list[tuple[str, str]]:
+    """The (subject, reference) ratio columns of a run: those of RATIO_PAIRS with both sides in it."""
+    return [(s, r) for s, r in RATIO_PAIRS if s in backends and r in backends]
+
+
+def geomean(values: Iterable[Optional[float]]) -> Optional[float]:
+    """Geometric mean of the finite positive values; None when there are none."""
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not vals:
+        return None
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def timing_of(doc: dict, workload: str) -> str:
+    """"gpu" or "step"; files written before the model tier have no timing and are all "gpu"."""
+    return ((doc.get("workloads") or {}).get(workload) or {}).get("timing") or "gpu"
 
 
 def ratio(num: Optional[float], den: Optional[float]) -> Optional[float]:
@@ -75,15 +108,17 @@ def ratio(num: Optional[float], den: Optional[float]) -> Optional[float]:
 
 
 def compute_ratios(results: dict, backends: Sequence[str]) -> dict:
-    """ratios[workload][metric]['nvf_bookend/<ref>'] for each reference present in the run."""
-    if SUBJECT not in backends:
+    """ratios[workload][metric]['<subject>/<ref>'] for each ratio pair present in the run."""
+    pairs = ratio_pairs(backends)
+    if not pairs:
         return {}
-    refs = [r for r in REFERENCES if r in backends]
     out: dict = {}
     for wl, per_backend in results.items():
-        subj = per_backend.get(SUBJECT) or {}
         out[wl] = {
-            m: {ratio_name(r): ratio(subj.get(m), (per_backend.get(r) or {}).get(m)) for r in refs}
+            m: {
+                ratio_name(r, s): ratio((per_backend.get(s) or {}).get(m), (per_backend.get(r) or {}).get(m))
+                for s, r in pairs
+            }
             for m in RATIO_METRICS
         }
     return out
@@ -97,18 +132,30 @@ def make_document(
     workloads: dict,
     results: dict,
     roofline: Optional[dict],
+    host_floor: Optional[dict] = None,
 ) -> dict:
     """Assemble the JSON document (see module docstring)."""
-    return {
+    doc = {
         "schema": SCHEMA,
         "env": env,
         "config": config,
         "backends": list(backends),
         "roofline": roofline,
+        "host_floor": host_floor or {},
         "workloads": workloads,
         "results": results,
         "ratios": compute_ratios(results, backends),
     }
+    return with_acceptance(doc)
+
+
+def with_acceptance(doc: dict) -> dict:
+    """Stores the acceptance verdicts of a document with model workloads (none otherwise)."""
+    from .acceptance import evaluate
+
+    verdicts = evaluate(doc)
+    doc["acceptance"] = [v.to_json() for v in verdicts]
+    return doc
 
 
 def _json_safe(obj: Any) -> Any:
@@ -184,22 +231,30 @@ def _cell(rec: Optional[dict], fam: Family) -> str:
     val = rec.get(fam.key)
     if val is None:
         return "ERR" if rec.get("error") or rec.get("errors") else "-"
-    return fmt_num(val * fam.scale, fam.digits, fam.count)
+    text = fmt_num(val * fam.scale, fam.digits, fam.count)
+    median = rec.get(fam.spread_key) if fam.spread_key else None
+    if median is not None and val > 0:
+        text += f" +{(median / val - 1) * 100:.0f}%"
+    return text
 
 
 def table_rows(doc: dict, fam: Family) -> tuple[list[str], list[list[str]]]:
     """(headers, rows) of one family: a row per workload, backend values then ratios."""
     backends = backends_of(doc)
-    refs = [r for r in REFERENCES if r in backends] if fam.ratios and SUBJECT in backends else []
-    headers = ["workload"] + backends + [ratio_name(r) for r in refs]
+    pairs = ratio_pairs(backends) if fam.ratios else []
+    headers = ["workload"] + backends + [ratio_name(r, s) for s, r in pairs]
     rows = []
     metas = doc.get("workloads") or {}
     for wl, per_backend in doc["results"].items():
         if fam.needs and not (metas.get(wl) or {}).get(fam.needs):
             continue
+        if fam.timing and timing_of(doc, wl) != fam.timing:
+            continue
         row = [wl] + [_cell(per_backend.get(b), fam) for b in backends]
-        subj = (per_backend.get(SUBJECT) or {}).get(fam.key)
-        row += [fmt_ratio(ratio(subj, (per_backend.get(r) or {}).get(fam.key))) for r in refs]
+        row += [
+            fmt_ratio(ratio((per_backend.get(s) or {}).get(fam.key), (per_backend.get(r) or {}).get(fam.key)))
+            for s, r in pairs
+        ]
         rows.append(row)
     return headers, rows
 
@@ -232,19 +287,152 @@ def render_roofline(doc: dict) -> str:
     )
 
 
+#: The host floor may grow this much over a run before the report warns (fraction, and us).
+HOST_FLOOR_DRIFT = (0.25, 1.0)
+
+
+def render_host_floor(doc: dict) -> str:
+    """One line: the host floor at the start and the end of the run, with a warning on drift."""
+    floor = doc.get("host_floor") or {}
+    start, end = floor.get("start_us"), floor.get("end_us")
+    if start is None or end is None:
+        return ""
+    line = f"host floor (one tiny eager op): {start:.2f} us at the start, {end:.2f} us at the end"
+    frac, abs_us = HOST_FLOOR_DRIFT
+    if end > start * (1 + frac) and end - start > abs_us:
+        line += (" -- WARNING: host time grew over the run; host numbers measured late are inflated "
+                 "(is TEARDOWN_CUPTI=0 set? see perf/README.md, 'One host metric')")
+    return line
+
+
 def render_report(doc: dict, families: Iterable[Family] = FAMILIES, with_env: bool = True) -> str:
-    """Environment header, then one github table per metric family, then errors."""
+    """Environment header, then one github table per metric family, the acceptance tables of a
+    model run, then errors."""
+    from .acceptance import render_acceptance
+
     parts = []
     if with_env and doc.get("env"):
         parts.append(format_env(doc["env"]))
-    roof = render_roofline(doc)
-    if roof:
-        parts.append(roof)
+    for line in (render_shards(doc), render_roofline(doc), render_host_floor(doc)):
+        if line:
+            parts.append(line)
     for fam in families:
         table = render_table(doc, fam)
         if table:
             parts.append(table)
+    acceptance = render_acceptance(doc)
+    if acceptance:
+        parts.append(acceptance)
     errs = error_lines(doc)
     if errs:
         parts.append("### Errors\n\n" + "\n".join(errs))
     return "\n\n".join(parts) + "\n"
+
+
+# ------------------------------------------------------------------------- shards
+
+
+#: Environment facts that must be equal for documents to be shards of one run.
+SAME_RUN_ENV = ("gpu", "driver", "cuda_runtime", "torch", "nvfuser_direct", "dynamo_nvf", "git_commit", "git_dirty")
+
+
+def missing_pairs(doc: dict) -> list[str]:
+    """'workload / backend' pairs the run declared (config.run_workloads x backends) but has no
+    record of: shards not joined, a time budget spent, a killed run's checkpoint."""
+    declared = (doc.get("config") or {}).get("run_workloads") or list(doc["results"])
+    out = []
+    for wl in declared:
+        per_backend = doc["results"].get(wl) or {}
+        out += [f"{wl} / {b}" for b in backends_of(doc) if b not in per_backend]
+    return out
+
+
+def render_shards(doc: dict) -> str:
+    """Which shards a document holds, and what of its run is missing."""
+    cfg = doc.get("config") or {}
+    lines = []
+    joined = cfg.get("joined") or []
+    if joined:
+        parts = [f"{j.get('shard') and '/'.join(map(str, j['shard'])) or '-'} ({j.get('file')}, {j.get('hostname')})"
+                 for j in joined]
+        lines.append(f"joined from {len(joined)} file(s): " + "; ".join(parts))
+    elif cfg.get("shard"):
+        i, n = cfg["shard"]
+        lines.append(f"shard {i}/{n} of a run: these tables cover this shard only; join the shards' files with "
+                     "--report A.json B.json [--json joined.json]")
+    if doc.get("partial"):
+        lines.append("PARTIAL: a checkpoint of a run that did not finish")
+    missing = missing_pairs(doc)
+    if missing and not cfg.get("shard"):
+        lines.append(f"INCOMPLETE: {len(missing)} pair(s) of the run have no record")
+    return "\n".join(lines)
+
+
+def join_documents(docs: Sequence[dict], names: Sequence[str]) -> dict:
+    """One document from the shards of one run (``--shard i/n`` files, or a run and a re-run of
+    what it missed).  ValueError when they cannot be one run: another GPU, torch, nvFuser or
+    commit, other backends or measurement settings, or a workload measured twice."""
+    if len(docs) == 1:
+        return docs[0]
+    first = docs[0]
+    problems = []
+    for doc, name in zip(docs[1:], names[1:]):
+        for key in SAME_RUN_ENV:
+            a, b = (first.get("env") or {}).get(key), (doc.get("env") or {}).get(key)
+            if a != b:
+                problems.append(f"{name}: {key} {b!r} differs from {names[0]}'s {a!r}")
+        if backends_of(doc) != backends_of(first):
+            problems.append(f"{name}: backends {backends_of(doc)} differ from {backends_of(first)}")
+        ma, mb = (first.get("config") or {}).get("measure"), (doc.get("config") or {}).get("measure")
+        if ma != mb:
+            problems.append(f"{name}: measurement settings differ")
+    seen: dict[str, str] = {}
+    for doc, name in zip(docs, names):
+        for wl in doc["results"]:
+            if wl in seen:
+                problems.append(f"{wl} is in both {seen[wl]} and {name}")
+            seen[wl] = name
+    shards = [tuple((d.get("config") or {}).get("shard") or ()) for d in docs]
+    if all(shards) and len({s for s in shards}) != len(shards):
+        problems.append(f"the same shard twice: {shards}")
+    if problems:
+        raise ValueError("these files are not shards of one run: " + "; ".join(problems))
+
+    declared: list[str] = []
+    for doc in docs:
+        declared += [w for w in ((doc.get("config") or {}).get("run_workloads") or doc["results"]) if w not in declared]
+    results, workloads = {}, {}
+    for doc in docs:
+        workloads.update(doc.get("workloads") or {})
+    for wl in declared + [w for d in docs for w in d["results"] if w not in declared]:
+        for doc in docs:
+            if wl in doc["results"]:
+                results[wl] = doc["results"][wl]
+    config = dict(first.get("config") or {})
+    config.update(
+        shard=None,
+        run_workloads=declared,
+        joined=[
+            {"file": str(name), "shard": (d.get("config") or {}).get("shard"), "hostname": (d.get("env") or {}).get("hostname"),
+             "date": (d.get("env") or {}).get("date"), "host_floor": d.get("host_floor")}
+            for d, name in zip(docs, names)
+        ],
+    )
+    env = dict(first.get("env") or {})
+    env["hostname"] = ", ".join(dict.fromkeys(str((d.get("env") or {}).get("hostname")) for d in docs))
+    floors = [d.get("host_floor") or {} for d in docs]
+    starts = [f["start_us"] for f in floors if f.get("start_us") is not None]
+    ends = [f["end_us"] for f in floors if f.get("end_us") is not None]
+    joined = make_document(
+        env=env,
+        config=config,
+        backends=backends_of(first),
+        workloads=workloads,
+        results=results,
+        roofline=next((d.get("roofline") for d in docs if d.get("roofline")), None),
+        # the worst shard's drift: the lowest start and the highest end
+        host_floor={"start_us": min(starts), "end_us": max(ends)} if starts and ends else {},
+    )
+    if any(d.get("partial") for d in docs):
+        joined["partial"] = True
+    return joined

@@ -69,7 +69,16 @@ class Workload:
     bytes_moved: Optional[BytesMoved] = None
     description: str = ""
     step_included: bool = False  # build() returns a whole training step (does its own backward)
-    default: bool = True  # in a plain run; False: only with --all or --only (keeps a run < 5 min)
+    default: bool = True  # in a plain run; False: only with --all, --only or an opt-in tag
+    #: Tags that bring a non-default workload into a run (``--tag model`` selects the model tier).
+    opt_in_tags: frozenset[str] = field(default_factory=frozenset)
+    #: "gpu": GPU time with the host hidden, plus host time on tiny inputs (blocks, seeds);
+    #: "step": step time as a user sees it, host included, plus enqueue/kernel time (models).
+    timing: str = "gpu"
+    #: build() returns a module whose forward returns the training loss (targets are inputs);
+    #: inputs then get no gradient, as in real training.
+    returns_loss: bool = False
+    cost: float = 1.0  # relative run time, what --shard balances
 
     def instantiate(self, device: "torch.device | str", tiny: bool = False, seed: int = 0) -> Instance:
         """Build the callable and its inputs on ``device`` (seeded, so backends see equal data)."""
@@ -84,6 +93,8 @@ class Workload:
             for p in params:
                 p.requires_grad_(False)
             return Instance(fn=built, inputs=inputs)
+        if self.returns_loss:
+            return Instance(fn=built, inputs=inputs, grads=tuple(params), backward=True)
         # train: activations need grads too (a block inside a network gets d(input)).
         acts = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()]
         for t in acts:
@@ -100,6 +111,8 @@ class Workload:
             "default": self.default,
             "has_bytes_moved": self.bytes_moved is not None,
             "description": self.description,
+            "timing": self.timing,
+            "cost": self.cost,
         }
 
 
@@ -168,7 +181,8 @@ def select(
 
     ``only`` entries are exact names or fnmatch patterns; an entry matching nothing raises
     KeyError (a typo should not silently benchmark nothing).  Without ``only``: the --quick
-    set if ``quick``, every workload if ``all_``, else the default set.  ``tags`` then keeps
+    set if ``quick``, every workload if ``all_``, else the default set plus the workloads a
+    named tag opts in (``opt_in_tags``: ``model`` brings the model tier).  ``tags`` then keeps
     workloads having any of the tags.
     """
     from fnmatch import fnmatchcase
@@ -185,10 +199,39 @@ def select(
     elif quick:
         chosen = [w for w in chosen if w.quick]
     elif not all_:
-        chosen = [w for w in chosen if w.default]
+        chosen = [w for w in chosen if w.default or w.opt_in_tags & set(tags)]
     if tags:
         chosen = [w for w in chosen if w.tags & set(tags)]
     return chosen
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'i/n' (1 <= i <= n) -> (i, n); ValueError otherwise."""
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard wants i/n, e.g. 1/2, got {text!r}") from None
+    if not 1 <= i <= n:
+        raise ValueError(f"--shard {text}: need 1 <= i <= n")
+    return i, n
+
+
+def shard(workloads: Sequence[Workload], index: int, count: int) -> list[Workload]:
+    """Shard ``index`` of ``count`` (1-based) of a selection, balanced by ``Workload.cost``.
+
+    Longest cost first, each to the least-loaded shard (ties: the lower shard); deterministic,
+    so every call of a sharded run agrees on the split.  Each shard keeps registry order, and a
+    workload's backends all run in the same shard (its ratios come from one process).
+    """
+    if count < 1 or not 1 <= index <= count:
+        raise ValueError(f"bad shard {index}/{count}")
+    loads = [0.0] * count
+    owner: dict[str, int] = {}
+    for w in sorted(workloads, key=lambda w: -w.cost):  # stable: registry order among equals
+        k = min(range(count), key=lambda j: (loads[j], j))
+        loads[k] += w.cost
+        owner[w.name] = k
+    return [w for w in workloads if owner[w.name] == index - 1]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -559,3 +602,81 @@ def mlp_train_step(device, dtype, tiny: bool) -> Callable:
 
     mlp_train_step.model = model  # type: ignore[attr-defined]  (kept reachable for tests)
     return mlp_train_step
+
+
+# --------------------------------------------------------------------------- models (the model tier)
+
+_DTYPES = {suffix: dtype for dtype, suffix in DTYPE_SUFFIX.items()}
+_BATCH_TAGS = ("small", "large")
+
+
+def _register_models() -> None:
+    """perf/models.py's networks: every (kind, dtype, batch) combination is registered; the
+    model-tier ones (models.TIER) join a run with ``--tag model`` (or ``--tag llama``, ...), the
+    others only with ``--all`` or ``--only``."""
+    from perf.models import ALL_COMBINATIONS, COST, MODELS, TIER, build_model, model_inputs, workload_name
+
+    for spec in MODELS.values():
+        for kind, dsuf, batch in ALL_COMBINATIONS:
+            train = kind == "train"
+
+            def build(device, dtype, tiny, _s=spec, _b=batch, _t=train):
+                return build_model(_s, _b, _t, device, dtype, tiny)
+
+            def make_inputs(device, dtype, tiny, _s=spec, _b=batch, _t=train):
+                return model_inputs(_s, _b, _t, device, dtype, tiny)
+
+            what = "training step (forward, cross-entropy, backward; no optimizer step)" if train else "inference"
+            register(
+                Workload(
+                    name=workload_name(spec.name, kind, dsuf, batch),
+                    build=build,
+                    make_inputs=make_inputs,
+                    kind="train" if train else "forward",
+                    dtype=_DTYPES[dsuf],
+                    tags=frozenset({"model", spec.name, kind, dsuf, batch}),
+                    description=f"{spec.description}; {what}, {batch} batch ({spec.batches[batch]})",
+                    default=False,
+                    opt_in_tags=frozenset({"model", spec.name}) if (kind, dsuf, batch) in TIER else frozenset(),
+                    timing="step",
+                    returns_loss=train,
+                    cost=COST[kind],
+                )
+            )
+
+
+def _register_external_models() -> None:
+    """transformers / timm models (perf/external_models.py), where the library is installed."""
+    from perf import external_models as ext
+    from perf.models import COST
+
+    for spec in ext.available_specs():
+        for kind, dsuf in ext.COMBINATIONS:
+            train = kind == "train"
+
+            def build(device, dtype, tiny, _s=spec, _t=train):
+                return ext.build(_s, _t, device, dtype, tiny)
+
+            def make_inputs(device, dtype, tiny, _s=spec, _t=train):
+                return ext.inputs(_s, _t, device, dtype, tiny)
+
+            register(
+                Workload(
+                    name=f"{spec.name}_{kind}_{dsuf}_small",
+                    build=build,
+                    make_inputs=make_inputs,
+                    kind="train" if train else "forward",
+                    dtype=_DTYPES[dsuf],
+                    tags=frozenset({"model", spec.tag, spec.family, kind, dsuf, "small"}),
+                    description=f"{spec.description}; {'training step' if train else 'inference'}, small batch",
+                    default=False,
+                    opt_in_tags=frozenset({spec.tag}),
+                    timing="step",
+                    returns_loss=train,
+                    cost=COST[kind] * 1.5,
+                )
+            )
+
+
+_register_models()
+_register_external_models()
