@@ -22,6 +22,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
+from torch import nn
 
 import dynamo_nvf
 from dynamo_nvf.ops.registry import COMMUNICATION, deliberate_eager_reason
@@ -249,3 +250,36 @@ def test_launcher_one_process_bf16(tmp_path):
     assert "MixedPrecisionPolicy(param_dtype=bf16" in runs[("fsdp2", "nvf_bookend")]["precision"]
     for wrapper in ("ddp", "fsdp2"):
         _check_nvf_run(runs[(wrapper, "nvf_bookend")], runs[(wrapper, "eager")], rtol=1e-2)
+
+
+# ------------------------------------------------------------------------------------ one GPU per rank
+
+
+def test_regions_without_cuda_inputs_stay_eager_off_gpu_0():
+    """nvFuser runs a fusion with no CUDA tensor input on cuda:0; on rank 1's GPU such a region must
+    run eagerly, and a definition whose outputs land on another GPU falls back."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from dynamo_nvf.runtime.region import _validate_devices, device_reason, home_device
+
+    with FakeTensorMode():
+        on0, on1 = torch.empty(4, device="cuda:0"), torch.empty(4, device="cuda:1")
+    cpu_scalar = torch.tensor(2.0)
+    graph = torch.fx.Graph()
+    graph.output((graph.placeholder("a"),))
+    region = torch.fx.GraphModule(nn.Module(), graph)
+    out = next(n for n in graph.nodes if n.op == "output")
+    out.args[0][0].meta["val"] = on1
+    home = home_device(region)
+    assert home == torch.device("cuda:1")
+    assert "cuda:0" in device_reason([cpu_scalar, 3], home)
+    assert device_reason([], home) != ""
+    assert device_reason([on1, cpu_scalar], home) == ""
+    assert device_reason([cpu_scalar], torch.device("cuda:0")) == ""
+    assert device_reason([cpu_scalar], None) == ""
+    out.args[0][0].meta["val"] = torch.empty(4)
+    assert home_device(region) is None
+    _validate_devices([on1], home)
+    with pytest.raises(RuntimeError, match="output 1 is on cuda:0"):
+        _validate_devices([on1, on0], home)
+    _validate_devices([on0], None)

@@ -53,3 +53,32 @@ def test_ddp_and_fsdp2_training_matches_eager_on_nvfuser(tmp_path):
         assert nvf["eager_region_calls_per_step"] == 0, wrapper
         assert nvf["peak_mem_mib"] > 0
     assert runs[("ddp", "nvf_bookend")]["graphs"]["forward"] >= 2  # DDPOptimizer split it
+
+
+def test_regions_run_on_the_gpu_of_their_tensors():
+    """One process, tensors on cuda:1 while cuda:0 is current (as on rank 1 without set_device): a
+    region with inputs runs on nvFuser on cuda:1; a region of factory ops alone (which nvFuser would
+    run on cuda:0) runs eagerly; outputs stay on cuda:1 and match eager."""
+    from dynamo_nvf import STATS
+    from helpers import assert_same, compile_fn
+    from dynamo_nvf.backend import recording
+
+    def f(x):
+        y = torch.relu(x) * 2 + 1  # a region with a tensor input
+        c = torch.full((4, 8), 2.0, device=x.device) * 3 + 1  # a region without one
+        return y, c
+
+    x = torch.randn(4, 8, device="cuda:1")
+    compiled = compile_fn(f, {"strict": True})  # strict: a fallback would raise
+    before = STATS.snapshot()
+    with torch.no_grad(), recording() as rec:
+        y, c = compiled(x)
+        expected = f(x)
+    assert y.device == c.device == torch.device("cuda:1")
+    assert_same((y, c), expected)
+    (plan,) = rec.plans
+    executors = sorted((r.executor, r.executor_reason) for r in plan.regions)
+    assert len(executors) == 2, executors
+    assert executors[0][0] == "eager" and "cuda:0" in executors[0][1]
+    assert executors[1][0] == "nvfuser"
+    assert STATS.nvfuser_calls > before["nvfuser_calls"] and STATS.fallbacks == before["fallbacks"]
