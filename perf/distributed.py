@@ -24,6 +24,7 @@ come from the environment as they are (the GPU machine sets NCCL_NVLS_ENABLE=0; 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -85,6 +86,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args.atol = atol if args.atol is None else args.atol
     if args.steps < 1 or not 0 <= args.warmup < args.steps:
         p.error("need steps >= 1 and 0 <= warmup < steps")
+    if args.bucket_cap_mb is not None and args.bucket_cap_mb < 1 and "ddp" in args.wrappers:
+        # Dynamo's DDPOptimizer asserts that DDP's buckets are no smaller than its own first bucket
+        # (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB).
+        p.error("--bucket-cap-mb below 1 is refused by Dynamo's DDPOptimizer")
     return args
 
 
@@ -178,20 +183,23 @@ def plan_summary(recorder: Any) -> dict:
     }
 
 
+def _nvf_stats() -> dict:
+    from dynamo_nvf import STATS
+
+    return STATS.snapshot()
+
+
+def _nvf_recording() -> Any:
+    from dynamo_nvf.backend import recording
+
+    return recording()
+
+
 def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str, device: torch.device) -> dict:
     """One rank's run: per-step losses (tensors) and times, peak memory, dynamo_nvf counters."""
-    import contextlib
-
     rank = dist.get_rank()
     torch._dynamo.reset()
     nvf = backend == "nvf_bookend"
-    if nvf:
-        from dynamo_nvf import STATS
-        from dynamo_nvf.backend import recording
-
-        record = recording()
-    else:
-        STATS, record = None, contextlib.nullcontext()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(args.seed)  # the same initial weights on every rank
@@ -204,11 +212,11 @@ def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
     losses, times = [], []
     stats_at_warmup: dict = {}
     breaks_before = _graph_breaks()
-    with record as recorder:
-        stats_before = STATS.snapshot() if nvf else {}
+    with _nvf_recording() if nvf else contextlib.nullcontext() as recorder:
+        stats_before = _nvf_stats() if nvf else {}
         for step in range(args.steps):
             if step == args.warmup and nvf:
-                stats_at_warmup = STATS.snapshot()
+                stats_at_warmup = _nvf_stats()
             _sync(device)
             start = time.perf_counter()
             with wrapped.autocast():
@@ -227,7 +235,7 @@ def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
             "precision": wrapped.precision,
         }
         if nvf:
-            end = STATS.snapshot()
+            end = _nvf_stats()
             timed = args.steps - args.warmup
             result["fallbacks"] = end["fallbacks"] - stats_before["fallbacks"]
             result["nvfuser_calls_per_step"] = (end["nvfuser_calls"] - stats_at_warmup["nvfuser_calls"]) / timed

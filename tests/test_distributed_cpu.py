@@ -198,6 +198,19 @@ def test_compare_losses_and_failures():
     assert len(problems) == 3 and "fallbacks = 1" in problems[1] and "boom" in problems[2]
 
 
+def test_launcher_arguments():
+    from perf.distributed import parse_args
+
+    args = parse_args(["--wrappers", "ddp, fsdp2-model", "--dtype", "f32", "--nvf-options", '{"bookend": false}'])
+    assert args.wrappers == ["ddp", "fsdp2-model"] and args.backends == ["eager", "inductor", "nvf_bookend"]
+    assert (args.rtol, args.atol) == (1e-4, 1e-4) and args.nvf_options == {"bookend": False}
+    assert (parse_args(["--dtype", "bf16"]).rtol, parse_args(["--rtol", "0.5"]).rtol) == (1e-2, 0.5)
+    for bad in (["--wrappers", "fsdp1"], ["--backends", "eager,tvm"], ["--steps", "3", "--warmup", "3"],
+                ["--bucket-cap-mb", "0.5"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+
+
 def _launcher_json(path: Path) -> dict:
     doc = json.loads(path.read_text())
     return {(r["wrapper"], r["backend"]): r for r in doc["runs"]}, doc
