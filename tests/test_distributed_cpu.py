@@ -296,3 +296,25 @@ def test_regions_without_cuda_inputs_stay_eager_off_gpu_0():
     with pytest.raises(RuntimeError, match="output 1 is on cuda:0"):
         _validate_devices([on1, on0], home)
     _validate_devices([on0], None)
+
+
+def test_launcher_reports_a_failed_run_and_goes_on(tmp_path, monkeypatch):
+    import perf.distributed as launcher
+
+    real_wrap = launcher.wrap
+
+    def wrap(model, wrapper, backend, *args, **kwargs):
+        if backend == "nvf_bookend":
+            raise RuntimeError("no such luck")
+        return real_wrap(model, wrapper, backend, *args, **kwargs)
+
+    monkeypatch.setattr(launcher, "wrap", wrap)
+    out = tmp_path / "failed.json"
+    argv = ["--device", "cpu", "--tiny", "--wrappers", "ddp", "--backends", "nvf_bookend,eager", "--steps", "2",
+            "--warmup", "1", "--dtype", "f32", "--json", str(out)]
+    assert launcher.main(argv) == 0
+    assert launcher.main(argv + ["--check"]) == 1
+    runs, doc = _launcher_json(out)
+    assert runs[("ddp", "nvf_bookend")]["error"] == "RuntimeError: no such luck"
+    assert runs[("ddp", "eager")]["error"] is None and len(runs[("ddp", "eager")]["losses"]) == 2
+    assert doc["problems"] == ["ddp/nvf_bookend: RuntimeError: no such luck"]
