@@ -38,6 +38,23 @@ class Lowering:
 
 LOWERINGS: dict[Any, Lowering] = {}
 
+COMMUNICATION = "communication: collectives and their waits stay in PyTorch"
+
+#: Ops that run in ATen/PyTorch on purpose, whatever lowerings exist, with the reason explain()
+#: shows. Keys are op namespaces (every op in them) or single overloads/packets. Communication:
+#: collectives are launched and awaited by their process group (NCCL, gloo) on its own streams, and
+#: a region must never hold one or straddle its wait; FSDP2's buffer ops (copy-in, chunk-cat,
+#: split-copy) belong to its all-gathers and reduce-scatters.
+DELIBERATE_EAGER: dict[Any, str] = {
+    "_c10d_functional": COMMUNICATION,
+    "_c10d_functional_autograd": COMMUNICATION,
+    "c10d_functional": COMMUNICATION,  # the legacy functional collectives
+    "c10d": COMMUNICATION,
+    "_dtensor": COMMUNICATION,
+    "fsdp": COMMUNICATION,
+    "symm_mem": COMMUNICATION,
+}
+
 
 def register_lowering(*targets: Any, check: Optional[CheckFn] = None,
                       opt_in: Optional[str] = None) -> Callable[[LowerFn], LowerFn]:
@@ -60,6 +77,18 @@ def op_name(target: Any) -> str:
     module = getattr(target, "__module__", None) or ""
     name = getattr(target, "__name__", repr(target))
     return f"{module.replace('_operator', 'operator')}.{name}" if module else name
+
+
+def deliberate_eager_reason(target: Any) -> Optional[str]:
+    """Why an op stays in PyTorch on purpose (DELIBERATE_EAGER), or None."""
+    if not isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return None
+    packet = getattr(target, "overloadpacket", target)
+    for key in (target, packet, getattr(packet, "_qualified_op_name", "").split("::")[0]):
+        reason = DELIBERATE_EAGER.get(key)
+        if reason is not None:
+            return reason
+    return None
 
 
 def _tensor_vals(value: Any) -> Iterable[torch.Tensor]:
@@ -101,6 +130,9 @@ def unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
 def _unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
     if node.op != "call_function":
         return f"not an op ({node.op})"
+    deliberate = deliberate_eager_reason(node.target)
+    if deliberate is not None:
+        return deliberate
     lowering = LOWERINGS.get(node.target)
     if lowering is None:
         return f"unsupported op: {op_name(node.target)} has no nvFuser lowering"

@@ -165,6 +165,15 @@ def _validate_outputs(outputs: Sequence[torch.Tensor], expected: Sequence[tuple[
             )
 
 
+def _validate_devices(outputs: Sequence[torch.Tensor], home: Optional[torch.device]) -> None:
+    """Once per definition: nvFuser's outputs must be on eager's GPU (several GPUs per host)."""
+    if home is None:
+        return
+    for i, out in enumerate(outputs):
+        if out.device != home:
+            raise RuntimeError(f"nvFuser output {i} is on {out.device}, eager's on {home}")
+
+
 def _scheduler_from_kernel_name(name: str) -> str:
     """nvFuser names kernels `nvfuser_<scheduler>_f<fusion>_c<...>`; the profile sometimes leaves the
     scheduler field empty, so read it from the name."""
@@ -203,6 +212,27 @@ class _Profiling:
 PROFILING = _Profiling()
 
 
+def home_device(region: GraphModule) -> Optional[torch.device]:
+    """The CUDA device (with its index) eager puts the region's outputs on, or None when unknown."""
+    out = next(n for n in region.graph.nodes if n.op == "output")
+    for node in out.args[0]:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.device.type == "cuda" and val.device.index is not None:
+            return val.device
+    return None
+
+
+def device_reason(args: Sequence[Any], home: Optional[torch.device]) -> str:
+    """'' unless nvFuser would pick the wrong GPU: with no CUDA tensor among its inputs (factory ops,
+    CPU scalars) a fusion runs on cuda:0, whatever the current device, so on another rank's GPU the
+    region runs in eager, where its outputs land where they belong."""
+    if home is None or home.index == 0:
+        return ""
+    if any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args):
+        return ""
+    return f"no CUDA tensor input: nvFuser would run it on cuda:0, its outputs belong on {home}"
+
+
 def _runs_on_nvfuser(args: Sequence[Any]) -> str:
     """'' when nvFuser can take these inputs, else why not."""
     for a in args:
@@ -223,6 +253,7 @@ class RegionRuntime:
         self._by_exact: OrderedDict[tuple, _Entry] = OrderedDict()
         self._by_descriptor: OrderedDict[tuple, _Entry] = OrderedDict()
         self._expected = _expected_outputs(eager)
+        self._home = home_device(eager)
         self._nvf = nvf_env.nvfuser_module() if nvf_env.nvfuser_available() else None
         self._static = static_region(eager)
         #: The one entry a static region runs without a cache key, once it has run on nvFuser.
@@ -286,7 +317,9 @@ class RegionRuntime:
         entry = self._by_descriptor.get(descriptor)
         if entry is None:
             STATS.cache_misses += 1
-            reason = _runs_on_nvfuser(args)
+            reason = _runs_on_nvfuser(args) or device_reason(args, self._home)
+            if reason and self.plan.executor == "planned":
+                self.plan.executor, self.plan.executor_reason = "eager", reason
             entry = _Entry(eager_reason=reason) if reason else self._shared_or_built(args, descriptor)
             self._by_descriptor[descriptor] = entry
             if len(self._by_descriptor) > self.settings.fusion_cache_size:
@@ -339,6 +372,7 @@ class RegionRuntime:
             self.plan.first_run_ms = (time.perf_counter() - start) * 1e3
             log.debug("%s: first nvFuser run (compile) took %.1f ms", self.plan.name, self.plan.first_run_ms)
             _validate_outputs(outputs, self._expected)
+            _validate_devices(outputs, self._home)
             # nvFuser keeps broadcast dims of expanded inputs as stride-0 outputs; eager
             # materialises them. Checked once per definition: such outputs are then written densely
             # by a rebuilt definition, or, where that fails, copied on every call.

@@ -1,0 +1,446 @@
+"""Data-parallel training steps per backend, under DDP and FSDP2, on several GPUs (or CPUs over gloo).
+
+    torchrun --nproc-per-node 2 -m perf.distributed --model llama --wrappers ddp,fsdp2,fsdp2-model \\
+        --backends eager,inductor,nvf_bookend --steps 20 --dtype bf16 --json perf/results/distributed.json
+
+For every wrapper (``perf.parallel``) and backend, each rank builds the same perf model (same seed),
+trains it with AdamW for ``--steps`` steps on its own fixed batch (seeded by rank: every rank sees
+different data, and the model can fit it, so a wrong gradient shows up in the loss), and rank 0
+prints one row per run:
+
+* step ms: median over the steps after ``--warmup`` of the slowest rank's synchronized step time
+  (forward, backward, optimizer step, zero_grad), and tokens/s (images/s) of all ranks together;
+* peak memory: ``torch.cuda.max_memory_allocated`` over the whole run, the largest rank's;
+* losses: the mean over ranks at every step, and their largest difference from eager's under the
+  same wrapper (absolute and relative); ``match`` says whether every step is within tolerance;
+* dynamo_nvf: fallbacks (nvFuser errors) and planning failures on all ranks, nvFuser calls per step,
+  regions run eagerly per step, compiled graphs and the collectives found in them.
+
+``--check`` makes the exit status 1 when a run failed, a loss is out of tolerance or nvf_bookend fell
+back; ``--device cpu`` runs over gloo with tiny shapes (what the CPU test suite runs).  NCCL settings
+come from the environment as they are (the GPU machine sets NCCL_NVLS_ENABLE=0; it is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import gc
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+import traceback
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+from perf.models import MODELS, ModelSpec, build_model, model_inputs
+from perf.parallel import BACKENDS, WRAPPERS, wrap
+
+#: Default loss tolerances (rtol, atol) per --dtype: the largest difference from eager's loss at any
+#: step that still counts as a match.  Over 20 AdamW steps the difference compounds, so these are
+#: looser than one op's tolerance.
+TOLERANCES = {"f32": (1e-4, 1e-4), "bf16": (1e-2, 1e-2)}
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m perf.distributed", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="llama", choices=sorted(MODELS))
+    p.add_argument("--wrappers", default="ddp,fsdp2", help=f"comma-separated, from {','.join(WRAPPERS)}")
+    p.add_argument("--backends", default="eager,inductor,nvf_bookend",
+                   help=f"comma-separated, from {','.join(BACKENDS)}; eager is the loss reference")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5, help="first steps left out of the step time (compiles)")
+    p.add_argument("--dtype", default="bf16", choices=sorted(TOLERANCES),
+                   help="bf16: DDP under autocast, FSDP2 with MixedPrecisionPolicy (see perf/parallel.py)")
+    p.add_argument("--batch", default="small", choices=("small", "large"))
+    p.add_argument("--tiny", action="store_true", help="the model's tiny config (CPU tests)")
+    p.add_argument("--config", default="", help="config overrides, e.g. vocab=8192,layers=4")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cuda: NCCL; cpu: gloo")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bucket-cap-mb", type=float, default=None,
+                   help="DDP bucket size (Dynamo splits graphs at bucket boundaries; at least 1 on torch 2.13)")
+    p.add_argument("--nvf-options", default="{}", help="JSON dict of nvf_bookend options")
+    p.add_argument("--rtol", type=float, default=None, help="loss tolerance (default per --dtype)")
+    p.add_argument("--atol", type=float, default=None)
+    p.add_argument("--timeout", type=float, default=300.0, help="process-group timeout, seconds")
+    p.add_argument("--json", default=None, help="write the results here (rank 0, after every run)")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 on a failed run, a loss out of tolerance, or an nvf_bookend fallback")
+    args = p.parse_args(argv)
+    args.wrappers = _names(args.wrappers, WRAPPERS, "wrapper")
+    args.backends = _names(args.backends, BACKENDS, "backend")
+    args.nvf_options = json.loads(args.nvf_options)
+    rtol, atol = TOLERANCES[args.dtype]
+    args.rtol = rtol if args.rtol is None else args.rtol
+    args.atol = atol if args.atol is None else args.atol
+    if args.steps < 1 or not 0 <= args.warmup < args.steps:
+        p.error("need steps >= 1 and 0 <= warmup < steps")
+    if args.bucket_cap_mb is not None and args.bucket_cap_mb < 1 and "ddp" in args.wrappers:
+        # Dynamo's DDPOptimizer asserts that DDP's buckets are no smaller than its own first bucket
+        # (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB).
+        p.error("--bucket-cap-mb below 1 is refused by Dynamo's DDPOptimizer")
+    return args
+
+
+def _names(text: str, known: Sequence[str], what: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise SystemExit(f"unknown {what}(s) {unknown or text!r}; choose from {','.join(known)}")
+    return names
+
+
+def model_spec(name: str, overrides: str) -> ModelSpec:
+    """The perf model, with `key=value` config overrides applied to both its configs."""
+    spec = MODELS[name]
+    if not overrides:
+        return spec
+    changes = {}
+    for item in overrides.split(","):
+        key, _, value = item.partition("=")
+        if not hasattr(spec.config, key.strip()):
+            raise SystemExit(f"--config: {spec.name} has no config field {key.strip()!r}")
+        changes[key.strip()] = int(value)
+    return replace(spec, config=replace(spec.config, **changes), tiny=replace(spec.tiny, **changes))
+
+
+# ------------------------------------------------------------------------------------ processes
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(device_type: str, timeout_s: float) -> torch.device:
+    """Joins torchrun's process group, or makes a group of one when started without torchrun."""
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    kwargs: dict[str, Any] = {"timeout": datetime.timedelta(seconds=timeout_s)}
+    if "RANK" not in os.environ:
+        kwargs.update(init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    if device_type == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: CUDA is not available (use --device cpu)")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device, **kwargs)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", **kwargs)
+    return device
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ------------------------------------------------------------------------------------ one run
+
+
+def units_per_step(spec: ModelSpec, args: argparse.Namespace) -> tuple[int, str]:
+    """Tokens (language models) or images one rank trains on per step."""
+    cfg = spec.config_for(args.batch, args.tiny)
+    return (cfg.batch * cfg.seq, "tokens") if cfg.seq else (cfg.batch, "images")
+
+
+def _graph_breaks() -> int:
+    from torch._dynamo.utils import counters
+
+    return sum(counters["graph_break"].values())
+
+
+def plan_summary(recorder: Any) -> dict:
+    """What the nvf backend compiled: graphs per kind, regions, planning failures, and collectives
+    (eager with the communication reason, and inside a region, which must never happen)."""
+    from dynamo_nvf.ops.registry import COMMUNICATION, deliberate_eager_reason
+    from dynamo_nvf.runtime.region import RegionRuntime
+
+    in_regions = 0
+    for gm in recorder.graph_modules:
+        for node in gm.graph.nodes:
+            if isinstance(node.target, RegionRuntime):
+                in_regions += sum(1 for inner in node.target.eager.graph.nodes
+                                  if inner.op == "call_function" and deliberate_eager_reason(inner.target))
+    return {
+        "graphs": dict(Counter(p.kind for p in recorder.plans)),
+        "regions": sum(len(p.regions) for p in recorder.plans),
+        "planning_errors": sum(1 for p in recorder.plans if p.planning_error),
+        "communication_eager": sum(1 for p in recorder.plans for n in p.eager_nodes if n.reason == COMMUNICATION),
+        "communication_in_regions": in_regions,
+    }
+
+
+def _nvf_stats() -> dict:
+    from dynamo_nvf import STATS
+
+    return STATS.snapshot()
+
+
+def _nvf_recording() -> Any:
+    from dynamo_nvf.backend import recording
+
+    return recording()
+
+
+def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str, device: torch.device) -> dict:
+    """One rank's run: per-step losses (tensors) and times, peak memory, dynamo_nvf counters."""
+    rank = dist.get_rank()
+    torch._dynamo.reset()
+    nvf = backend == "nvf_bookend"
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    model = build_model(spec, args.batch, True, device, torch.float32, args.tiny)
+    wrapped = wrap(model, wrapper, backend, device, args.dtype == "bf16", args.bucket_cap_mb, args.nvf_options)
+    optimizer = torch.optim.AdamW(wrapped.params_module.parameters(), lr=args.lr)
+    torch.manual_seed(args.seed + 1 + rank)  # each rank its own batch
+    inputs = model_inputs(spec, args.batch, True, device, torch.float32, args.tiny)
+
+    losses, times = [], []
+    stats_at_warmup: dict = {}
+    breaks_before = _graph_breaks()
+    with _nvf_recording() if nvf else contextlib.nullcontext() as recorder:
+        stats_before = _nvf_stats() if nvf else {}
+        for step in range(args.steps):
+            if step == args.warmup and nvf:
+                stats_at_warmup = _nvf_stats()
+            _sync(device)
+            start = time.perf_counter()
+            with wrapped.autocast():
+                loss = wrapped.step_module(*inputs)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            _sync(device)
+            times.append(time.perf_counter() - start)
+            losses.append(loss.detach().float())
+        result: dict[str, Any] = {
+            "losses": torch.stack(losses),
+            "times_s": times,
+            "peak_mem_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
+            "graph_breaks": _graph_breaks() - breaks_before,
+            "precision": wrapped.precision,
+        }
+        if nvf:
+            end = _nvf_stats()
+            timed = args.steps - args.warmup
+            result["fallbacks"] = end["fallbacks"] - stats_before["fallbacks"]
+            result["nvfuser_calls_per_step"] = (end["nvfuser_calls"] - stats_at_warmup["nvfuser_calls"]) / timed
+            result["eager_region_calls_per_step"] = (end["eager_calls"] - stats_at_warmup["eager_calls"]) / timed
+            result.update(plan_summary(recorder))
+    del wrapped, optimizer, model, inputs, losses
+    return result
+
+
+def run_everywhere(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
+                   device: torch.device) -> dict:
+    """`train` on every rank, merged: the global loss per step and each figure over ranks."""
+    error = None
+    try:
+        local = train(args, spec, wrapper, backend, device)
+        losses = local.pop("losses")
+    except Exception as exc:  # a deterministic failure reaches the gather on every rank
+        error = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+        local, losses = {}, torch.zeros(args.steps)
+    torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    per_rank: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(per_rank, {"local": local, "error": error})
+    losses = losses.to(device)
+    dist.all_reduce(losses)  # gloo has no AVG
+    losses = (losses / dist.get_world_size()).tolist()
+    return merge(per_rank, losses, wrapper, backend, spec, args)
+
+
+def merge(per_rank: list[dict], losses: list[float], wrapper: str, backend: str, spec: ModelSpec,
+          args: argparse.Namespace) -> dict:
+    """One record from every rank's figures (slowest rank's step time, largest memory, summed errors)."""
+    errors = [r["error"] for r in per_rank if r["error"]]
+    record: dict[str, Any] = {"wrapper": wrapper, "backend": backend, "error": errors[0] if errors else None}
+    if errors:
+        return record
+    ranks = [r["local"] for r in per_rank]
+    slowest = [max(step) for step in zip(*(r["times_s"] for r in ranks))]
+    step_ms = statistics.median(slowest[args.warmup:]) * 1e3
+    units, unit = units_per_step(spec, args)
+    mems = [r["peak_mem_mib"] for r in ranks]
+    record.update(
+        losses=losses,
+        step_ms=step_ms,
+        step_ms_each=[t * 1e3 for t in slowest],
+        first_step_s=slowest[0],
+        throughput=units * len(ranks) / (step_ms / 1e3),
+        unit=f"{unit}/s",
+        peak_mem_mib=None if mems[0] is None else max(mems),
+        peak_mem_mib_per_rank=mems,
+        graph_breaks=ranks[0]["graph_breaks"],
+        precision=ranks[0]["precision"],
+    )
+    if backend == "nvf_bookend":
+        record.update(
+            fallbacks=sum(r["fallbacks"] for r in ranks),
+            planning_errors=sum(r["planning_errors"] for r in ranks),
+            nvfuser_calls_per_step=statistics.mean(r["nvfuser_calls_per_step"] for r in ranks),
+            eager_region_calls_per_step=statistics.mean(r["eager_region_calls_per_step"] for r in ranks),
+            communication_in_regions=sum(r["communication_in_regions"] for r in ranks),
+            **{k: ranks[0][k] for k in ("graphs", "regions", "communication_eager")},
+        )
+    return record
+
+
+# ------------------------------------------------------------------------------------ comparison
+
+
+def compare_losses(losses: Sequence[float], reference: Sequence[float], rtol: float, atol: float) -> dict:
+    """Largest absolute and relative difference over the steps, and whether every step is within
+    `atol + rtol * |reference|` (as torch.testing.assert_close)."""
+    if len(losses) != len(reference):
+        raise ValueError(f"{len(losses)} losses against {len(reference)} reference losses")
+    abs_diffs = [abs(a - b) for a, b in zip(losses, reference)]
+    rel_diffs = [d / abs(b) if b else (0.0 if d == 0 else float("inf")) for d, b in zip(abs_diffs, reference)]
+    finite = all(x == x and abs(x) != float("inf") for x in losses)
+    ok = finite and all(d <= atol + rtol * abs(b) for d, b in zip(abs_diffs, reference))
+    return {"loss_max_abs_diff": max(abs_diffs), "loss_max_rel_diff": max(rel_diffs), "losses_match": ok}
+
+
+def add_comparisons(records: list[dict], rtol: float, atol: float) -> None:
+    """Losses against eager's and step time against inductor's, under the same wrapper."""
+    by_key = {(r["wrapper"], r["backend"]): r for r in records if not r.get("error")}
+    for r in records:
+        if r.get("error"):
+            continue
+        eager = by_key.get((r["wrapper"], "eager"))
+        if eager is not None:
+            r.update(compare_losses(r["losses"], eager["losses"], rtol, atol))
+        inductor = by_key.get((r["wrapper"], "inductor"))
+        if inductor is not None:
+            r["step_vs_inductor"] = r["step_ms"] / inductor["step_ms"]
+
+
+def failures(records: list[dict]) -> list[str]:
+    """What --check rejects: failed runs, losses out of tolerance, nvf fallbacks and planning errors,
+    collectives inside a region."""
+    found = []
+    for r in records:
+        name = f"{r['wrapper']}/{r['backend']}"
+        if r.get("error"):
+            found.append(f"{name}: {r['error']}")
+            continue
+        if r.get("losses_match") is False:
+            found.append(f"{name}: losses differ from eager's (max abs {r['loss_max_abs_diff']:.3g})")
+        for key in ("fallbacks", "planning_errors", "communication_in_regions"):
+            if r.get(key):
+                found.append(f"{name}: {key} = {r[key]}")
+    return found
+
+
+def _fmt(value: Any, spec: str = ".3g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render_table(records: list[dict]) -> str:
+    from tabulate import tabulate
+
+    rows = []
+    for r in records:
+        if r.get("error"):
+            rows.append([r["wrapper"], r["backend"], "FAILED: " + r["error"][:80]] + [""] * 9)
+            continue
+        graphs = r.get("graphs")
+        rows.append([
+            r["wrapper"], r["backend"], _fmt(r["step_ms"], ".2f"), _fmt(r.get("step_vs_inductor"), ".2f"),
+            f"{r['throughput']:,.0f} {r['unit']}", _fmt(r["peak_mem_mib"], ".0f"),
+            _fmt(r.get("loss_max_abs_diff"), ".2e"), _fmt(r.get("loss_max_rel_diff"), ".2e"),
+            {True: "yes", False: "NO", None: "-"}[r.get("losses_match")],
+            _fmt(r.get("fallbacks"), "d"), _fmt(r.get("nvfuser_calls_per_step"), ".1f"),
+            "-" if graphs is None else " ".join(f"{k[0]}{v}" for k, v in sorted(graphs.items())),
+        ])
+    headers = ["wrapper", "backend", "step ms", "vs inductor", "throughput", "peak MiB/GPU", "loss max abs diff",
+               "max rel diff", "match", "fallbacks", "nvFuser calls/step", "graphs (b/f/i)"]
+    return tabulate(rows, headers=headers, tablefmt="github")
+
+
+def header(args: argparse.Namespace, spec: ModelSpec, device: torch.device) -> dict:
+    from perf.env import collect_env
+
+    cfg = spec.config_for(args.batch, args.tiny)
+    return {
+        "env": collect_env(),
+        "command": "torchrun --nproc-per-node {} -m perf.distributed {}".format(dist.get_world_size(),
+                                                                               " ".join(sys.argv[1:])),
+        "world_size": dist.get_world_size(),
+        "device": str(device.type),
+        "dist_backend": dist.get_backend(),
+        "NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE"),
+        "optimize_ddp": str(torch._dynamo.config.optimize_ddp),
+        "model": spec.name,
+        "config": cfg.__dict__,
+        "dtype": args.dtype,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "optimizer": f"AdamW(lr={args.lr})",
+        "tolerance": {"rtol": args.rtol, "atol": args.atol},
+        "data": "one fixed batch per rank (seeded by rank), the same every step",
+    }
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    spec = model_spec(args.model, args.config)
+    device = init_distributed(args.device, args.timeout)
+    rank0 = dist.get_rank() == 0
+    try:
+        doc = header(args, spec, device)
+        if rank0:
+            print(f"perf.distributed: {spec.name} {doc['config']} on {doc['world_size']} x {device.type} "
+                  f"({doc['dist_backend']}), {args.dtype}, {args.steps} steps, NCCL_NVLS_ENABLE="
+                  f"{doc['NCCL_NVLS_ENABLE']}", flush=True)
+        records: list[dict] = []
+        for wrapper in args.wrappers:
+            for backend in args.backends:
+                started = time.perf_counter()
+                records.append(run_everywhere(args, spec, wrapper, backend, device))
+                add_comparisons(records, args.rtol, args.atol)
+                if rank0:
+                    print(f"  {wrapper}/{backend}: {time.perf_counter() - started:.1f} s"
+                          + (f", FAILED: {records[-1]['error']}" if records[-1].get("error") else ""), flush=True)
+                    if args.json:
+                        _write(args.json, doc, records)
+        problems = failures(records)
+        if rank0:
+            print(render_table(records))
+            for wrapper, precision in {r["wrapper"]: r["precision"] for r in records if r.get("precision")}.items():
+                print(f"{wrapper}: {precision}")
+            for problem in problems:
+                print(f"CHECK: {problem}")
+            if args.json:
+                _write(args.json, doc, records)
+        return 1 if args.check and problems else 0
+    finally:
+        dist.destroy_process_group()
+
+
+def _write(path: str, doc: dict, records: list[dict]) -> None:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({**doc, "runs": records, "problems": failures(records)}, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

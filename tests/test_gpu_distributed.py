@@ -1,0 +1,84 @@
+"""Two GPUs: training steps under DDP and FSDP2 with nvf_bookend match eager's, and run on nvFuser.
+
+Launches `torchrun --nproc-per-node 2 -m perf.distributed` (NCCL) on the LLaMA-style perf model in
+f32 and reads its JSON: at every step the loss is within tolerance of eager's under the same
+wrapper, nothing falls back or fails to plan, every region runs on nvFuser, and no collective is
+inside a region. No timing is asserted (the launcher prints step times; see README, Multi-GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dynamo_nvf import nvf as nvf_env
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser"),
+    pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices"),
+]
+
+WRAPPERS = ("ddp", "fsdp2", "fsdp2-model")
+
+
+def test_ddp_and_fsdp2_training_matches_eager_on_nvfuser(tmp_path):
+    out = tmp_path / "distributed.json"
+    # The machine's NCCL settings (NCCL_NVLS_ENABLE=0 and the like) are passed on unchanged.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "perf.distributed", "--model", "llama", "--wrappers", ",".join(WRAPPERS),
+           "--backends", "eager,nvf_bookend", "--steps", "8", "--warmup", "3", "--dtype", "f32",
+           "--json", str(out), "--check", "--timeout", "240"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    assert doc["world_size"] == 2 and doc["dist_backend"] == "nccl" and doc["problems"] == []
+    runs = {(r["wrapper"], r["backend"]): r for r in doc["runs"]}
+    for wrapper in WRAPPERS:
+        nvf, eager = runs[(wrapper, "nvf_bookend")], runs[(wrapper, "eager")]
+        assert nvf["error"] is None and eager["error"] is None
+        assert nvf["losses_match"] is True, (wrapper, nvf["losses"], eager["losses"])
+        assert nvf["fallbacks"] == 0 and nvf["planning_errors"] == 0, wrapper
+        assert nvf["communication_in_regions"] == 0
+        assert nvf["regions"] > 0 and nvf["nvfuser_calls_per_step"] > 0, wrapper
+        assert nvf["eager_region_calls_per_step"] == 0, wrapper
+        assert nvf["peak_mem_mib"] > 0
+    assert runs[("ddp", "nvf_bookend")]["graphs"]["forward"] >= 2  # DDPOptimizer split it
+
+
+def test_regions_run_on_the_gpu_of_their_tensors():
+    """One process, tensors on cuda:1 while cuda:0 is current (as on rank 1 without set_device): a
+    region with inputs runs on nvFuser on cuda:1; a region of factory ops alone (which nvFuser would
+    run on cuda:0) runs eagerly; outputs stay on cuda:1 and match eager."""
+    from dynamo_nvf import STATS
+    from helpers import assert_same, compile_fn
+    from dynamo_nvf.backend import recording
+
+    def f(x):
+        y = torch.relu(x) * 2 + 1  # a region with a tensor input
+        c = torch.full((4, 8), 2.0, device=x.device) * 3 + 1  # a region without one
+        return y, c
+
+    x = torch.randn(4, 8, device="cuda:1")
+    compiled = compile_fn(f, {"strict": True})  # strict: a fallback would raise
+    before = STATS.snapshot()
+    with torch.no_grad(), recording() as rec:
+        y, c = compiled(x)
+        expected = f(x)
+    assert y.device == c.device == torch.device("cuda:1")
+    assert_same((y, c), expected)
+    (plan,) = rec.plans
+    executors = sorted((r.executor, r.executor_reason) for r in plan.regions)
+    assert len(executors) == 2, executors
+    assert executors[0][0] == "eager" and "cuda:0" in executors[0][1]
+    assert executors[1][0] == "nvfuser"
+    assert STATS.nvfuser_calls > before["nvfuser_calls"] and STATS.fallbacks == before["fallbacks"]
