@@ -52,6 +52,15 @@ case "${1:-tests}" in
   compile)
     timeout 580 python3 scripts/compile_times.py --json "$OUT/compile_times.json" 2>&1 | tee "$OUT/compile_times.log"
     ;;
+  dist)
+    # On nvidia-h200-x2 (issue #13): DDP, FSDP2 per block and FSDP2 whole model, 20 bf16 steps, large batch.
+    python3 -c "import torch; print(torch.__version__, torch.cuda.device_count())"
+    timeout -s INT 380 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m perf.distributed \
+      --model llama --wrappers ddp,fsdp2,fsdp2-model --backends eager,inductor,nvf_bookend --steps 20 \
+      --dtype bf16 --batch large --json "$OUT/distributed_bf16_large.json" --check 2>&1 \
+      | grep -v "Profiler record" | tee "$OUT/distributed_bf16_large.log"
+    timeout 180 python3 -m pytest -q -m gpu tests/test_gpu_distributed.py -rs 2>&1 | tee "$OUT/gpu_distributed_tests.log"
+    ;;
   blocks)
     timeout 560 python3 -m perf --backends eager,inductor,nvf_bookend,nvf_untrimmed --baseline perf/baseline.json \
       --json "$OUT/perf_blocks.json" > "$OUT/perf_blocks.log" 2>&1; echo "blocks rc=$?"; tail -n 70 "$OUT/perf_blocks.log"

@@ -321,3 +321,14 @@ def test_negative_variance_correction_stays_eager():
     (plan,) = check_inference(fn, [torch.randn(4, 8)], {**PLAN, "min_region_size": 1})
     reason = next(n.reason for n in plan.nodes if n.op == "aten.var.correction")
     assert "negative variance correction" in reason
+
+
+def test_relu_backward_where_joins_the_backward_region():
+    """relu's backward decomposes to prims.where; it must fuse with the gradient's other ops rather
+    than split the backward region."""
+    def f(x, w):
+        return torch.relu(x @ w) * 2.0 + 1.0
+
+    plans = check_training(f, [torch.randn(8, 16), torch.randn(16, 16)], {"plan_cpu_as_cuda": True})
+    (backward,) = [p for p in plans if p.kind == "backward"]
+    assert [r.ops for r in backward.regions] == [["aten.mul.Tensor", "prims.where.default"]]

@@ -421,3 +421,13 @@ def test_expand_minus_one_under_dynamic_shapes():
         x, y = _r(rows, 1), _r(rows, cols)
         assert_same(compiled(x, y), fn(x, y))
     _ran_on_nvfuser()
+
+
+def test_relu_training_fuses_its_backward_where():
+    def f(x, w):
+        return torch.relu(x @ w) * 2.0 + 1.0
+
+    plans = check_training(f, [_r(64, 128), _r(128, 128)], STRICT)
+    (backward,) = [p for p in plans if p.kind == "backward"]
+    assert any("prims.where.default" in r.ops for r in backward.regions)
+    _ran_on_nvfuser()

@@ -274,7 +274,7 @@ def _div_mode(ctx, node: Node) -> Any:
     return ctx.ops.div(a, b)  # integer division truncates, like C
 
 
-@register_lowering(aten.where.self)
+@register_lowering(aten.where.self, prims.where.default)
 def _where(ctx, node: Node) -> Any:
     return ctx.ops.where(*(ctx.value(a) for a in node.args[:3]))
 
