@@ -21,6 +21,7 @@ from torch.fx import GraphModule
 
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.decompositions import decomposition_table
+from dynamo_nvf.passes.attention import REWRITES_KEY, fuse_attention
 from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.partition import partition_regions
@@ -97,6 +98,7 @@ class _GraphCompiler:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.plans: list[GraphPlan] = []
+        self.rewrites: list[str] = []  # what the passes on Dynamo's graph changed, shown in each plan
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any], *, kind: str) -> Callable[..., Any]:
         graph_id = next(_graph_ids)
@@ -111,13 +113,14 @@ class _GraphCompiler:
             error = f"{type(exc).__name__}: {exc}"
             warnings.warn(f"dynamo_nvf: planning {kind} graph {graph_id} failed, it runs in eager: {error}",
                           RuntimeWarning, stacklevel=2)
-            plan = GraphPlan(kind=kind, graph_id=graph_id, planning_error=error)
+            plan = GraphPlan(kind=kind, graph_id=graph_id, planning_error=error, rewrites=list(self.rewrites))
             self.plans.append(plan)
             return make_boxed_func(gm.forward)
 
     def _compile(self, gm: GraphModule, kind: str, graph_id: int) -> Callable[..., Any]:
         gm = plan_graph(gm, self.settings, kind, graph_id)
         plan: GraphPlan = gm.meta[PLAN_KEY]
+        plan.rewrites = list(self.rewrites)
         gm = install_runtimes(gm, plan, self.settings)
         plan.code = gm.code
         self.plans.append(plan)
@@ -151,6 +154,9 @@ def nvf_bookend(
     if not nvf_env.nvfuser_available():
         nvf_env.log_unavailable_once()
     compiler = _GraphCompiler(settings)
+    if settings.fuse_attention:
+        gm = fuse_attention(gm, strict=settings.strict)
+        compiler.rewrites = gm.meta.get(REWRITES_KEY, [])
     compiled = aot_autograd(
         fw_compiler=functools.partial(compiler, kind="forward"),
         bw_compiler=functools.partial(compiler, kind="backward"),

@@ -116,6 +116,9 @@ class GraphPlan:
     code: str = ""
     #: Set when planning failed and the graph runs as aot_autograd gave it (nodes are then unknown).
     planning_error: str = ""
+    #: What the passes on Dynamo's graph rewrote before aot_autograd (attention into SDPA), or why
+    #: an attention-like chain was left alone; shared by the forward and backward plans of one graph.
+    rewrites: list[str] = field(default_factory=list)
 
     @property
     def eager_nodes(self) -> list[NodeInfo]:
@@ -135,4 +138,5 @@ class GraphPlan:
             "eager_nodes": [{"node": n.name, "op": n.op, "reason": n.reason} for n in self.eager_nodes],
             "nodes": [asdict(n) for n in self.nodes],
             "decisions": [asdict(d) for d in self.decisions],
+            "rewrites": list(self.rewrites),
         }

@@ -128,6 +128,9 @@ def _region_status(region: RegionPlan) -> str:
 def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
     """Text of one compiled graph's plan."""
     lines = [f"== {plan.kind} graph {plan.graph_id}: {len(plan.regions)} region(s) =="]
+    if plan.rewrites:
+        lines.append("rewrites (Dynamo graph, before aot_autograd):")
+        lines.extend(f"  {r}" for r in plan.rewrites)
     node_rows = [[n.name, n.op, "" if n.region is None else f"region {n.region}",
                   n.reason if n.region is None else ""] for n in plan.nodes]
     lines.append(tabulate(node_rows, headers=["node", "op", "where", "why eager"], tablefmt="simple"))
@@ -208,6 +211,9 @@ def render_html(report: Report) -> str:
     parts.append(_html_table(_totals_rows(report), ["total", "value"]))
     for plan in report.graphs:
         parts.append(f"<h4>{esc(plan.kind)} graph {plan.graph_id}</h4>")
+        if plan.rewrites:
+            parts.append("<p>rewrites (Dynamo graph, before aot_autograd):</p><ul>"
+                         + "".join(f"<li>{esc(r)}</li>" for r in plan.rewrites) + "</ul>")
         rows = []
         for n in plan.nodes:
             color = "" if n.region is None else _REGION_COLORS[n.region % len(_REGION_COLORS)]

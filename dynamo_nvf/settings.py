@@ -38,6 +38,12 @@ class Settings:
     #: on an H200, 23.0 us and 1 kernel fused against 38.2 us and 2 kernels with ATen's gather
     #: (backend nvf_aten_embedding runs the latter).
     fuse_embedding: bool = True
+    #: Rewrite explicit attention, `softmax(q @ k.transpose(-2, -1) * scale + mask) @ v`, into one
+    #: `scaled_dot_product_attention` call before aot_autograd (as inductor's fuse_attention does), so
+    #: that ATen's fused flash / memory-efficient / cuDNN kernels run it, forward and backward, instead
+    #: of two matmuls around a softmax region. Only where SDPA computes the same function
+    #: (`dynamo_nvf/passes/attention.py` lists the conditions); explain() shows each rewrite.
+    fuse_attention: bool = True
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> "Settings":

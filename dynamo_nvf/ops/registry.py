@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 import torch
 from torch.fx import Node
 
+from dynamo_nvf.ops.aten_kernels import aten_kernel_reason
 from dynamo_nvf.ops.dtypes import SUPPORTED_DTYPES
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ def _unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
         return f"not an op ({node.op})"
     lowering = LOWERINGS.get(node.target)
     if lowering is None:
-        return f"unsupported op: {op_name(node.target)} has no nvFuser lowering"
+        return aten_kernel_reason(node.target) or f"unsupported op: {op_name(node.target)} has no nvFuser lowering"
     if lowering.opt_in is not None and not getattr(settings, lowering.opt_in):
         return f"left to ATen: {op_name(node.target)} is fused only with {lowering.opt_in}=True"
     if node.target is operator.getitem:
