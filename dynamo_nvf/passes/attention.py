@@ -28,7 +28,6 @@ in SDPA. Everything else leaves the graph as it is; an unexpected error leaves i
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import operator
@@ -106,18 +105,14 @@ class AttentionMatch:
     nodes: list[Node] = field(default_factory=list)  # matched nodes, erased when left unused
     description: str = ""
 
-    def describe(self) -> str:
-        chain = " -> ".join(n.name for n in sorted(self.nodes, key=_position) if n is not self.output)
+    def describe(self, order: dict[Node, int]) -> str:
+        chain = " -> ".join(n.name for n in sorted(self.nodes, key=order.__getitem__) if n is not self.output)
         mask = "None"
         if self.mask is not None:
             mask = f"~{self.mask.name}" if self.mask_not_needed else self.mask.name
         return (f"attention: {chain} -> {self.output.name} became scaled_dot_product_attention("
                 f"q={self.query.name}, k={self.key.name}{'.mT' if self.key_is_transposed else ''}, "
                 f"v={self.value.name}, attn_mask={mask}, dropout_p={self.dropout_p:g}, scale={self.scale:.6g})")
-
-
-def _position(node: Node) -> int:
-    return node.meta.get("_nvf_position", 0)
 
 
 def _op(node: Any) -> Optional[str]:
@@ -500,21 +495,17 @@ def find_attention(gm: GraphModule) -> tuple[list[AttentionMatch], list[str]]:
     """The chains to rewrite, and why attention-like softmaxes were left alone. Reads, never writes."""
     matches: list[AttentionMatch] = []
     skipped: list[str] = []
-    for index, node in enumerate(gm.graph.nodes):
-        node.meta["_nvf_position"] = index
-    for node in gm.graph.nodes:
-        if _op(node) != "softmax":
-            continue
+    softmaxes = [n for n in gm.graph.nodes if _op(n) == "softmax"]
+    order = {n: i for i, n in enumerate(gm.graph.nodes)} if softmaxes else {}
+    for node in softmaxes:
         try:
             match = _match_softmax(node)
-            match.description = match.describe()
+            match.description = match.describe(order)
             matches.append(match)
         except _Reject as exc:
             log.debug("dynamo_nvf: attention around %s not rewritten: %s", node.name, exc)
             if _looks_like_attention(node):
                 skipped.append(f"attention around {node.name} not rewritten: {exc}")
-    for node in gm.graph.nodes:
-        node.meta.pop("_nvf_position", None)
     return matches, skipped
 
 
@@ -528,44 +519,61 @@ def _copy_meta(new: Node, old: Node) -> None:
 
 
 def _rewrite(gm: GraphModule, matches: list[AttentionMatch]) -> None:
-    """Replaces each match by one SDPA call; on any error gm gets its graph back as it was."""
-    backup = copy.deepcopy(gm.graph)
+    """Replaces each match by one SDPA call, in place; an error undoes everything before re-raising.
+
+    In place because Dynamo's graph carries attributes on its nodes (`_dynamo_source` on placeholders)
+    that aot_autograd reads and a graph copy would lose. Inserting nodes and redirecting uses is
+    undone on error; the matched nodes are erased only after that has succeeded (then they are dead).
+    """
     graph = gm.graph
+    inserted: list[Node] = []
+    redirected: list[tuple[Node, Any, Any]] = []  # (user, its args, its kwargs) before the rewrite
+    replaced: dict[Node, Node] = {}  # an earlier match's output -> its SDPA result
+
+    def new(node: Optional[Node]) -> Optional[Node]:
+        return None if node is None else replaced.get(node, node)
+
+    def call(op: str, target: Any, args: tuple, kwargs: Optional[dict] = None) -> Node:
+        node = graph.create_node(op, target, args, kwargs or {})
+        inserted.append(node)
+        return node
+
     try:
-        replaced: dict[Node, Node] = {}  # an earlier match's output -> its SDPA result
-
-        def new(node: Optional[Node]) -> Optional[Node]:
-            return None if node is None else replaced.get(node, node)
-
         for match in matches:
             output = match.output
             q, key, v, mask = new(match.query), new(match.key), new(match.value), new(match.mask)
             with graph.inserting_before(output):
                 if match.key_is_transposed:
-                    key = graph.call_method("transpose", (key, -2, -1))
+                    key = call("call_method", "transpose", (key, -2, -1))
                 if mask is not None and match.mask_not_needed:
-                    mask = graph.call_function(torch.logical_not, (mask,))
+                    mask = call("call_function", torch.logical_not, (mask,))
                 if match.rank == 3:
-                    q, key, v = (graph.call_method("unsqueeze", (t, 0)) for t in (q, key, v))
-                result = graph.call_function(
-                    F.scaled_dot_product_attention, (q, key, v),
-                    {"attn_mask": mask, "dropout_p": match.dropout_p, "is_causal": False, "scale": match.scale})
+                    q, key, v = (call("call_method", "unsqueeze", (t, 0)) for t in (q, key, v))
+                result = call("call_function", F.scaled_dot_product_attention, (q, key, v),
+                              {"attn_mask": mask, "dropout_p": match.dropout_p, "is_causal": False,
+                               "scale": match.scale})
                 _copy_meta(result, output)
                 if match.rank == 3:
-                    result = graph.call_method("squeeze", (result, 0))
+                    result = call("call_method", "squeeze", (result, 0))
                 if match.contiguous:
-                    result = graph.call_method("contiguous", (result,))
+                    result = call("call_method", "contiguous", (result,))
+            redirected.extend((user, user.args, user.kwargs) for user in output.users)
             output.replace_all_uses_with(result)
             replaced[output] = result
-            order = {n: i for i, n in enumerate(graph.nodes)}
-            for node in sorted(set(match.nodes), key=order.__getitem__, reverse=True):
-                if not node.users:
-                    graph.erase_node(node)
         graph.lint()
-        gm.recompile()
     except Exception:
-        gm.graph = backup
+        for user, args, kwargs in reversed(redirected):
+            user.args, user.kwargs = args, kwargs
+        for node in reversed(inserted):
+            graph.erase_node(node)
+        gm.recompile()
         raise
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    dead = {n for match in matches for n in match.nodes}
+    for node in sorted(dead, key=order.__getitem__, reverse=True):
+        if not node.users:
+            graph.erase_node(node)
+    gm.recompile()
 
 
 def fuse_attention(gm: GraphModule, *, strict: bool = False) -> GraphModule:
