@@ -92,12 +92,11 @@ class AttentionMatch:
     softmax: Node
     output: Node  # the matmul with v, whose users get the SDPA result
     query: Node
-    key: Node  # (..., S, E); transposed first when `key_is_transposed`
-    key_is_transposed: bool
+    key: Node  # k (..., S, E), or k^T (..., E, S) when `key_needs_transpose`
+    key_needs_transpose: bool
     value: Node
     mask: Optional[Node] = None
-    mask_is_keep: bool = True  # bool masks: True means "attend where True" (SDPA's meaning)
-    mask_not_needed: bool = False  # bool mask given as "drop where True": logical_not first
+    mask_not_needed: bool = False  # a bool mask meaning "drop where True": SDPA gets its logical_not
     scale: float = 1.0
     dropout_p: float = 0.0
     rank: int = 4
@@ -111,7 +110,7 @@ class AttentionMatch:
         if self.mask is not None:
             mask = f"~{self.mask.name}" if self.mask_not_needed else self.mask.name
         return (f"attention: {chain} -> {self.output.name} became scaled_dot_product_attention("
-                f"q={self.query.name}, k={self.key.name}{'.mT' if self.key_is_transposed else ''}, "
+                f"q={self.query.name}, k={self.key.name}{'.mT' if self.key_needs_transpose else ''}, "
                 f"v={self.value.name}, attn_mask={mask}, dropout_p={self.dropout_p:g}, scale={self.scale:.6g})")
 
 
@@ -242,7 +241,7 @@ def _looks_like_attention(softmax: Node, depth: int = 6) -> bool:
     """A matmul among the softmax's near ancestors: worth saying why it was not rewritten."""
     frontier = [softmax]
     for _ in range(depth):
-        frontier = [p for n in frontier for p in n.all_input_nodes]
+        frontier = list(dict.fromkeys(p for n in frontier for p in n.all_input_nodes))
         if any(_op(n) == "matmul" for n in frontier):
             return True
     return False
@@ -380,7 +379,7 @@ def _match_softmax(softmax: Node) -> AttentionMatch:
         node = user
     nodes.append(output)
 
-    match = AttentionMatch(softmax=softmax, output=output, query=query, key=key, key_is_transposed=transposed,
+    match = AttentionMatch(softmax=softmax, output=output, query=query, key=key, key_needs_transpose=transposed,
                            value=value, scale=scale, dropout_p=dropout_p, nodes=nodes)
     _check_values(match, walk)
     return match
@@ -391,8 +390,9 @@ def _check_values(match: AttentionMatch, walk: _Scores) -> None:
     q = _tensor(match.query, "q")
     k = _tensor(match.key, "k")
     v = _tensor(match.value, "v")
-    if match.key_is_transposed:
-        k = k.transpose(-2, -1) if k.dim() >= 2 else k
+    k_shape = list(k.shape)
+    if match.key_needs_transpose and len(k_shape) >= 2:
+        k_shape[-2:] = k_shape[:-3:-1]
     scores = _tensor(walk.matmul, "the scores")
     out = _tensor(match.output, "the output")
     dtype = q.dtype
@@ -408,12 +408,13 @@ def _check_values(match: AttentionMatch, walk: _Scores) -> None:
         # SDPA picks its CUDA kernel at trace time, which a CPU-only torch cannot do (fake CUDA tensors).
         raise _Reject("CUDA tensors but a CPU-only torch build: no SDPA kernel to pick")
     rank = q.dim()
-    if rank not in (3, 4) or k.dim() != rank or v.dim() != rank:
-        raise _Reject(f"ranks {q.dim()}, {k.dim()}, {v.dim()} (rank 3 or 4 needed)")
-    if not all(_same(a, b) and _same(a, c) for a, b, c in zip(q.shape[:-2], k.shape[:-2], v.shape[:-2])):
-        raise _Reject(f"batch dims differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if not (_same(q.shape[-1], k.shape[-1]) and _same(k.shape[-2], v.shape[-2])):
-        raise _Reject(f"shapes do not chain: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    shapes = f"q {tuple(q.shape)}, k {tuple(k_shape)}, v {tuple(v.shape)}"
+    if rank not in (3, 4) or len(k_shape) != rank or v.dim() != rank:
+        raise _Reject(f"ranks of {shapes} (rank 3 or 4 needed)")
+    if not all(_same(a, b) and _same(a, c) for a, b, c in zip(q.shape[:-2], k_shape[:-2], v.shape[:-2])):
+        raise _Reject(f"batch dims differ: {shapes}")
+    if not (_same(q.shape[-1], k_shape[-1]) and _same(k_shape[-2], v.shape[-2])):
+        raise _Reject(f"shapes do not chain: {shapes}")
     if not scores.is_contiguous() or not out.is_contiguous():
         raise _Reject("the matmuls' results are not contiguous")
     # Every score node keeps the score shape (a mask never broadcasts it) and q's dtype, or float32
@@ -447,12 +448,12 @@ def _check_values(match: AttentionMatch, walk: _Scores) -> None:
         elif mask.dtype != torch.bool:
             raise _Reject(f"masked by a {mask.dtype} tensor, not bool")
         match.mask = walk.mask
-        match.mask_is_keep = walk.mask_kind != "drop"
         if walk.mask_kind == "drop":
+            # masked_fill(~keep, -inf): SDPA takes `keep` itself.
             inner = walk.mask.args[0] if _op(walk.mask) == "not" and walk.mask.args else None
             if isinstance(inner, Node) and _val(inner) is not None and _val(inner).dtype == torch.bool:
                 match.nodes.append(walk.mask)
-                match.mask, match.mask_is_keep = inner, True
+                match.mask = inner
             else:
                 match.mask_not_needed = True
     match.rank = rank
@@ -543,7 +544,7 @@ def _rewrite(gm: GraphModule, matches: list[AttentionMatch]) -> None:
             output = match.output
             q, key, v, mask = new(match.query), new(match.key), new(match.value), new(match.mask)
             with graph.inserting_before(output):
-                if match.key_is_transposed:
+                if match.key_needs_transpose:
                     key = call("call_method", "transpose", (key, -2, -1))
                 if mask is not None and match.mask_not_needed:
                     mask = call("call_function", torch.logical_not, (mask,))
