@@ -128,6 +128,10 @@ def _hf(train: bool = False):
     return build
 
 
+def _drop_mask() -> torch.Tensor:
+    return ~_keep_mask()
+
+
 def _keep_mask() -> torch.Tensor:
     keep = torch.rand(L, S) > 0.3
     keep[:, 0] = True  # no fully masked row (SDPA gives zeros there, the explicit softmax NaN)
@@ -293,6 +297,16 @@ def test_dynamic_sequence_length_is_rewritten():
     assert _sdpa_eager_nodes(rec.plans)
 
 
+def test_fake_cuda_plan_is_rewritten():
+    # cuda_plans' fake CUDA tensors: a CUDA build picks a fused kernel, a CPU-only one SDPA's math
+    # fallback; either way the explicit softmax is gone and ATen runs the attention.
+    plans = cuda_plans(q_scaled_first, (B, H, L, E), (B, H, S, E), (B, H, S, E), dtype=torch.bfloat16)
+    assert [p.kind for p in plans] == ["inference"]
+    assert "became scaled_dot_product_attention(" in plans[0].rewrites[0]
+    assert any(n.reason.startswith("attention: ") for n in plans[0].eager_nodes)
+    assert "aten.amax.default" not in _aten_ops(plans)
+
+
 def test_graphs_without_softmax_are_left_alone():
     gm = dynamo_graph(lambda x, w: torch.relu(x @ w) * 2, [torch.randn(4, 8), torch.randn(8, 8)])
     code = gm.code
@@ -304,6 +318,19 @@ def test_graphs_without_softmax_are_left_alone():
 
 def _scores(q, k):
     return q @ k.transpose(-2, -1) * 0.25
+
+
+def _q_changed_in_place(q, k, v):
+    q = q.clone()
+    s = _scores(q, k)
+    q.add_(1)  # after the scores: SDPA, reading q at the second matmul, would see it
+    return s.softmax(-1) @ v, q
+
+
+def _scores_masked_in_place(q, k, v, m):
+    s = q @ k.mT
+    s.masked_fill_(m, -math.inf)
+    return s.softmax(-1) @ v
 
 
 NEGATIVES: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]], str]] = {
@@ -326,6 +353,8 @@ NEGATIVES: dict[str, tuple[Callable[..., Any], Callable[[], list[Any]], str]] = 
                      lambda: [*_qkv(), torch.rand(L, S) > 0.5], "not -inf"),
     "mask_requires_grad": (lambda q, k, v, m: torch.softmax(q @ k.mT + m, -1) @ v,
                            lambda: [*_qkv(), torch.randn(L, S, requires_grad=True)], "requires grad"),
+    "q_changed_in_place": (_q_changed_in_place, _qkv, "in place between the two matmuls"),
+    "scores_masked_in_place": (_scores_masked_in_place, lambda: [*_qkv(), _drop_mask()], "other users"),
     "half_precision_round_trip": (lambda q, k, v: torch.softmax((q @ k.mT).half().float(), -1) @ v,
                                   _qkv, "computes the scores in torch.float16"),
 }

@@ -18,7 +18,8 @@ the same function:
   dtype, `masked_fill(mask, -inf)` or `where(mask, scores, -inf)` (SDPA's bool mask means keep), then
   casts (an upcast to float32 for the softmax and back, HF style), dropout, and a matmul with v;
 * q, k and v of one float dtype (f16, bf16, f32), rank 3 or 4, equal batch dims; no score or
-  probability tensor has another user (it would have to be computed anyway); the mask needs no grad.
+  probability tensor has another user (it would have to be computed anyway); the mask needs no grad;
+  nothing changes a tensor in place between the two matmuls (SDPA reads q, k and the mask later).
 
 Known differences, as with inductor's pass: dropout draws its mask from SDPA's RNG, so results are
 equal in distribution only (rewritten only where the dropout is active, else it is dropped: `training`
@@ -404,9 +405,6 @@ def _check_values(match: AttentionMatch, walk: _Scores) -> None:
         raise _Reject("q, k and v are on different devices")
     if q.device.type not in ("cpu", "cuda"):
         raise _Reject(f"device {q.device.type}")
-    if q.device.type == "cuda" and not torch.backends.cuda.is_built():
-        # SDPA picks its CUDA kernel at trace time, which a CPU-only torch cannot do (fake CUDA tensors).
-        raise _Reject("CUDA tensors but a CPU-only torch build: no SDPA kernel to pick")
     rank = q.dim()
     shapes = f"q {tuple(q.shape)}, k {tuple(k_shape)}, v {tuple(v.shape)}"
     if rank not in (3, 4) or len(k_shape) != rank or v.dim() != rank:
@@ -492,15 +490,49 @@ def _swaps_heads(node: Node) -> bool:
     return len(dims) == 2 and all(isinstance(d, int) for d in dims) and sorted(d % 4 for d in dims) == [1, 2]
 
 
+_INPLACE_OPERATORS = frozenset({
+    operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+    operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
+    operator.ilshift, operator.irshift,
+})
+
+
+def _may_mutate(node: Node) -> bool:
+    """An in-place op (or a module call, which could hold one)."""
+    if node.op == "call_module":
+        return True
+    if node.op == "call_method":
+        return node.target.endswith("_") and not node.target.startswith("_")
+    if node.op == "call_function":
+        try:
+            if node.target in _INPLACE_OPERATORS:
+                return True
+        except TypeError:
+            return True
+        name = getattr(node.target, "__name__", "")
+        return name.endswith("_") and not name.startswith("_")
+    return False
+
+
+def _check_no_mutation(match: AttentionMatch, nodes: list[Node], order: dict[Node, int]) -> None:
+    """SDPA reads q, k and the mask where the matmul with v was: nothing may change them in between."""
+    first = min(order[n] for n in match.nodes)
+    for node in nodes[first:order[match.output]]:
+        if node not in match.nodes and _may_mutate(node):
+            raise _Reject(f"{node.name} may change a tensor in place between the two matmuls")
+
+
 def find_attention(gm: GraphModule) -> tuple[list[AttentionMatch], list[str]]:
     """The chains to rewrite, and why attention-like softmaxes were left alone. Reads, never writes."""
     matches: list[AttentionMatch] = []
     skipped: list[str] = []
     softmaxes = [n for n in gm.graph.nodes if _op(n) == "softmax"]
-    order = {n: i for i, n in enumerate(gm.graph.nodes)} if softmaxes else {}
+    nodes = list(gm.graph.nodes) if softmaxes else []
+    order = {n: i for i, n in enumerate(nodes)}
     for node in softmaxes:
         try:
             match = _match_softmax(node)
+            _check_no_mutation(match, nodes, order)
             match.description = match.describe(order)
             matches.append(match)
         except _Reject as exc:
