@@ -431,7 +431,8 @@ def _check_values(match: AttentionMatch, walk: _Scores) -> None:
             continue
         val = _val(n)
         if n is match.softmax or _op(n) in ("cast", "dropout"):
-            if val is None or not _same_shape(val, scores) or val.dtype not in (dtype, torch.float32):
+            if (val is None or not _same_shape(val, scores) or val.dtype not in (dtype, torch.float32)
+                    or val.device != q.device):
                 raise _Reject(f"{n.name}: computes the probabilities in another shape or dtype")
     if walk.mask is not None:
         mask = _tensor(walk.mask, "the mask")
