@@ -22,6 +22,7 @@ from torch.fx import GraphModule
 
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.decompositions import decomposition_table
+from dynamo_nvf.passes.attention import REWRITES_KEY, fuse_attention
 from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.partition import partition_regions
@@ -101,6 +102,7 @@ class _GraphCompiler:
         self.settings = settings
         self.plans: list[GraphPlan] = []
         self.cuda_graphs = CudaGraphs(num_dynamo_inputs, settings.cuda_graph_max_shapes) if settings.cuda_graphs else None
+        self.rewrites: list[str] = []  # what the passes on Dynamo's graph changed, shown in each plan
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any], *, kind: str) -> Callable[..., Any]:
         graph_id = next(_graph_ids)
@@ -116,7 +118,7 @@ class _GraphCompiler:
                 error = f"{type(exc).__name__}: {exc}"
                 warnings.warn(f"dynamo_nvf: planning {kind} graph {graph_id} failed, it runs in eager: {error}",
                               RuntimeWarning, stacklevel=2)
-                plan = GraphPlan(kind=kind, graph_id=graph_id, planning_error=error)
+                plan = GraphPlan(kind=kind, graph_id=graph_id, planning_error=error, rewrites=list(self.rewrites))
                 self.plans.append(plan)
                 forward = gm.forward
         if self.cuda_graphs is None:
@@ -127,6 +129,7 @@ class _GraphCompiler:
         start = time.perf_counter()
         gm = plan_graph(gm, self.settings, kind, graph_id)
         plan: GraphPlan = gm.meta[PLAN_KEY]
+        plan.rewrites = list(self.rewrites)
         gm = install_runtimes(gm, plan, self.settings)
         plan.code = gm.code
         plan.planning_ms = (time.perf_counter() - start) * 1e3
@@ -158,6 +161,9 @@ def nvf_bookend(
     if not nvf_env.nvfuser_available():
         nvf_env.log_unavailable_once()
     compiler = _GraphCompiler(settings, num_dynamo_inputs=len(example_inputs))
+    if settings.fuse_attention:
+        gm = fuse_attention(gm, strict=settings.strict)
+        compiler.rewrites = gm.meta.get(REWRITES_KEY, [])
     compiled = aot_autograd(
         fw_compiler=functools.partial(compiler, kind="forward"),
         bw_compiler=functools.partial(compiler, kind="backward"),

@@ -130,6 +130,9 @@ class GraphPlan:
     cuda_graph: str = ""
     #: Host time of partitioning, bookend, fuse and runtime set-up for this graph.
     planning_ms: Optional[float] = None
+    #: What the passes on Dynamo's graph rewrote before aot_autograd (attention into SDPA), or why
+    #: an attention-like chain was left alone; shared by the forward and backward plans of one graph.
+    rewrites: list[str] = field(default_factory=list)
 
     @property
     def eager_nodes(self) -> list[NodeInfo]:
@@ -152,4 +155,5 @@ class GraphPlan:
             "cuda_graph": self.cuda_graph,
             "planning_ms": self.planning_ms,
             "planning_error": self.planning_error,
+            "rewrites": list(self.rewrites),
         }

@@ -56,6 +56,9 @@ def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
     lines = [f"== {plan.kind} graph {plan.graph_id}: {len(plan.regions)} region(s) =="]
     if plan.cuda_graph:
         lines.append(f"CUDA graph: {plan.cuda_graph}")
+    if plan.rewrites:
+        lines.append("rewrites (Dynamo graph, before aot_autograd):")
+        lines.extend(f"  {r}" for r in plan.rewrites)
     node_rows = [[n.name, n.op, "" if n.region is None else f"region {n.region}",
                   n.reason if n.region is None else ""] for n in plan.nodes]
     lines.append(tabulate(node_rows, headers=["node", "op", "where", "why eager"], tablefmt="simple"))

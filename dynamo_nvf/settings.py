@@ -57,6 +57,12 @@ class Settings:
     kernel_cache_dir: str = ""
     #: Size cap of the kept snapshots, in MiB.
     kernel_cache_max_mb: int = 1024
+    #: Rewrite explicit attention, `softmax(q @ k.transpose(-2, -1) * scale + mask) @ v`, into one
+    #: `scaled_dot_product_attention` call before aot_autograd (as inductor's fuse_attention does), so
+    #: that ATen's fused flash / memory-efficient / cuDNN kernels run it, forward and backward, instead
+    #: of two matmuls around a softmax region. Only where SDPA computes the same function
+    #: (`dynamo_nvf/passes/attention.py` lists the conditions); explain() shows each rewrite.
+    fuse_attention: bool = True
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> "Settings":

@@ -124,7 +124,7 @@ def test_long_eager_runs_collapse_into_one_box():
     (run,) = _groups(root, "collapsed")
     assert run.get("data-nodes").split() == mms and run.get("data-count") == "5"
     assert "5 eager nodes" in "".join(run.itertext())
-    assert "has no nvFuser lowering" in _title(run)
+    assert "matmul: runs in ATen (cuBLAS)" in _title(run)
     edges = {(e.get("data-from"), e.get("data-to")) for e in _groups(root, "boundary")}
     assert (mms[-1], plan.regions[1].nodes[0]) in edges  # into the collapsed box's consumer region
     # Not collapsed when the limit allows the run.

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 import torch
 from torch.fx import Node
 
+from dynamo_nvf.ops.deliberate_eager import COMMUNICATION, deliberate_eager_reason  # noqa: F401 (re-exported)
 from dynamo_nvf.ops.dtypes import SUPPORTED_DTYPES
 
 if TYPE_CHECKING:
@@ -38,24 +39,6 @@ class Lowering:
 
 LOWERINGS: dict[Any, Lowering] = {}
 
-COMMUNICATION = "communication: collectives and their waits stay in PyTorch"
-
-#: Ops that run in ATen/PyTorch on purpose, whatever lowerings exist, with the reason explain()
-#: shows. Keys are op namespaces (every op in them) or single overloads/packets. Communication:
-#: collectives are launched and awaited by their process group (NCCL, gloo) on its own streams, and
-#: a region must never hold one or straddle its wait; FSDP2's buffer ops (copy-in, chunk-cat,
-#: split-copy) belong to its all-gathers and reduce-scatters.
-DELIBERATE_EAGER: dict[Any, str] = {
-    "_c10d_functional": COMMUNICATION,
-    "_c10d_functional_autograd": COMMUNICATION,
-    "c10d_functional": COMMUNICATION,  # the legacy functional collectives
-    "c10d": COMMUNICATION,
-    "_dtensor": COMMUNICATION,
-    "fsdp": COMMUNICATION,
-    "symm_mem": COMMUNICATION,
-}
-
-
 def register_lowering(*targets: Any, check: Optional[CheckFn] = None,
                       opt_in: Optional[str] = None) -> Callable[[LowerFn], LowerFn]:
     """Registers `fn` as the lowering of every overload in `targets`."""
@@ -77,18 +60,6 @@ def op_name(target: Any) -> str:
     module = getattr(target, "__module__", None) or ""
     name = getattr(target, "__name__", repr(target))
     return f"{module.replace('_operator', 'operator')}.{name}" if module else name
-
-
-def deliberate_eager_reason(target: Any) -> Optional[str]:
-    """Why an op stays in PyTorch on purpose (DELIBERATE_EAGER), or None."""
-    if not isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return None
-    packet = getattr(target, "overloadpacket", target)
-    for key in (target, packet, getattr(packet, "_qualified_op_name", "").split("::")[0]):
-        reason = DELIBERATE_EAGER.get(key)
-        if reason is not None:
-            return reason
-    return None
 
 
 def _tensor_vals(value: Any) -> Iterable[torch.Tensor]:
