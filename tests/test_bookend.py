@@ -348,3 +348,15 @@ def test_many_lone_ops_join_the_regions_beside_them():
     for ns in regions.values():
         chain_inputs = {n.args[0] for n in ns if n.target is torch.ops.aten.mul.Tensor}
         assert any(n.target is torch.ops.aten.sin.default and n.args[0] in chain_inputs for n in ns)
+
+
+def test_a_lone_copy_of_an_expanded_tensor_is_no_region():
+    """GQA's repeat_kv (expand, then a reshape that copies) must not become a one-op region: it is no
+    transpose, eager's copy kernel does it as well, and nvFuser would only add its host cost."""
+    def repeat_kv(x):
+        b, h, s, d = x.shape
+        return x[:, :, None, :, :].expand(b, h, 4, s, d).reshape(b, h * 4, s, d)
+
+    plan = only_plan(cuda_plans(repeat_kv, (2, 2, 8, 16), fake=False))
+    assert plan.regions == []
+    assert any("single-op policy" in n.reason for n in plan.nodes)

@@ -151,7 +151,11 @@ def _is_transposing_copy(node: Node) -> bool:
         return False
     src = node.args[1] if node.target is torch.ops.aten.copy.default else node.args[0]
     val = src.meta.get("val") if isinstance(src, Node) else None
-    return isinstance(val, torch.Tensor) and val.dim() >= 2 and not val.is_contiguous()
+    if not isinstance(val, torch.Tensor) or val.dim() < 2 or val.is_contiguous():
+        return False
+    # A copy of an expanded (stride-0) tensor, such as GQA's repeat_kv, is no transpose: eager's copy
+    # kernel does it as well, and a region of its own would only add nvFuser's host cost.
+    return all(not (isinstance(st, int) and st == 0) for st in val.stride())
 
 
 def _compute_nodes(nodes: list[Node]) -> list[Node]:
