@@ -331,22 +331,30 @@ def host_time(
     for _ in range(warmup):
         step()
     n = max(1, calls_per_batch)
-    samples: list[float] = []
+    samples = [(t1 - t0) / n * 1e6 for t0, t1, _ in timed_batches(step, batches, n, sync, clock)]
+    return HostTiming(min(samples), statistics.median(samples), len(samples), n)
+
+
+def timed_batches(step: Callable[[], object], batches: int, calls: int, sync: Callable[[], None],
+                  clock: Callable[[], float]) -> list[tuple[float, float, float]]:
+    """(start, last call returned, synchronized) of each batch of `calls` back-to-back calls: each
+    batch starts synchronized (an empty launch queue); the garbage collector is off throughout."""
+    spans: list[tuple[float, float, float]] = []
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
         for _ in range(max(1, batches)):
             sync()
             t0 = clock()
-            for _ in range(n):
+            for _ in range(calls):
                 step()
             t1 = clock()
             sync()
-            samples.append((t1 - t0) / n * 1e6)
+            spans.append((t0, t1, clock()))
     finally:
         if gc_was_on:
             gc.enable()
-    return HostTiming(min(samples), statistics.median(samples), len(samples), n)
+    return spans
 
 
 def host_floor_us(batches: int = 10, calls_per_batch: int = 200) -> float:
@@ -414,22 +422,7 @@ def step_timing(
     off during the batches, as in :func:`host_time`.
     """
     sync = device_sync() if sync is None else sync
-    spans: list[tuple[float, float, float]] = []
-    gc_was_on = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(max(1, batches)):
-            sync()
-            t0 = clock()
-            for _ in range(steps):
-                step()
-            t1 = clock()
-            sync()
-            spans.append((t0, t1, clock()))
-    finally:
-        if gc_was_on:
-            gc.enable()
-    return summarize_steps(spans, steps)
+    return summarize_steps(timed_batches(step, batches, steps, sync, clock), steps)
 
 
 def nvfuser_call_count() -> Optional[int]:

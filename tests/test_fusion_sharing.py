@@ -12,6 +12,8 @@ import pytest
 import torch
 from torch import nn
 
+import programs
+
 from dynamo_nvf.backend import recording
 from dynamo_nvf.lowering import BuiltFusion
 from dynamo_nvf.passes.fusion_key import region_fusion_key
@@ -21,19 +23,9 @@ from dynamo_nvf.runtime.stats import STATS
 from helpers import assert_same, compile_fn
 
 
-class Block(nn.Module):
-    def __init__(self, dim: int = 32) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(dim)
-        self.fc = nn.Linear(dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + nn.functional.gelu(self.fc(self.norm(x)))
-
-
 def _stack(depth: int) -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(*[Block() for _ in range(depth)])
+    return nn.Sequential(*[programs.ResidualBlock() for _ in range(depth)])
 
 
 def _keys(plans, kind):

@@ -6,6 +6,8 @@ import pytest
 import torch
 from torch import nn
 
+import programs
+
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.backend import recording
 from dynamo_nvf.runtime.fusion_cache import SHARED_FUSIONS
@@ -18,20 +20,10 @@ pytestmark = [
 ]
 
 
-class Block(nn.Module):
-    def __init__(self, dim: int = 64) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(dim)
-        self.fc = nn.Linear(dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + nn.functional.gelu(self.fc(self.norm(x)))
-
-
 @pytest.mark.parametrize("depth", [4, 8])
 def test_identical_blocks_compile_each_fusion_once(depth):
     torch.manual_seed(0)
-    model = nn.Sequential(*[Block() for _ in range(depth)]).cuda()
+    model = nn.Sequential(*[programs.ResidualBlock(64) for _ in range(depth)]).cuda()
     x = torch.randn(4, 32, 64, device="cuda", requires_grad=True)
     SHARED_FUSIONS.clear()
     STATS.reset()
