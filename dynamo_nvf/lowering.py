@@ -65,18 +65,19 @@ def _define_input(ctx: LoweringContext, arg: Any) -> tuple[Any, Any]:
 
 
 def build_fusion(nvf: ModuleType, region: GraphModule, args: Sequence[Any],
-                 materialize: frozenset[int] = frozenset()) -> BuiltFusion:
+                 materialize: frozenset[int] = frozenset(), pin: frozenset[int] = frozenset()) -> BuiltFusion:
     """Defines the fusion of `region` for these actual inputs.
 
-    `materialize` lists outputs the kernel must write densely in eager's layout although nvFuser
-    would return them otherwise (see `_materialized`); the runtime asks for it after a first run
-    showed such outputs, instead of copying them on every call.
+    `materialize` lists outputs the kernel must compute into fresh, dense storage although nvFuser
+    would return them otherwise (see `_materialized`), `pin` those whose layout is set explicitly;
+    the runtime asks for them after a first run showed such outputs, instead of copying them on
+    every call.
     """
     fd = nvf.FusionDefinition()
     failure: Optional[BaseException] = None
     with fd:
         try:
-            built = _define(nvf, fd, region, args, materialize)
+            built = _define(nvf, fd, region, args, materialize, pin)
         except BaseException as exc:  # re-raised outside: FusionDefinition.__exit__ prints exceptions
             failure = exc
     if failure is not None:
@@ -85,7 +86,7 @@ def build_fusion(nvf: ModuleType, region: GraphModule, args: Sequence[Any],
 
 
 def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
-            materialize: frozenset[int] = frozenset()) -> BuiltFusion:
+            materialize: frozenset[int] = frozenset(), pin: frozenset[int] = frozenset()) -> BuiltFusion:
     """Lowers every node of `region` into the open FusionDefinition `fd`."""
     ctx = LoweringContext(nvf, fd)
     placeholders = [n for n in region.graph.nodes if n.op == "placeholder"]
@@ -124,9 +125,9 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
         # A stride_order on an output adds a kernel-less segment (nvFuser makes the output an alias
         # of a compact intermediate, ~20 us of host time), so it is pinned only where needed: a layout
         # other than row-major, or one a first run showed nvFuser getting wrong (`materialize`).
-        pinned = order is not None and index in materialize
-        dense_wanted = order is not None and (index in materialize or _expanded_value(value))
-        if dense_wanted or (isinstance(val, torch.Tensor) and copies_an_input(out)):
+        pinned = order is not None and index in pin
+        dense_wanted = order is not None and _expanded_value(value)
+        if index in materialize or dense_wanted or (isinstance(val, torch.Tensor) and copies_an_input(out)):
             value = _materialized(ctx, value, val)
         if isinstance(val, torch.Tensor):
             value = ctx.cast(value, val.dtype)  # low-precision values were computed in f32
@@ -174,6 +175,18 @@ def copies_an_input(node: Node) -> bool:
             return False
         node = src
     return copied
+
+
+def views_an_input(node: Node) -> bool:
+    """True when eager's value of `node` is a view chain of a region input (so sharing its storage
+    is eager's behaviour too)."""
+    from dynamo_nvf.ops.metadata import METADATA_OPS
+
+    while node.op != "placeholder":
+        if node.op != "call_function" or node.target not in METADATA_OPS or not isinstance(node.args[0], Node):
+            return False
+        node = node.args[0]
+    return True
 
 
 def _expanded_value(value: Any) -> bool:

@@ -158,3 +158,31 @@ def test_data_dependent_ops_are_not_captured():
     gm = make_fx(uses_item, tracing_mode="symbolic")(torch.randn(4, 8))
     reason = graph_skip_reason(gm, [], accelerator="cpu")
     assert reason is not None and reason.startswith("an op a CUDA graph cannot replay")
+
+
+def test_dynamic_shapes_past_the_limit_run_uncaptured_and_the_backward_follows(caplog):
+    from dynamo_nvf.runtime.cudagraphs import CudaGraphs, _FollowForward, _ShapeLimit
+
+    state = CudaGraphs(num_dynamo_inputs=1, max_shapes=2)
+    calls = []
+
+    def record(name):
+        def run(args):
+            calls.append((name, tuple(args)))
+            args.clear()
+            return name
+        return run
+
+    forward = _ShapeLimit(record("fw captured"), record("fw eager"), [0], 2, "forward graph 0", state)
+    backward = _FollowForward(record("bw captured"), record("bw eager"), state)
+    with caplog.at_level(logging.WARNING, logger="dynamo_nvf"):
+        for size in (8, 16, 32, 8, 64, 16):
+            forward([size, "x"])
+            backward(["saved", "grad"])
+    assert [name for name, _ in calls] == [
+        "fw captured", "bw captured", "fw captured", "bw captured",  # 8, 16: recorded
+        "fw eager", "bw eager",  # 32: past cuda_graph_max_shapes=2
+        "fw captured", "bw captured",  # 8 again: its graph replays
+        "fw eager", "bw eager", "fw captured", "bw captured",  # 64 uncaptured; 16 replays
+    ]
+    assert sum("cuda_graph_max_shapes" in r.getMessage() for r in caplog.records) == 1

@@ -6,6 +6,9 @@ CPU unit test of the cache logic only; the GPU tests use the real nvFuser.
 
 from __future__ import annotations
 
+import copy
+import warnings
+
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -37,10 +40,11 @@ class _StandInDefinition:
         return list(self.eager(*args))
 
 
-def _runtime(monkeypatch, cache_size=2):
-    def f(x):
-        return torch.sigmoid(x) * 2 + 1
+def _sigmoid_affine(x):
+    return torch.sigmoid(x) * 2 + 1
 
+
+def _runtime(monkeypatch, cache_size=2, f=_sigmoid_affine, stand_in_validation=True):
     gm = make_fx(f)(torch.randn(4, 4))
     FakeTensorProp(gm).propagate(torch.randn(4, 4))
     settings = Settings(plan_cpu_as_cuda=True, fusion_cache_size=cache_size)
@@ -56,7 +60,8 @@ def _runtime(monkeypatch, cache_size=2):
     monkeypatch.setattr(region_mod, "build_fusion",
                         lambda nvf, eager, args: BuiltFusion(_StandInDefinition(eager), "stand-in", [None]))
     monkeypatch.setattr(region_mod, "_runs_on_nvfuser", lambda args: "")
-    monkeypatch.setattr(region_mod, "_validate_outputs", lambda outputs, expected: None)
+    if stand_in_validation:
+        monkeypatch.setattr(region_mod, "_validate_outputs", lambda outputs, expected: None)
     return runtime
 
 
@@ -163,7 +168,7 @@ def test_expanded_outputs_are_rebuilt_dense_or_copied(monkeypatch, rebuild_works
     runtime = _runtime(monkeypatch)
     builds = []
 
-    def build(nvf, eager, args, materialize=frozenset()):
+    def build(nvf, eager, args, materialize=frozenset(), pin=frozenset()):
         builds.append(materialize)
         if materialize and not rebuild_works:
             raise RuntimeError("cannot materialize")
@@ -184,3 +189,71 @@ def test_expanded_outputs_are_rebuilt_dense_or_copied(monkeypatch, rebuild_works
         assert entry.fixups == [] and relayouts == []  # the kernel writes the dense output itself
     else:
         assert entry.fixups == [(0, [1, 0])] and len(relayouts) == 3  # copied on every call
+
+
+def test_a_definition_failing_its_first_run_is_never_shared(monkeypatch):
+    """Equal regions share definitions; one whose first run gives outputs unlike eager's must be
+    dropped from the shared cache, not handed to the next equal region unchecked."""
+    first = _runtime(monkeypatch, stand_in_validation=False)
+    second = region_mod.RegionRuntime(first.eager, copy.deepcopy(first.plan), first.settings)
+    second._nvf, second._static = object(), False
+    assert first.plan.fusion_key and first.plan.fusion_key == second.plan.fusion_key
+
+    class WrongDtype(_StandInDefinition):
+        def execute(self, args):
+            return [out.double() for out in super().execute(args)]
+
+    monkeypatch.setattr(region_mod, "build_fusion", lambda nvf, eager, args: BuiltFusion(WrongDtype(eager), "bad", [None]))
+    x = torch.randn(4, 4)
+    with pytest.warns(RuntimeWarning) as caught:
+        for runtime in (first, second):
+            (out,) = runtime(x)
+            torch.testing.assert_close(out, torch.sigmoid(x) * 2 + 1)  # eager's result, float32
+    assert sum("runs in eager from now on" in str(w.message) for w in caught) == 2
+    assert first.failed and second.failed and len(SHARED_FUSIONS) == 0
+
+
+@pytest.mark.parametrize("rebuild_fixes_it", [True, False])
+def test_an_output_aliasing_an_input_is_rebuilt_fresh_or_the_region_goes_eager(monkeypatch, rebuild_fixes_it):
+    """nvFuser forwards meta ops of an input as views of it; where eager's output has its own
+    storage (here x * 1 + 0), the runtime must not hand out the input's storage."""
+    runtime = _runtime(monkeypatch, f=lambda x: x * 1 + 0, stand_in_validation=False)
+    STATS.reset()
+
+    class Forwarding(_StandInDefinition):
+        def __init__(self, eager, fresh):
+            super().__init__(eager)
+            self.fresh = fresh
+
+        def execute(self, args):
+            return [args[0].clone() if self.fresh else args[0]]
+
+    builds = []
+
+    def build(nvf, eager, args, materialize=frozenset(), pin=frozenset()):
+        builds.append(materialize)
+        return BuiltFusion(Forwarding(eager, fresh=bool(materialize) and rebuild_fixes_it), "stand-in", [[1, 0]])
+
+    monkeypatch.setattr(region_mod, "build_fusion", build)
+    x = torch.randn(4, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            (out,) = runtime(x)
+            torch.testing.assert_close(out, x)
+            assert out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert builds[:2] == [frozenset(), frozenset({0})]
+    fell_back = [w for w in caught if "runs in eager from now on" in str(w.message)]
+    if rebuild_fixes_it:
+        assert not fell_back and runtime.failed is None and STATS.fallbacks == 0
+    else:
+        assert len(fell_back) == 1 and "as views of an input" in str(fell_back[0].message)
+
+
+def test_an_error_during_cuda_graph_capture_does_not_fail_the_region(monkeypatch):
+    runtime = _runtime(monkeypatch)
+    STATS.reset()
+    monkeypatch.setattr(region_mod, "_capturing", lambda: True)
+    with pytest.raises(region_mod.NvFuserRegionError, match="during CUDA-graph capture"):
+        runtime._fail("nvFuser execution failed: boom", (torch.randn(4, 4),))
+    assert runtime.failed is None and STATS.fallbacks == 0

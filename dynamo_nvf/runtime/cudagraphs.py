@@ -122,7 +122,9 @@ def static_input_indices(num_fixed: int) -> list[int]:
     indices = getattr(metadata, "static_input_indices", None)
     if indices is None:
         return list(range(num_fixed))
-    return sorted(set(indices) | set(range(num_fixed)))
+    # As inductor: the metadata alone. `num_fixed` also counts inputs aot_autograd appends (RNG
+    # states, subclass parts), which would mark the first user inputs fixed-address.
+    return sorted(set(indices))
 
 
 def _stack_traces(gm: GraphModule) -> list[Optional[str]]:
@@ -140,19 +142,22 @@ def _placeholders(gm: GraphModule) -> Any:
 
 
 class _ShapeLimit:
-    """Runs the first `limit` distinct integer-input keys through `captured`, later ones uncaptured."""
+    """Captures the first `limit` distinct integer-input keys of a forward (or inference) graph and runs
+    later ones uncaptured; tells its CudaGraphs which it chose, for the backward to follow."""
 
     def __init__(self, captured: BoxedFn, uncaptured: BoxedFn, int_indices: list[int], limit: int,
-                 name: str) -> None:
+                 name: str, state: "CudaGraphs") -> None:
         self.captured, self.uncaptured = captured, uncaptured
-        self.int_indices, self.limit, self.name = int_indices, limit, name
+        self.int_indices, self.limit, self.name, self.state = int_indices, limit, name, state
         self.keys: set[tuple] = set()
         self.warned = False
         self._boxed_call = True
 
     def __call__(self, args: list) -> Any:
         key = tuple(args[i] for i in self.int_indices)
-        if key in self.keys or len(self.keys) < self.limit:
+        capture = key in self.keys or len(self.keys) < self.limit
+        self.state.forward_captured_last = capture
+        if capture:
             self.keys.add(key)
             return self.captured(args)
         if not self.warned:
@@ -160,6 +165,19 @@ class _ShapeLimit:
             log.warning("dynamo_nvf: %s: %d input shapes already have a CUDA graph "
                         "(cuda_graph_max_shapes); further shapes run uncaptured", self.name, self.limit)
         return self.uncaptured(args)
+
+
+class _FollowForward:
+    """A backward graph runs captured exactly when the forward call it belongs to was: a captured
+    backward fed by an uncaptured forward's activations would be re-recorded on every step, and an
+    uncaptured backward behind a captured forward must tell the tree manager."""
+
+    def __init__(self, captured: BoxedFn, uncaptured: BoxedFn, state: "CudaGraphs") -> None:
+        self.captured, self.uncaptured, self.state = captured, uncaptured, state
+        self._boxed_call = True
+
+    def __call__(self, args: list) -> Any:
+        return (self.captured if self.state.forward_captured_last else self.uncaptured)(args)
 
 
 class CudaGraphs:
@@ -170,6 +188,9 @@ class CudaGraphs:
         self.max_shapes = max_shapes
         self.device_index: Optional[int] = None
         self.forward_skip: Optional[str] = None
+        #: The forward has dynamic sizes (a shape limit); the backward then follows each call's choice.
+        self.forward_limited = False
+        self.forward_captured_last = True
 
     def wrap(self, aten_gm: GraphModule, compiled: BoxedFn, example_inputs: Sequence[Any], kind: str,
              plan: GraphPlan) -> BoxedFn:
@@ -197,10 +218,15 @@ class CudaGraphs:
             self.device_index = _device_index(aten_gm)
         plan.cuda_graph = CAPTURED
         captured = self._deferred(aten_gm, compiled, static, kind)
+        if kind == "backward":
+            if self.forward_limited:
+                return _FollowForward(captured, self._backward_after_captured_forward(compiled), self)
+            return captured
         int_indices = [i for i, v in enumerate(example_inputs) if isinstance(v, (int, torch.SymInt))]
         if int_indices:
+            self.forward_limited = True
             name = f"{kind} graph {plan.graph_id}"
-            return _ShapeLimit(captured, compiled, int_indices, self.max_shapes, name)
+            return _ShapeLimit(captured, compiled, int_indices, self.max_shapes, name, self)
         return captured
 
     def _deferred(self, aten_gm: GraphModule, compiled: BoxedFn, static: list[int], kind: str) -> BoxedFn:

@@ -8,6 +8,7 @@ model, a block in forward and backward, a graph compiled again) compile their fu
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any, Hashable, Optional
 
@@ -20,22 +21,33 @@ class SharedFusions:
     def __init__(self, capacity: int = 4096) -> None:
         self.capacity = capacity
         self._entries: OrderedDict[Hashable, Any] = OrderedDict()
+        # Forward and backward run on different threads (autograd's); misses only, so uncontended.
+        self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> Optional[Any]:
-        entry = self._entries.get(key)
-        if entry is not None:
-            self._entries.move_to_end(key)
-            STATS.fusions_reused += 1
-        return entry
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                STATS.fusions_reused += 1
+            return entry
 
     def put(self, key: Hashable, entry: Any) -> None:
-        self._entries[key] = entry
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+        with self._lock:
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+
+    def discard(self, entry: Any) -> None:
+        """Forgets every key of `entry` (a definition found bad on its first run)."""
+        with self._lock:
+            for key in [k for k, e in self._entries.items() if e is entry]:
+                del self._entries[key]
 
     def clear(self) -> None:
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -48,6 +48,8 @@ _DB_LINE = re.compile(r"^([\w-]+),([\w \+\-\=]+),([\w\-/]+\.cu),([\w\-/]+\.cubin
 MANIFEST = "manifest.json"
 FORMAT = 1
 KEEP_SNAPSHOTS = 2
+#: A snapshot being staged for longer than this belongs to a process that died while publishing.
+STALE_SECONDS = 3600
 
 #: Options for a first run that may compile: use the DB, and compile segments serially (see above).
 ENABLE_OPTIONS = ["kernel_db"]
@@ -116,6 +118,16 @@ def db_problem(db: Path) -> Optional[str]:
     return None
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
 def entries(db: Path) -> int:
     """Kernels recorded in a kernel_db folder."""
     try:
@@ -141,11 +153,12 @@ class KernelCache:
         self.db = self.work / DB_DIR
         self.loaded_from: Optional[Path] = None
         self.start_entries = 0
-        self.opened = False
 
     # -- start ----------------------------------------------------------------------------------
     def prepare(self) -> None:
-        """Copies the newest sound snapshot into the private folder (an empty one if none)."""
+        """Copies the newest sound snapshot into the private folder (an empty one if none), after
+        removing what processes that died without publishing left behind."""
+        self._remove_leftovers()
         self.work.mkdir(parents=True, exist_ok=True)
         for snapshot in self._snapshots_newest_first():
             problem = snapshot_problem(snapshot, self.key)
@@ -160,6 +173,20 @@ class KernelCache:
         log.info("dynamo_nvf: kernel cache %s: %d kernel(s) from %s", self.work, self.start_entries,
                  self.loaded_from or "no snapshot")
 
+    def _remove_leftovers(self) -> None:
+        """Private folders of processes no longer alive (killed before their atexit ran) and
+        snapshot staging folders older than STALE_SECONDS."""
+        work = self.folder / "work"
+        if work.is_dir():
+            for path in work.iterdir():
+                pid = path.name.split("-", 1)[0]
+                if pid.isdigit() and not _alive(int(pid)):
+                    shutil.rmtree(path, ignore_errors=True)
+        if self.snapshots.is_dir():
+            for path in self.snapshots.iterdir():
+                if path.name.startswith(".") and time.time() - path.stat().st_mtime > STALE_SECONDS:
+                    shutil.rmtree(path, ignore_errors=True)
+
     def _snapshots_newest_first(self) -> list[Path]:
         if not self.snapshots.is_dir():
             return []
@@ -168,16 +195,14 @@ class KernelCache:
 
     @contextlib.contextmanager
     def opening(self) -> Iterator[None]:
-        """Around the first compile: kernel_db opens `$TMPDIR/nvfuser_kernel_db` once per process."""
-        if self.opened:
-            yield
-            return
+        """Around every compile that uses kernel_db: it opens `$TMPDIR/nvfuser_kernel_db` on the first
+        compile that reaches NVRTC, which need not be the first run (a run may compile no kernel, or
+        fail first), and it must never open the shared default folder."""
         saved = os.environ.get("TMPDIR")
         os.environ["TMPDIR"] = str(self.work)
         try:
             yield
         finally:
-            self.opened = True
             if saved is None:
                 os.environ.pop("TMPDIR", None)
             else:

@@ -17,7 +17,7 @@ import torch
 from torch.fx import GraphModule
 
 from dynamo_nvf import nvf as nvf_env
-from dynamo_nvf.lowering import build_fusion
+from dynamo_nvf.lowering import build_fusion, views_an_input
 from dynamo_nvf.plan import KernelInfo, RegionPlan
 from dynamo_nvf.runtime import kernel_cache
 from dynamo_nvf.runtime.fusion_cache import SHARED_FUSIONS
@@ -233,6 +233,11 @@ def device_reason(args: Sequence[Any], home: Optional[torch.device]) -> str:
     return f"no CUDA tensor input: nvFuser would run it on cuda:0, its outputs belong on {home}"
 
 
+def _capturing() -> bool:
+    """True while a CUDA graph is being captured on the current stream (asked on error paths only)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def _runs_on_nvfuser(args: Sequence[Any]) -> str:
     """'' when nvFuser can take these inputs, else why not."""
     for a in args:
@@ -253,6 +258,7 @@ class RegionRuntime:
         self._by_exact: OrderedDict[tuple, _Entry] = OrderedDict()
         self._by_descriptor: OrderedDict[tuple, _Entry] = OrderedDict()
         self._expected = _expected_outputs(eager)
+        self._output_nodes = list(next(n for n in eager.graph.nodes if n.op == "output").args[0])
         self._home = home_device(eager)
         self._nvf = nvf_env.nvfuser_module() if nvf_env.nvfuser_available() else None
         self._static = static_region(eager)
@@ -270,6 +276,8 @@ class RegionRuntime:
             try:
                 outputs = entry.fec.execute(args)
             except Exception:  # e.g. a layout the definition does not take: the keyed path decides
+                if _capturing():
+                    raise
                 self._fast = None
                 return self._keyed_call(args)
             if entry.fixups:
@@ -368,20 +376,41 @@ class RegionRuntime:
         else:
             outputs = self._compiling_execute(entry.fd, args)
         if entry.fec is None:
-            entry.fec = entry.fd.fec
             self.plan.first_run_ms = (time.perf_counter() - start) * 1e3
             log.debug("%s: first nvFuser run (compile) took %.1f ms", self.plan.name, self.plan.first_run_ms)
-            _validate_outputs(outputs, self._expected)
-            _validate_devices(outputs, self._home)
-            # nvFuser keeps broadcast dims of expanded inputs as stride-0 outputs; eager
-            # materialises them. Checked once per definition: such outputs are then written densely
-            # by a rebuilt definition, or, where that fails, copied on every call.
+            try:
+                _validate_outputs(outputs, self._expected)
+                _validate_devices(outputs, self._home)
+            except Exception:
+                # Never hand this definition to anyone: equal regions share it (fusion_cache).
+                entry.eager_reason = "its first run gave outputs unlike eager's"
+                SHARED_FUSIONS.discard(entry)
+                raise
+            # nvFuser keeps broadcast dims of expanded inputs as stride-0 outputs where eager
+            # materialises them, and returns meta ops of an input as views of it where eager copies.
+            # Checked once per definition: such outputs are then written by a rebuilt definition,
+            # or, where that fails, copied on every call.
             entry.fixups = layout_fixups(outputs, entry.output_orders)
-            if entry.fixups:
-                outputs = self._materialize_outputs(entry, args, outputs)
+            aliased = self._aliased_outputs(outputs, args)
+            entry.fec = entry.fd.fec
+            if entry.fixups or aliased:
+                outputs = self._materialize_outputs(entry, args, outputs, aliased)
         self.plan.executor = "nvfuser"
         self.plan.executor_reason = ""
         return outputs
+
+    def _aliased_outputs(self, outputs: Sequence[torch.Tensor], args: Sequence[Any]) -> frozenset[int]:
+        """Outputs sharing storage with a region input where eager's would not (eager's output is not
+        a view chain of an input): nvFuser forwards meta ops of inputs (a one-input cat, a reduction
+        over size-1 dims) that `lowering.copies_an_input` cannot foresee."""
+        inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor) and a.numel()}
+        if not inputs:
+            return frozenset()
+        found = set()
+        for index, (out, node) in enumerate(zip(outputs, self._output_nodes)):
+            if out.numel() and out.untyped_storage().data_ptr() in inputs and not views_an_input(node):
+                found.add(index)
+        return frozenset(found)
 
     def _compiling_execute(self, fd: Any, args: Sequence[Any]) -> Any:
         """A definition's first run, which compiles it: through the kernel cache when it is on."""
@@ -393,26 +422,38 @@ class RegionRuntime:
             return fd.execute(list(args), _enable_options=list(kernel_cache.ENABLE_OPTIONS),
                               _disable_options=list(kernel_cache.DISABLE_OPTIONS))
 
-    def _materialize_outputs(self, entry: _Entry, args: Sequence[Any], outputs: Any) -> Any:
-        """Rebuilds `entry` so the kernel writes its misplaced outputs densely (lowering's
-        `_materialized`); keeps the old definition and its per-call copies if that fails or does
-        not help. Returns the outputs to hand back for this call."""
-        wanted = frozenset(index for index, _ in entry.fixups)
+    def _materialize_outputs(self, entry: _Entry, args: Sequence[Any], outputs: Any,
+                             aliased: frozenset[int] = frozenset()) -> Any:
+        """Rebuilds `entry` so the kernel writes its misplaced outputs densely and its aliased ones
+        fresh (lowering's `_materialized`), checked once to equal the first definition's outputs
+        exactly. Keeps the old definition if that fails or does not help: misplaced outputs are then
+        copied per call, and aliased ones make the region eager (a write to one tensor must never show
+        in the other). Returns the outputs to hand back for this call."""
+        pinned = frozenset(index for index, _ in entry.fixups)
+        wanted = pinned | aliased
         try:
-            built = build_fusion(self._nvf, self.eager, args, materialize=wanted)
+            built = build_fusion(self._nvf, self.eager, args, materialize=wanted, pin=pinned)
             rebuilt = self._compiling_execute(built.fd, args)
             _validate_outputs(rebuilt, self._expected)
             remaining = layout_fixups(rebuilt, built.output_orders)
+            still_aliased = self._aliased_outputs(rebuilt, args)
+            for index in wanted:
+                torch.testing.assert_close(rebuilt[index], outputs[index], rtol=0, atol=0, equal_nan=True)
         except Exception as exc:
-            log.debug("%s: dense-output rebuild failed, outputs %s are copied per call: %s",
-                      self.plan.name, sorted(wanted), _short_error(exc))
-            return outputs
-        if len(remaining) >= len(entry.fixups):
+            log.debug("%s: rebuild of outputs %s failed: %s", self.plan.name, sorted(wanted), _short_error(exc))
+            remaining, still_aliased, built = entry.fixups, aliased, None
+        if built is None or still_aliased or len(remaining) > len(entry.fixups) or (
+                not aliased and len(remaining) == len(entry.fixups)):
+            if aliased:
+                entry.eager_reason = f"outputs {sorted(aliased)} share storage with an input, unlike eager's"
+                SHARED_FUSIONS.discard(entry)
+                raise RuntimeError(f"nvFuser returned outputs {sorted(aliased)} as views of an input, where "
+                                   f"eager's own storage; a rebuild did not fix it")
             log.debug("%s: dense-output rebuild did not help; outputs %s are copied per call",
-                      self.plan.name, sorted(wanted))
+                      self.plan.name, sorted(pinned))
             return outputs
         STATS.fusions_built += 1
-        log.debug("%s: outputs %s written densely by the kernel (no per-call copy)", self.plan.name, sorted(wanted))
+        log.debug("%s: outputs %s written by the kernel (no per-call copy, no alias)", self.plan.name, sorted(wanted))
         entry.fd, entry.fec, entry.output_orders = built.fd, built.fd.fec, built.output_orders
         entry.fixups = remaining
         entry.definition = self.plan.definition = built.definition
@@ -464,11 +505,16 @@ class RegionRuntime:
     def _fail(self, message: str, args: Sequence[Any]) -> Any:
         if self.settings.strict:
             raise NvFuserRegionError(f"{self.plan.name}: {message}")
+        if _capturing():
+            # During CUDA-graph capture the failed launch has likely invalidated the capture: let
+            # the capture fail as it is, and keep the region as it was for later calls.
+            raise NvFuserRegionError(f"{self.plan.name}: {message} (during CUDA-graph capture)")
         self._warn(message)
         return self._run_eager(args)
 
     def _warn(self, message: str) -> None:
         self.failed = message
+        self._fast = None
         self.plan.executor = "eager"
         self.plan.executor_reason = f"fallback after nvFuser error: {message}"
         STATS.fallbacks += 1
