@@ -52,3 +52,18 @@ def test_cloned_region_output_has_its_own_storage():
     x.add_(1.0)  # a write to the input must not show in the copy
     torch.testing.assert_close(a, x - 1.0)
     torch.testing.assert_close(b, torch.sigmoid(y) + a)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser")
+@pytest.mark.parametrize("name, fn, make", [
+    ("cat of one", lambda x: torch.cat([x]) * 1, lambda: torch.randn(64, 64, device="cuda")),
+    ("sum over size-1 dims", lambda x: x.sum(1), lambda: torch.randn(64, 1, device="cuda")),
+    ("floor of ints", lambda x: torch.floor(x), lambda: torch.randint(0, 9, (64, 64), device="cuda")),
+])
+def test_forwarded_inputs_never_leave_a_region_as_views(name, fn, make):
+    """Meta ops nvFuser forwards (beyond clone) are caught on the first run and rebuilt fresh."""
+    x = make()
+    out = compile_fn(fn, {"min_region_size": 1})(x)
+    assert out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr(), name
+    torch.testing.assert_close(out, fn(x))
