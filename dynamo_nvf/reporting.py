@@ -232,6 +232,14 @@ def _flat_tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
+def _grad_leaves(fn_or_module: Any, inputs: Sequence[Any]) -> list[torch.Tensor]:
+    """The tensors a backward of explain()'s run accumulates gradients into."""
+    leaves = [t for t in _flat_tensors(list(inputs)) if t.requires_grad and t.is_leaf]
+    if isinstance(fn_or_module, torch.nn.Module):
+        leaves += [p for p in fn_or_module.parameters() if p.requires_grad]
+    return leaves
+
+
 def _count_kernels(run: Callable[[], Any]) -> tuple[Any, Optional[int], Optional[int], str]:
     """Runs `run` under torch.profiler; returns its result and (all, nvFuser) GPU kernel counts."""
     if not torch.cuda.is_available():
@@ -260,7 +268,10 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
     segments with scheduler, kernel and compile times), "torch" (torch.profiler: every kernel of the
     call, nvFuser's and eager's, by name) or "none". "auto" is "nvfuser" where nvFuser runs. Only one
     of the two can be used per process: both subscribe to CUPTI, which takes one subscriber, and
-    nvFuser's profiler aborts the process if torch.profiler subscribed first. With `cuda_source=True`
+    nvFuser's profiler aborts the process if torch.profiler subscribed first. With CUDA graphs on
+    (`options={"cuda_graphs": True}`) the program runs as a training loop would under them: each run
+    starts a new step and from cleared gradients, and nvFuser's profiler is not used (its
+    synchronization is forbidden during capture). With `cuda_source=True`
     and `scheduled_ir=True` (profiler "nvfuser") the report carries each region's generated CUDA
     source and nvFuser's scheduled IR of its segments.
     """
@@ -291,6 +302,10 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
     def run() -> Any:
         if graphs_on:
             torch.compiler.cudagraph_mark_step_begin()
+            # A gradient accumulated into .grad from the last step's CUDA-graph outputs reads memory
+            # the next replay overwrites (cudagraph trees refuse it): start every run from no grad.
+            for t in _grad_leaves(fn_or_module, example_inputs):
+                t.grad = None
         out = compiled(*example_inputs, **kwargs)
         tensors = [t for t in _flat_tensors(out) if t.requires_grad]
         if tensors:
