@@ -144,5 +144,12 @@ def get_backend(name: str) -> Backend:
 
 
 def reset_compile_state() -> None:
-    """Drop dynamo caches so one backend's compiled graphs never serve another."""
+    """Drop dynamo caches so one backend's compiled graphs never serve another, and dynamo_nvf's
+    process-wide shared fusions (else a second nvf backend would start from the first one's compiled
+    fusions, and its first call would not be a compile)."""
     torch._dynamo.reset()
+    import sys
+
+    shared = sys.modules.get("dynamo_nvf.runtime.fusion_cache")
+    if shared is not None:
+        shared.SHARED_FUSIONS.clear()

@@ -1,0 +1,44 @@
+"""Why regions of a perf workload fell back to eager on the GPU: for each one, the error, its inputs
+(shape, stride, dtype), its FX code and nvFuser's definition, for a bug report or a fix.
+
+Usage: python scripts/fallback_repro.py WORKLOAD [WORKLOAD ...]   (perf workload names)
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import dynamo_nvf  # noqa: E402
+from perf.workloads import REGISTRY  # noqa: E402
+
+
+def main(names: list[str]) -> None:
+    for name in names:
+        torch._dynamo.reset()
+        inst = REGISTRY[name].instantiate("cuda")
+        with warnings.catch_warnings(record=True), dynamo_nvf.recording() as rec:
+            warnings.simplefilter("always")
+            fn = torch.compile(inst.fn, backend="nvf_bookend")
+            for _ in range(2):
+                inst.call(fn)
+        torch.cuda.synchronize()
+        failed = [(p, r) for p in rec.plans for r in p.regions if r.executor == "eager"]
+        print(f"## {name}: {sum(len(p.regions) for p in rec.plans)} regions, {len(failed)} in eager")
+        for plan, region in failed:
+            print(f"\n### {plan.kind} graph {plan.graph_id}, {region.name}: {region.executor_reason}")
+            for t in region.inputs:
+                print(f"  in  {t.name}: {t.dtype}{t.shape} stride {t.stride}")
+            for t in region.outputs:
+                print(f"  out {t.name}: {t.dtype}{t.shape} stride {t.stride}")
+            print("FX code:\n" + (region.fx_code or "").rstrip())
+            print("fusion definition:\n" + (region.definition or "(none)").rstrip())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
