@@ -17,6 +17,7 @@ from dynamo_nvf._compat import hint_int
 
 from dynamo_nvf.ops.context import LoweringContext, LoweringError
 from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS, python_scalar_dtype_name
+from dynamo_nvf.ops.metadata import METADATA_OPS
 from dynamo_nvf.ops.registry import LOWERINGS, op_name
 
 # Importing registers every lowering.
@@ -69,7 +70,7 @@ def build_fusion(nvf: ModuleType, region: GraphModule, args: Sequence[Any],
     """Defines the fusion of `region` for these actual inputs.
 
     `materialize` lists outputs the kernel must compute into fresh, dense storage although nvFuser
-    would return them otherwise (see `_materialized`), `pin` those whose layout is set explicitly;
+    would return them otherwise (see `LoweringContext.times_ones`), `pin` those whose layout is set explicitly;
     the runtime asks for them after a first run showed such outputs, instead of copying them on
     every call.
     """
@@ -128,7 +129,7 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
         pinned = order is not None and index in pin
         dense_wanted = order is not None and _expanded_value(value)
         if index in materialize or dense_wanted or (isinstance(val, torch.Tensor) and copies_an_input(out)):
-            value = _materialized(ctx, value, val)
+            value = ctx.times_ones(value, val)
         if isinstance(val, torch.Tensor):
             value = ctx.cast(value, val.dtype)  # low-precision values were computed in f32
         if id(value) in inputs:
@@ -153,10 +154,8 @@ _COPYING_OPS = frozenset({
 def copies_an_input(node: Node) -> bool:
     """True when eager gives `node` fresh storage (a clone, copy or same-dtype cast on the way) but its
     value is only meta ops of a region input, which nvFuser would return as an alias of the input.
-    Such an output is materialized: handing the caller the input's storage would let a later write
+    Such an output is materialized (`LoweringContext.times_ones`): handing the caller the input's storage would let a later write
     to one show in the other, unlike eager."""
-    from dynamo_nvf.ops.metadata import METADATA_OPS
-
     copied = False
     while node.op != "placeholder":
         if node.op != "call_function":
@@ -180,8 +179,6 @@ def copies_an_input(node: Node) -> bool:
 def views_an_input(node: Node) -> bool:
     """True when eager's value of `node` is a view chain of a region input (so sharing its storage
     is eager's behaviour too)."""
-    from dynamo_nvf.ops.metadata import METADATA_OPS
-
     while node.op != "placeholder":
         if node.op != "call_function" or node.target not in METADATA_OPS or not isinstance(node.args[0], Node):
             return False
@@ -196,27 +193,6 @@ def _expanded_value(value: Any) -> bool:
         return any(" ex " in str(d) for d in value.get_logical_domain())
     except Exception:  # not a TensorView, or an API change: the runtime's layout check still runs
         return False
-
-
-def _materialized(ctx: LoweringContext, value: Any, val: torch.Tensor) -> Any:
-    """`value` read through a product with dense ones of eager's shape.
-
-    nvFuser keeps an expanded broadcast dim expanded in an output (stride 0, no write), where eager
-    returns a dense tensor (a copy or reshape of an expanded one): the runtime then had to copy
-    the output on every call (`_relayout`, 6 copy kernels a step in a LLaMA-style model). It also
-    returns meta ops of an input as views of it (`copies_an_input`). The product gives every dim a
-    concrete extent and a computed value, as for reductions of expanded inputs
-    (`ops.lowerings._reduction_input`), so the kernel writes a fresh dense output itself.
-    Multiplying by one is exact; bool values use a logical and with true.
-    """
-    if all(isinstance(s, int) for s in val.shape):
-        shape: Any = [int(s) for s in val.shape]
-    else:
-        shape = ctx.ops.shape(value)  # symbolic sizes: the value's own extents
-    if val.dtype == torch.bool:
-        return ctx.ops.logical_and(value, ctx.ops.full(shape, ctx.value(True), ctx.dtype(torch.bool)))
-    dtype = torch.float32 if val.dtype in LOW_PRECISION_FLOATS else val.dtype
-    return ctx.ops.mul(value, ctx.ops.full(shape, ctx.constant(1, dtype), ctx.dtype(dtype)))
 
 
 _EXPLICIT_CASTS = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)

@@ -258,6 +258,14 @@ def wall_us_per_call(step: Callable[[], object], calls: int = 3) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
+def first_call_then_warmup(step: Callable[[], object], warmup: int) -> float:
+    """Seconds of the first call (compile included, synchronized), then `warmup` more calls."""
+    first_s = wall_us_per_call(step, calls=1) * 1e-6
+    for _ in range(warmup):
+        step()
+    return first_s
+
+
 def _is_device_event(evt) -> bool:
     dt = getattr(evt, "device_type", None)
     return dt is not None and dt == torch.autograd.DeviceType.CUDA
@@ -526,9 +534,7 @@ class Runner:
         try:
             try:
                 inst, step = self._compiled(wl, be, tiny=False)
-                rec["compile_s"] = wall_us_per_call(step, calls=1) * 1e-6  # the first call: compile included
-                for _ in range(cfg.warmup):
-                    step()
+                rec["compile_s"] = first_call_then_warmup(step, cfg.warmup)
                 times = event_times_us(step, cfg.iters, self._flush_buffer(), self._sleep_for(step))
                 rec["gpu_us"] = statistics.median(times)
                 rec["gpu_us_min"] = min(times)
@@ -594,9 +600,7 @@ class Runner:
         try:
             try:
                 inst, step = self._compiled(wl, be, tiny=False)
-                rec["compile_s"] = wall_us_per_call(step, calls=1) * 1e-6
-                for _ in range(cfg.model_warmup):
-                    step()
+                rec["compile_s"] = first_call_then_warmup(step, cfg.model_warmup)
                 before = nvfuser_call_count() if be.nvf else None
                 timing = self._step_timing(step)
                 after = nvfuser_call_count() if be.nvf else None

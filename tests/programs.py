@@ -72,13 +72,8 @@ class LayerNormBlock(nn.Module):
         return x + self.fc(torch.nn.functional.gelu(self.norm(x)))
 
 
-class ResidualBlock(nn.Module):
+class ResidualBlock(LayerNormBlock):
     """x + gelu(linear(layer_norm(x))): stacked, its regions repeat (fusion-sharing tests)."""
-
-    def __init__(self, dim: int = 32) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(dim)
-        self.fc = nn.Linear(dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + torch.nn.functional.gelu(self.fc(self.norm(x)))

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import torch
 from torch.fx import Node
 
-from dynamo_nvf.ops.dtypes import nvf_dtype, python_scalar_dtype_name
+from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS, nvf_dtype, python_scalar_dtype_name
 
 
 class LoweringError(RuntimeError):
@@ -81,3 +81,21 @@ class LoweringContext:
         """Broadcasts `value` (eager value `src`) to `out_shape`, aligning trailing dims like aten."""
         offset = len(out_shape) - src.dim()
         return self.ops.broadcast_in_dim(value, self.shape(out_shape), list(range(offset, len(out_shape))))
+
+    def times_ones(self, value: Any, src: torch.Tensor) -> Any:
+        """`value` (eager value `src`) read through a product with dense ones of `src`'s shape.
+
+        The product gives every dim a concrete extent and a computed value, so nvFuser neither keeps
+        an expanded (stride-0) broadcast dim nor forwards an input as a view of itself: a reduction
+        of an expanded tensor keeps its extents, and an output is written densely into fresh
+        storage by the kernel. Multiplying by one is exact; a bool value goes through a logical and
+        with true. Low-precision values are computed in float32 inside fusions, so their ones are.
+        """
+        if all(isinstance(s, int) for s in src.shape):
+            shape: Any = [int(s) for s in src.shape]
+        else:
+            shape = self.ops.shape(value)  # symbolic sizes: the value's own extents
+        if src.dtype == torch.bool:
+            return self.ops.logical_and(value, self.ops.full(shape, self.value(True), self.dtype(torch.bool)))
+        dtype = torch.float32 if src.dtype in LOW_PRECISION_FLOATS else src.dtype
+        return self.ops.mul(value, self.ops.full(shape, self.constant(1, dtype), self.dtype(dtype)))

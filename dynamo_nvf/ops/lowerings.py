@@ -389,12 +389,7 @@ def _reduction_input(ctx, x: Node) -> Any:
     """The value a reduction reads: an expanded input goes through `x * ones` (see _check_reduction);
     multiplying by one is exact, and eager's reduction reads the same values."""
     xv = ctx.value(x)
-    if not _expanded(x):
-        return xv
-    v = _val(x)
-    dtype = torch.float32 if v.dtype in LOW_PRECISION_FLOATS else v.dtype
-    ones = ctx.ops.full([int(s) for s in v.shape], ctx.constant(1.0, dtype), ctx.dtype(dtype))
-    return ctx.ops.mul(xv, ones)
+    return ctx.times_ones(xv, _val(x)) if _expanded(x) else xv
 
 
 def _reduction_dtype(ctx, node: Node, index: int) -> Any:

@@ -18,6 +18,7 @@ from torch.fx import GraphModule
 
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.lowering import build_fusion, views_an_input
+from dynamo_nvf.ops.metadata import static_layout
 from dynamo_nvf.plan import KernelInfo, RegionPlan
 from dynamo_nvf.runtime import kernel_cache
 from dynamo_nvf.runtime.fusion_cache import SHARED_FUSIONS
@@ -130,8 +131,6 @@ def static_region(region: GraphModule) -> bool:
     Its runtime can then skip the per-call cache key; nvFuser still validates inputs against the
     definition, and an error sends the call back through the keyed path.
     """
-    from dynamo_nvf.ops.metadata import static_layout
-
     for node in region.graph.nodes:
         if node.op != "placeholder":
             continue
@@ -425,7 +424,7 @@ class RegionRuntime:
     def _materialize_outputs(self, entry: _Entry, args: Sequence[Any], outputs: Any,
                              aliased: frozenset[int] = frozenset()) -> Any:
         """Rebuilds `entry` so the kernel writes its misplaced outputs densely and its aliased ones
-        fresh (lowering's `_materialized`), checked once to equal the first definition's outputs
+        fresh (`LoweringContext.times_ones`), checked once to equal the first definition's outputs
         exactly. Keeps the old definition if that fails or does not help: misplaced outputs are then
         copied per call, and aliased ones make the region eager (a write to one tensor must never show
         in the other). Returns the outputs to hand back for this call."""
