@@ -25,6 +25,7 @@ from dynamo_nvf.decompositions import decomposition_table
 from dynamo_nvf.passes.attention import REWRITES_KEY, fuse_attention
 from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
+from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.plan import GraphPlan
 from dynamo_nvf.plan_text import render_plan_text
@@ -131,6 +132,8 @@ class _GraphCompiler:
         plan: GraphPlan = gm.meta[PLAN_KEY]
         plan.rewrites = list(self.rewrites)
         gm = install_runtimes(gm, plan, self.settings)
+        if self.settings.lean_views:
+            gm = reinterpret_views(gm, is_region=lambda target: isinstance(target, RegionRuntime))
         plan.code = gm.code
         plan.planning_ms = (time.perf_counter() - start) * 1e3
         self.plans.append(plan)

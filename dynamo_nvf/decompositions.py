@@ -1,8 +1,8 @@
 """Decompositions applied while aot_autograd traces: composite ops nvFuser lacks become ops it has.
 
-Matmuls (mm, bmm, addmm), dropout (RNG) and embedding are not listed: they stay whole; matmuls and
-dropout run in ATen; embedding is lowered whole as a row gather (or left to ATen with
-fuse_embedding=False).
+Matmuls (mm, bmm, addmm), dropout (RNG) and embedding are not listed: they stay whole; matmuls run
+in ATen; dropout is lowered whole with nvFuser's Philox (or left to ATen with fuse_dropout=False);
+embedding is lowered whole as a row gather (or left to ATen with fuse_embedding=False).
 """
 
 from __future__ import annotations

@@ -336,3 +336,18 @@ def test_relu_backward_where_joins_the_backward_region():
     plans = check_training(f, [torch.randn(8, 16), torch.randn(16, 16)], {"plan_cpu_as_cuda": True})
     (backward,) = [p for p in plans if p.kind == "backward"]
     assert [r.ops for r in backward.regions] == [["aten.mul.Tensor", "prims.where.default"]]
+
+
+def test_full_sum_knows_when_its_region_reduces_rows():
+    """The lowering sums rows first only beside a row reduction of a tensor of the same shape."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.ops.lowerings import _rows_reduced_in_region
+
+    x = torch.randn(8, 16)
+    norm_loss = make_fx(lambda x: torch.ops.aten.sum.default(x - torch.ops.aten.amax.default(x, [-1], True)))(x)
+    plain_loss = make_fx(lambda x: torch.ops.aten.sum.default(x * 2))(x)
+    column_loss = make_fx(lambda x: torch.ops.aten.sum.default(x - torch.ops.aten.amax.default(x, [0], True)))(x)
+    for gm, expected in ((norm_loss, True), (plain_loss, False), (column_loss, False)):
+        total = [n for n in gm.graph.nodes if n.target is torch.ops.aten.sum.default][0]
+        assert _rows_reduced_in_region(total, total.args[0]) is expected, gm.code

@@ -141,6 +141,37 @@ def test_reductions_of_expanded_tensors_keep_their_shape(bookend, dtype):
     _ran_on_nvfuser()
 
 
+NORM_LOSSES = {
+    "layer_norm_sum": lambda x: torch.nn.functional.layer_norm(x, (x.shape[-1],)).sum(),
+    "softmax_mean": lambda x: torch.softmax(x, dim=-1).float().mean(),
+    "rms_norm_sum_keepdim": lambda x: (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6)).sum((0, 1), keepdim=True),
+}
+
+
+@pytest.mark.parametrize("name", list(NORM_LOSSES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_full_reduction_after_a_norm_sums_rows_first(name, dtype):
+    """A loss over a norm's output: rows first (the norm's persistent kernel keeps that reduction),
+    then the row sums; nvFuser otherwise recomputes the norm in a second, full-size kernel."""
+    x = _r(512, 1024, dtype=dtype)
+    tol = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-1}
+    plans = check_inference(NORM_LOSSES[name], [x], STRICT, **tol)
+    _ran_on_nvfuser()
+    definition = "\n".join(r.definition for p in plans for r in p.regions)
+    assert "dims=[1]" in definition and "dims=[0]" in definition, definition
+    assert "dims=[0, 1]" not in definition, definition
+    kernels = nvfuser_kernels(compile_fn(NORM_LOSSES[name], STRICT), x)
+    assert len(kernels) == 2, kernels
+
+
+def test_lone_full_reduction_stays_one_reduction():
+    """Without a row reduction beside it, a full sum is one nvFuser reduction, not two."""
+    x = _r(512, 1024)
+    plans = check_inference(lambda x: (x * 2).sum(), [x], STRICT)
+    definition = "\n".join(r.definition for p in plans for r in p.regions)
+    assert "dims=[0, 1]" in definition, definition
+
+
 @pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fused_embedding_matches_aten(dtype, index_dtype):
@@ -435,3 +466,53 @@ def test_relu_training_fuses_its_backward_where():
     (backward,) = [p for p in plans if p.kind == "backward"]
     assert any("prims.where.default" in r.ops for r in backward.regions)
     _ran_on_nvfuser()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_is_drawn_inside_the_region(dtype):
+    """native_dropout lowered with nvFuser's Philox: no ATen dropout kernel, the residual-norm block is
+    one region, and the mask's rate, scaling and backward are dropout's."""
+    p = 0.25
+    norm = torch.nn.LayerNorm(256, device=DEV, dtype=dtype)
+
+    def f(x, r):
+        return norm(torch.nn.functional.dropout(x, p=p, training=True) + r)
+
+    x = torch.ones(1024, 256, device=DEV, dtype=dtype, requires_grad=True)
+    r = torch.zeros(1024, 256, device=DEV, dtype=dtype)
+    compiled = compile_fn(f, STRICT)
+    compiled(x, r)
+    names = all_kernels(compiled, x, r)
+    assert not [n for n in names if "dropout" in n.lower()], names
+    _ran_on_nvfuser()
+
+    def g(x):  # mask and scale seen directly
+        return torch.nn.functional.dropout(x * 2.0, p=p, training=True) + 1.0
+
+    compiled_g = compile_fn(g, STRICT)
+    out = compiled_g(x)
+    kept = out != 1.0
+    scale = 2.0 / (1 - p)
+    tol = {} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-2}
+    torch.testing.assert_close(out[kept], torch.full_like(out[kept], 1.0 + scale), **tol)
+    assert abs((1 - kept.float().mean().item()) - p) < 0.01
+    out.backward(torch.ones_like(out))
+    torch.testing.assert_close(x.grad, (kept * scale).to(dtype), **tol)
+    assert not torch.equal(compiled_g(x) != 1.0, kept), "a second call drew the same mask"
+    torch.manual_seed(7)
+    first = compiled_g(x) != 1.0
+    torch.manual_seed(7)
+    assert torch.equal(compiled_g(x) != 1.0, first), "torch.manual_seed no longer repeats the mask"
+
+
+def test_fuse_dropout_false_draws_eager_masks():
+    def g(x):
+        return torch.nn.functional.dropout(x * 2.0, p=0.3, training=True) + 1.0
+
+    compiled = compile_fn(g, {**STRICT, "fuse_dropout": False})
+    x = _r(256, 256)
+    compiled(x)
+    torch.manual_seed(3)
+    actual = compiled(x)
+    torch.manual_seed(3)
+    assert torch.equal(actual, g(x))

@@ -1,5 +1,5 @@
 """Mixed precision and RNG: an autocast training step, and dropout whose mask, scaling and backward
-are right (dropout itself stays in eager; the fused regions around it must not disturb it)."""
+are right, whether the mask is drawn inside a region (nvFuser's Philox, the default) or by ATen."""
 
 from __future__ import annotations
 
@@ -72,3 +72,27 @@ def test_adam_step_graph_plans_without_cycles():
     assert any(len(p.regions) >= 2 for p in rec.plans)
     for a, b in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _dropout_plans(options):
+    def f(x):
+        return torch.nn.functional.dropout(x * 2.0, p=0.25, training=True) + 1.0
+
+    compiled = compile_fn(f, {"plan_cpu_as_cuda": True, "strict": True, **options})
+    with recording() as rec:
+        compiled(torch.randn(32, 32, requires_grad=True)).sum().backward()
+    return rec.plans
+
+
+def test_dropout_is_planned_into_the_region_by_default():
+    forward = [p for p in _dropout_plans({}) if p.kind == "forward"][0]
+    (region,) = forward.regions
+    assert "aten.native_dropout.default" in region.ops
+    assert not [n for n in forward.eager_nodes if "dropout" in n.op]
+
+
+def test_fuse_dropout_false_leaves_it_to_aten_with_a_reason():
+    forward = [p for p in _dropout_plans({"fuse_dropout": False}) if p.kind == "forward"][0]
+    assert all("aten.native_dropout.default" not in r.ops for r in forward.regions)
+    (dropout,) = [n for n in forward.eager_nodes if n.op == "aten.native_dropout.default"]
+    assert "fuse_dropout=True" in dropout.reason

@@ -397,6 +397,45 @@ def _reduction_dtype(ctx, node: Node, index: int) -> Any:
     return ctx.dtype(dtype) if dtype is not None else ctx.nvf.DataType.Null
 
 
+# Rows first, when a region also reduces rows. A training block's loss, `norm(x).sum()`, reduces every
+# dim of a tensor whose rows the norm reduced already (var_mean, amax, sum over the last dim). nvFuser
+# 0.2.36 segments the full reduction off the norm's persistent kernel and recomputes the norm in a
+# reduction kernel of its own: LayerNorm f32 8192x4096 took 48 + 144 us where inductor took 78 + 2
+# (H100, scripts/block_kernels.py). Summing rows first (the same last-dim reduction the norm does, so
+# the persistent kernel keeps it) and then the row sums (a tiny second kernel) is what inductor does;
+# the order of a float sum changes only its rounding, and low-precision inputs accumulate in f32.
+_ROW_REDUCTIONS = {aten.sum.dim_IntList, aten.amax.default, aten.amin.default, aten.mean.dim,
+                   aten.var_mean.correction, aten.var.correction}
+
+
+def _rows_reduced_in_region(node: Node, x: Any) -> bool:
+    """True when another node of `node`'s region reduces the last dim of a tensor shaped like `x`."""
+    shape, rank = tuple(_val(x).shape), _rank(x)
+    for other in node.graph.nodes:
+        if other is node or other.op != "call_function" or other.target not in _ROW_REDUCTIONS:
+            continue
+        src = other.args[0]
+        if not isinstance(src, Node) or tuple(_val(src).shape) != shape:
+            continue
+        if _norm_dims(_arg(other, 1, "dim"), rank) == [rank - 1]:
+            return True
+    return False
+
+
+def _sum(ctx, node: Node, xv: Any, dims: list[int], keepdim: bool, acc: Any) -> Any:
+    """`sum(xv, dims)`, taken as rows first then the rest where `_rows_reduced_in_region` says so."""
+    x = node.args[0]
+    rank = _rank(x)
+    if rank < 2 or dims != list(range(rank)) or not _rows_reduced_in_region(node, x):
+        return ctx.ops.sum(xv, dims, keepdim, acc)
+    low_precision = _val(x).dtype if acc == ctx.nvf.DataType.Null and _val(x).dtype in LOW_PRECISION_FLOATS else None
+    if low_precision is not None:
+        acc = ctx.nvf.DataType.Float  # the row sums must not round to bf16/f16 before the second sum
+    rows = ctx.ops.sum(xv, [rank - 1], keepdim, acc)
+    total = ctx.ops.sum(rows, list(range(rank - 1)), keepdim, ctx.nvf.DataType.Null)
+    return total if low_precision is None else ctx.cast(total, low_precision)
+
+
 def _reduce_dims_lowering(name: str, single_dim: bool = False, dtype_index: Optional[int] = 3):
     """`op(x, dim(s), keepdim[, dtype])` overloads: sum.dim_IntList, prod.dim_int, amax, amin."""
 
@@ -406,6 +445,8 @@ def _reduce_dims_lowering(name: str, single_dim: bool = False, dtype_index: Opti
         dims = _norm_dims([dim] if single_dim else dim, _rank(x))
         keepdim = bool(_arg(node, 2, "keepdim", False))
         dtype = _reduction_dtype(ctx, node, dtype_index) if dtype_index else ctx.nvf.DataType.Null
+        if name == "sum":
+            return _sum(ctx, node, _reduction_input(ctx, x), dims, keepdim, dtype)
         return getattr(ctx.ops, name)(_reduction_input(ctx, x), dims, keepdim, dtype)
 
     return lower
@@ -416,8 +457,10 @@ def _reduce_all_lowering(name: str):
 
     def lower(ctx, node: Node) -> Any:
         x = node.args[0]
-        return getattr(ctx.ops, name)(_reduction_input(ctx, x), list(range(_rank(x))), False,
-                                      _reduction_dtype(ctx, node, 1))
+        dims, dtype = list(range(_rank(x))), _reduction_dtype(ctx, node, 1)
+        if name == "sum":
+            return _sum(ctx, node, _reduction_input(ctx, x), dims, False, dtype)
+        return getattr(ctx.ops, name)(_reduction_input(ctx, x), dims, False, dtype)
 
     return lower
 
@@ -434,7 +477,7 @@ def _mean(ctx, node: Node, dims: list[int], keepdim: bool) -> Any:
     x = node.args[0]
     xv = _reduction_input(ctx, x)
     acc = ctx.nvf.DataType.Float if _val(x).dtype in LOW_PRECISION_FLOATS else ctx.nvf.DataType.Null
-    total = ctx.ops.sum(xv, dims, keepdim, acc)
+    total = _sum(ctx, node, xv, dims, keepdim, acc)
     count = None
     for d in dims:
         size = ctx.ops.size(xv, d)
@@ -750,6 +793,31 @@ def _embedding(ctx, node: Node) -> Any:
     weight = ctx.raw_inputs.get(node.args[0])
     rows = ctx.ops.index_select(weight if weight is not None else ctx.value(node.args[0]), flat, 0)
     return ctx.ops.reshape(rows, list(node.meta["val"].shape)) if indices.dim() != 1 else rows
+
+
+def _check_dropout(node: Node) -> Optional[str]:
+    p, train = _arg(node, 1, "p"), _arg(node, 2, "train")
+    if train is not True:
+        return "unsupported op: native_dropout outside training"
+    if not isinstance(p, (int, float)) or not 0.0 < p < 1.0:
+        return "unsupported op: dropout probability outside (0, 1) or symbolic"
+    if not _val(node.args[0]).dtype.is_floating_point:
+        return "dtype: dropout of a non-floating tensor"
+    if _expanded(node.args[0]):
+        return "unsupported op: dropout of an expanded (stride-0) tensor draws one value per element"
+    return None
+
+
+@register_lowering(aten.native_dropout.default, check=_check_dropout, opt_in="fuse_dropout")
+def _native_dropout(ctx, node: Node) -> Any:
+    """(x * mask * 1/(1-p), mask) as ATen computes it, with mask = uniform [0, 1) < 1 - p drawn by
+    nvFuser's Philox from torch's default CUDA generator (graph-safe: replays advance its offset)."""
+    x = ctx.value(node.args[0])
+    keep = 1.0 - float(_arg(node, 1, "p"))
+    mask = ctx.ops.lt(ctx.ops.rand_like(x), keep)
+    kept = ctx.ops.mul(x, ctx.cast(mask, _val(node.args[0]).dtype if _val(node.args[0]).dtype not in
+                                   LOW_PRECISION_FLOATS else torch.float32))
+    return ctx.ops.mul(kept, 1.0 / keep), mask
 
 
 @register_lowering(aten.cat.default, check=_check_cat)

@@ -1,0 +1,56 @@
+"""Kernels of one perf workload, one backend, one steady-state call: what explain() and the
+profiler see, for reading a block's GPU time against inductor's (issue #11).
+
+    python scripts/block_kernels.py layernorm_train_f32 explain     # nvFuser's segments and schedulers
+    python scripts/block_kernels.py layernorm_train_f32 inductor    # torch.profiler kernel table
+    python scripts/block_kernels.py layernorm_train_f32 nvf_bookend
+
+One mode per process: nvFuser's profiler and torch.profiler cannot share one (CUPTI).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import dynamo_nvf  # noqa: E402,F401  (registers the backend)
+from perf.workloads import REGISTRY  # noqa: E402
+
+
+def kernel_table(fn, inst) -> None:
+    for _ in range(3):
+        inst.call(fn)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        inst.call(fn)
+        torch.cuda.synchronize()
+    rows = collections.OrderedDict()
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        name = e.name[:110]
+        count, us = rows.get(name, (0, 0.0))
+        rows[name] = (count + 1, us + e.device_time)
+    total = sum(us for _, us in rows.values())
+    print(f"{'us':>9} {'n':>3}  kernel")
+    for name, (count, us) in rows.items():
+        print(f"{us:9.1f} {count:3d}  {name}")
+    print(f"{total:9.1f} {sum(c for c, _ in rows.values()):3d}  TOTAL")
+
+
+def main(name: str, mode: str) -> None:
+    inst = REGISTRY[name].instantiate("cuda" if torch.cuda.is_available() else "cpu", tiny=not torch.cuda.is_available())
+    if mode == "explain":
+        print(dynamo_nvf.explain(inst.fn, *inst.inputs, profiler="nvfuser"))
+        return
+    fn = inst.fn if mode == "eager" else torch.compile(inst.fn, backend=mode)
+    kernel_table(fn, inst)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
