@@ -127,7 +127,7 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
         # of a compact intermediate, ~20 us of host time), so it is pinned only where needed: a layout
         # other than row-major, or one a first run showed nvFuser getting wrong (`materialize`).
         pinned = order is not None and index in pin
-        dense_wanted = order is not None and _expanded_value(value)
+        dense_wanted = order is not None and ctx.is_expanded(value)
         if index in materialize or dense_wanted or (isinstance(val, torch.Tensor) and copies_an_input(out)):
             value = ctx.times_ones(value, val)
         if isinstance(val, torch.Tensor):
@@ -184,15 +184,6 @@ def views_an_input(node: Node) -> bool:
             return False
         node = node.args[0]
     return True
-
-
-def _expanded_value(value: Any) -> bool:
-    """True when nvFuser would return `value` with an expanded broadcast dim (stride 0): an
-    IterDomain prints as e.g. `bS3{1 ex i2}`, and the direct API has no is_broadcast."""
-    try:
-        return any(" ex " in str(d) for d in value.get_logical_domain())
-    except Exception:  # not a TensorView, or an API change: the runtime's layout check still runs
-        return False
 
 
 _EXPLICIT_CASTS = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)

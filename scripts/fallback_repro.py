@@ -1,11 +1,13 @@
 """Why regions of a perf workload fell back to eager on the GPU: for each one, the error, its inputs
 (shape, stride, dtype), its FX code and nvFuser's definition, for a bug report or a fix.
 
-Usage: python scripts/fallback_repro.py WORKLOAD [WORKLOAD ...]   (perf workload names)
+Usage: python scripts/fallback_repro.py WORKLOAD [WORKLOAD ...] [--option NAME=JSON ...]
+(perf workload names; options go to the backend, e.g. --option lean_views=false)
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -18,13 +20,13 @@ import dynamo_nvf  # noqa: E402
 from perf.workloads import REGISTRY  # noqa: E402
 
 
-def main(names: list[str]) -> None:
+def main(names: list[str], options: dict) -> None:
     for name in names:
         torch._dynamo.reset()
         inst = REGISTRY[name].instantiate("cuda")
         with warnings.catch_warnings(record=True), dynamo_nvf.recording() as rec:
             warnings.simplefilter("always")
-            fn = torch.compile(inst.fn, backend="nvf_bookend")
+            fn = torch.compile(inst.fn, backend="nvf_bookend", options=options)
             for _ in range(2):
                 inst.call(fn)
         torch.cuda.synchronize()
@@ -41,4 +43,10 @@ def main(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args, opts = sys.argv[1:], {}
+    while "--option" in args:
+        i = args.index("--option")
+        key, _, value = args[i + 1].partition("=")
+        opts[key] = json.loads(value)
+        del args[i:i + 2]
+    main(args, opts)

@@ -82,6 +82,15 @@ class LoweringContext:
         offset = len(out_shape) - src.dim()
         return self.ops.broadcast_in_dim(value, self.shape(out_shape), list(range(offset, len(out_shape))))
 
+    def is_expanded(self, value: Any) -> bool:
+        """True when nvFuser holds `value` with an expanded broadcast dim (stride 0): an IterDomain
+        prints as e.g. `bS3{1 ex i2}`, and the direct API has no is_broadcast. Eager's strides do not
+        tell: a cast of an expanded tensor is dense in eager but stays expanded inside a fusion."""
+        try:
+            return any(" ex " in str(d) for d in value.get_logical_domain())
+        except Exception:  # not a TensorView, or an API change: the runtime's layout check still runs
+            return False
+
     def times_ones(self, value: Any, src: torch.Tensor) -> Any:
         """`value` (eager value `src`) read through a product with dense ones of `src`'s shape.
 

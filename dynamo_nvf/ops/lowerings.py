@@ -389,7 +389,7 @@ def _reduction_input(ctx, x: Node) -> Any:
     """The value a reduction reads: an expanded input goes through `x * ones` (see _check_reduction);
     multiplying by one is exact, and eager's reduction reads the same values."""
     xv = ctx.value(x)
-    return ctx.times_ones(xv, _val(x)) if _expanded(x) else xv
+    return ctx.times_ones(xv, _val(x)) if _expanded(x) or ctx.is_expanded(xv) else xv
 
 
 def _reduction_dtype(ctx, node: Node, index: int) -> Any:
@@ -601,7 +601,13 @@ def _reshape(ctx, node: Node) -> Any:
     shape = node.args[1]
     if any(isinstance(s, int) and s == -1 for s in shape):
         shape = list(node.meta["val"].shape)
-    return ctx.ops.reshape(ctx.value(node.args[0]), ctx.shape(shape))
+    value = ctx.value(node.args[0])
+    if ctx.is_expanded(value) and all(_static(s) for s in _val(node.args[0]).shape):
+        # Dense in eager (a cast of an expand) but expanded in the fusion: nvFuser 0.2.36 lost the
+        # extents of such a reshape (an internal assert binding 1024 as 1, perf gpt_mlp_train_bf16's
+        # bias gradient, H100). Read it through ones, as the reductions of expanded tensors do.
+        value = ctx.times_ones(value, _val(node.args[0]))
+    return ctx.ops.reshape(value, ctx.shape(shape))
 
 
 @register_lowering(aten.permute.default)

@@ -215,7 +215,8 @@ class KernelCache:
             if entries(self.db) <= self.start_entries or db_problem(self.db) is not None:
                 return None
             self.snapshots.mkdir(parents=True, exist_ok=True)
-            name = f"{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}-{os.getpid()}"
+            now = time.time_ns()  # one reading: seconds and nanoseconds of two readings can disorder names
+            name = f"{time.strftime('%Y%m%dT%H%M%S', time.localtime(now // 10**9))}-{now % 10**9:09d}-{os.getpid()}"
             staging = self.snapshots / f".{name}"
             shutil.copytree(self.db, staging / DB_DIR)
             (staging / MANIFEST).write_text(json.dumps(self.key.manifest()))
