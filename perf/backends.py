@@ -97,6 +97,12 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_aten_views",
+            _nvf({"lean_views": False}),
+            'dynamo_nvf with options={"lean_views": False}: aten view calls between regions, against the lean default; opt-in',
+            nvf=True,
+        ),
+        Backend(
             "dynamo_eager",
             _dynamo_eager,
             'torch.compile(backend="eager"): Dynamo\'s own cost, the floor of any backend; opt-in',
