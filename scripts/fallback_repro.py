@@ -7,6 +7,7 @@ Usage: python scripts/fallback_repro.py WORKLOAD [WORKLOAD ...] [--option NAME=J
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import warnings
@@ -43,10 +44,9 @@ def main(names: list[str], options: dict) -> None:
 
 
 if __name__ == "__main__":
-    args, opts = sys.argv[1:], {}
-    while "--option" in args:
-        i = args.index("--option")
-        key, _, value = args[i + 1].partition("=")
-        opts[key] = json.loads(value)
-        del args[i:i + 2]
-    main(args, opts)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="+", help="perf workload names")
+    parser.add_argument("--option", action="append", default=[], metavar="NAME=JSON",
+                        help="a backend option, e.g. lean_views=false (repeatable)")
+    args = parser.parse_args()
+    main(args.workloads, {k: json.loads(v) for k, _, v in (o.partition("=") for o in args.option)})

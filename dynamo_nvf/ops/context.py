@@ -106,5 +106,11 @@ class LoweringContext:
             shape = self.ops.shape(value)  # symbolic sizes: the value's own extents
         if src.dtype == torch.bool:
             return self.ops.logical_and(value, self.ops.full(shape, self.value(True), self.dtype(torch.bool)))
-        dtype = torch.float32 if src.dtype in LOW_PRECISION_FLOATS else src.dtype
+        dtype = self.compute_dtype(src.dtype)
         return self.ops.mul(value, self.ops.full(shape, self.constant(1, dtype), self.dtype(dtype)))
+
+    @staticmethod
+    def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+        """The dtype a value of eager dtype `dtype` has inside a fusion: half and bfloat16 are
+        computed in float32 (inputs are upcast where they are defined, outputs cast back)."""
+        return torch.float32 if dtype in LOW_PRECISION_FLOATS else dtype

@@ -7,7 +7,7 @@ dtype eager produced (node.meta["val"]), so lowerings only need to get the value
 from __future__ import annotations
 
 import operator
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch.fx import Node
@@ -436,7 +436,19 @@ def _sum(ctx, node: Node, xv: Any, dims: list[int], keepdim: bool, acc: Any) -> 
     return total if low_precision is None else ctx.cast(total, low_precision)
 
 
-def _reduce_dims_lowering(name: str, single_dim: bool = False, dtype_index: Optional[int] = 3):
+#: `reduce(ctx, node, x_value, dims, keepdim, dtype)`: how a reduction lowering reduces (`_sum`, or
+#: the nvFuser op of that name through `_nvf_reduction`).
+Reducer = Callable[[Any, Node, Any, list[int], bool, Any], Any]
+
+
+def _nvf_reduction(name: str) -> Reducer:
+    def reduce(ctx, node: Node, xv: Any, dims: list[int], keepdim: bool, dtype: Any) -> Any:
+        return getattr(ctx.ops, name)(xv, dims, keepdim, dtype)
+
+    return reduce
+
+
+def _reduce_dims_lowering(reduce: Reducer, single_dim: bool = False, dtype_index: Optional[int] = 3):
     """`op(x, dim(s), keepdim[, dtype])` overloads: sum.dim_IntList, prod.dim_int, amax, amin."""
 
     def lower(ctx, node: Node) -> Any:
@@ -445,32 +457,27 @@ def _reduce_dims_lowering(name: str, single_dim: bool = False, dtype_index: Opti
         dims = _norm_dims([dim] if single_dim else dim, _rank(x))
         keepdim = bool(_arg(node, 2, "keepdim", False))
         dtype = _reduction_dtype(ctx, node, dtype_index) if dtype_index else ctx.nvf.DataType.Null
-        if name == "sum":
-            return _sum(ctx, node, _reduction_input(ctx, x), dims, keepdim, dtype)
-        return getattr(ctx.ops, name)(_reduction_input(ctx, x), dims, keepdim, dtype)
+        return reduce(ctx, node, _reduction_input(ctx, x), dims, keepdim, dtype)
 
     return lower
 
 
-def _reduce_all_lowering(name: str):
+def _reduce_all_lowering(reduce: Reducer):
     """`op(x, dtype=None)` overloads reducing every dim: sum.default, prod.default."""
 
     def lower(ctx, node: Node) -> Any:
         x = node.args[0]
-        dims, dtype = list(range(_rank(x))), _reduction_dtype(ctx, node, 1)
-        if name == "sum":
-            return _sum(ctx, node, _reduction_input(ctx, x), dims, False, dtype)
-        return getattr(ctx.ops, name)(_reduction_input(ctx, x), dims, False, dtype)
+        return reduce(ctx, node, _reduction_input(ctx, x), list(range(_rank(x))), False, _reduction_dtype(ctx, node, 1))
 
     return lower
 
 
-register_lowering(aten.sum.dim_IntList, check=_check_reduction)(_reduce_dims_lowering("sum"))
-register_lowering(aten.sum.default, check=_check_reduction)(_reduce_all_lowering("sum"))
-register_lowering(aten.prod.dim_int, check=_check_reduction)(_reduce_dims_lowering("prod", single_dim=True))
-register_lowering(aten.prod.default, check=_check_reduction)(_reduce_all_lowering("prod"))
-register_lowering(aten.amax.default, check=_check_reduction)(_reduce_dims_lowering("max", dtype_index=None))
-register_lowering(aten.amin.default, check=_check_reduction)(_reduce_dims_lowering("min", dtype_index=None))
+register_lowering(aten.sum.dim_IntList, check=_check_reduction)(_reduce_dims_lowering(_sum))
+register_lowering(aten.sum.default, check=_check_reduction)(_reduce_all_lowering(_sum))
+register_lowering(aten.prod.dim_int, check=_check_reduction)(_reduce_dims_lowering(_nvf_reduction("prod"), single_dim=True))
+register_lowering(aten.prod.default, check=_check_reduction)(_reduce_all_lowering(_nvf_reduction("prod")))
+register_lowering(aten.amax.default, check=_check_reduction)(_reduce_dims_lowering(_nvf_reduction("max"), dtype_index=None))
+register_lowering(aten.amin.default, check=_check_reduction)(_reduce_dims_lowering(_nvf_reduction("min"), dtype_index=None))
 
 
 def _mean(ctx, node: Node, dims: list[int], keepdim: bool) -> Any:
@@ -821,8 +828,7 @@ def _native_dropout(ctx, node: Node) -> Any:
     x = ctx.value(node.args[0])
     keep = 1.0 - float(_arg(node, 1, "p"))
     mask = ctx.ops.lt(ctx.ops.rand_like(x), keep)
-    kept = ctx.ops.mul(x, ctx.cast(mask, _val(node.args[0]).dtype if _val(node.args[0]).dtype not in
-                                   LOW_PRECISION_FLOATS else torch.float32))
+    kept = ctx.ops.mul(x, ctx.cast(mask, ctx.compute_dtype(_val(node.args[0]).dtype)))
     return ctx.ops.mul(kept, 1.0 / keep), mask
 
 

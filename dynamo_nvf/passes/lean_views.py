@@ -52,9 +52,6 @@ def reinterpret_tensor(base: torch.Tensor, size: tuple, stride: tuple, offset_in
 #: Ops whose outputs are always fresh tensors with the traced (contiguous) layout.
 _FRESH_CONTIGUOUS = frozenset({aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default})
 
-LEAN_VIEW_KEY = "nvf_lean_view"
-
-
 def _view_step(node: Node) -> Optional[Node]:
     """The tensor `node` views, when `node` is a zero-copy view eager would make; else None."""
     if node.op != "call_function" or node.target not in METADATA_OPS:
@@ -110,7 +107,6 @@ def reinterpret_views(gm: GraphModule, is_region: Callable[[Any], bool]) -> Grap
             lean = graph.call_function(reinterpret_tensor, (
                 root, tuple(val.shape), tuple(val.stride()), val.storage_offset() - root_val.storage_offset()))
         lean.meta = dict(node.meta)
-        lean.meta[LEAN_VIEW_KEY] = node.name
         node.replace_all_uses_with(lean)
         chain_members.update(members)
         rewritten += 1
