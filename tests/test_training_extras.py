@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from dynamo_nvf.backend import recording
-from helpers import DEVICES, compile_fn, device_options
+from helpers import DEVICES, check_training, compile_fn, cuda_plans, device_options
 
 
 
@@ -96,3 +96,23 @@ def test_fuse_dropout_false_leaves_it_to_aten_with_a_reason():
     assert all("aten.native_dropout.default" not in r.ops for r in forward.regions)
     (dropout,) = [n for n in forward.eager_nodes if n.op == "aten.native_dropout.default"]
     assert "fuse_dropout=True" in dropout.reason
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_softmax_backward_recomputes_from_its_input(dtype):
+    """Autograd saves softmax's output through a detach. As a detach, min-cut could not recompute it,
+    so the forward wrote the full output for the backward to read; as an alias (inductor's table),
+    the forward saves only the input's row max and sum and the backward recomputes the output."""
+    rows, cols = 64, 128
+    plans = cuda_plans(lambda x: torch.softmax(x, dim=-1).float().sum(), (rows, cols), train=True, dtype=dtype,
+                       fake=False)
+    forward = next(p for p in plans if p.kind == "forward")
+    backward = next(p for p in plans if p.kind == "backward")
+    saved = [t.shape for r in forward.regions for t in r.outputs]
+    assert [rows, cols] not in [list(s) for s in saved], saved
+    assert sorted(list(s) for s in saved) == [[], [rows, 1], [rows, 1]], saved
+    (bwd_region,) = backward.regions
+    assert "aten.exp.default" in bwd_region.ops, bwd_region.ops
+    # The recompute gives the same gradient as eager.
+    x = torch.randn(rows, cols, dtype=dtype)
+    check_training(lambda x: torch.softmax(x, dim=-1) * 3.0, [x], {"plan_cpu_as_cuda": True, "strict": True})
