@@ -26,6 +26,7 @@ from dynamo_nvf.passes.attention import REWRITES_KEY, fuse_attention
 from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.lean_views import reinterpret_views
+from dynamo_nvf.runtime.lean_forward import lean_forward
 from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.plan import GraphPlan
 from dynamo_nvf.plan_text import render_plan_text
@@ -132,8 +133,10 @@ class _GraphCompiler:
         plan: GraphPlan = gm.meta[PLAN_KEY]
         plan.rewrites = list(self.rewrites)
         gm = install_runtimes(gm, plan, self.settings)
+        forward: Callable[..., Any] = gm.forward
         if self.settings.lean_views:
             gm = reinterpret_views(gm, is_region=lambda target: isinstance(target, RegionRuntime))
+            forward = lean_forward(gm)
         plan.code = gm.code
         plan.planning_ms = (time.perf_counter() - start) * 1e3
         self.plans.append(plan)
@@ -143,7 +146,7 @@ class _GraphCompiler:
         log.info("dynamo_nvf: %s", _summary(plan))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("dynamo_nvf plan:\n%s", render_plan_text(plan))
-        return plan, gm.forward
+        return plan, forward
 
     def needs_no_fusion(self) -> bool:
         """True when every graph of this program was compiled and none has a region."""

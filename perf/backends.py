@@ -152,10 +152,21 @@ def get_backend(name: str) -> Backend:
 def reset_compile_state() -> None:
     """Drop dynamo caches so one backend's compiled graphs never serve another, and dynamo_nvf's
     process-wide shared fusions (else a second nvf backend would start from the first one's compiled
-    fusions, and its first call would not be a compile)."""
-    torch._dynamo.reset()
+    fusions, and its first call would not be a compile).
+
+    The GPU is synchronized first (an error left by the last pair's kernels is raised here, in
+    Python, not by a destructor) and the garbage collected last, so that the last backend's nvFuser
+    executors are freed here, between pairs, rather than inside the next pair's compile or capture.
+    """
+    import gc
     import sys
 
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    torch._dynamo.reset()
     shared = sys.modules.get("dynamo_nvf.runtime.fusion_cache")
     if shared is not None:
         shared.SHARED_FUSIONS.clear()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()

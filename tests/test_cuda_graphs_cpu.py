@@ -186,3 +186,48 @@ def test_dynamic_shapes_past_the_limit_run_uncaptured_and_the_backward_follows(c
         "fw eager", "bw eager", "fw captured", "bw captured",  # 64 uncaptured; 16 replays
     ]
     assert sum("cuda_graph_max_shapes" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_no_garbage_collection_while_a_captured_graph_runs(monkeypatch):
+    """A captured graph's call (where cudagraph trees may record) runs with Python's cyclic collector
+    paused, so that no dead region's nvFuser executor is freed during a capture; afterwards the
+    collector is as it was (also when nested, or when the user had turned it off)."""
+    import gc
+
+    from torch._inductor import cudagraph_trees
+
+    from dynamo_nvf.plan import GraphPlan
+    from dynamo_nvf.runtime import cudagraphs
+
+    seen = []
+
+    def fake_cudagraphify(model, inputs, static_input_idxs, **kwargs):
+        def call(args):
+            seen.append(gc.isenabled())
+            with cudagraphs.COLLECTION_PAUSE:  # nested, as a backward inside a forward's pause would be
+                seen.append(gc.isenabled())
+            seen.append(gc.isenabled())
+            return model(args)
+        return call
+
+    monkeypatch.setattr(cudagraph_trees, "cudagraphify_impl", fake_cudagraphify)
+    monkeypatch.setattr(cudagraphs, "skip_reason", lambda gm, static: None)
+    monkeypatch.setattr(cudagraphs, "_device_index", lambda gm: 0)
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(lambda x: x * 2, tracing_mode="fake")(torch.ones(2))
+    state = cudagraphs.CudaGraphs(num_dynamo_inputs=1, max_shapes=2)
+    plan = GraphPlan(kind="inference", graph_id=0)
+    wrapped = state.wrap(gm, cudagraphs.boxed(gm.forward), [torch.ones(2)], "inference", plan)
+    assert plan.cuda_graph == cudagraphs.CAPTURED
+    was_enabled = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            seen.clear()
+            out = wrapped([torch.ones(2)])
+            assert torch.equal(out, torch.full((2,), 2.0))
+            assert seen == [False, False, False]
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was_enabled else gc.disable)()

@@ -98,3 +98,73 @@ def test_reinterpret_tensor_goes_through_dispatch_for_fake_tensors():
         base = torch.empty(4, 6)
         view = reinterpret_tensor(base, (6, 4), (1, 6), 0)
     assert isinstance(view, FakeTensor) and view.shape == (6, 4) and view.stride() == (1, 6)
+
+
+def _viewing_graph():
+    """An aten graph (with example values) of views of its input, rewritten by the pass."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.passes.lean_views import reinterpret_views
+
+    def f(x):
+        return x.t().reshape(4, 6)[1:, ::2] * 1.0, x.view(2, 12).transpose(0, 1)
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(6, 4))
+    gm = reinterpret_views(gm, is_region=lambda target: False)
+    assert sum(n.target is reinterpret_tensor for n in gm.graph.nodes) >= 2, gm.code
+    return f, gm
+
+
+def test_lean_forward_takes_the_raw_reinterpret_once_checked(monkeypatch):
+    """Plain tensors and no dispatch mode: the graph calls torch's raw `_reinterpret_tensor` directly
+    (one check per call, not per view), with eager's values, strides and storage."""
+    import dynamo_nvf.runtime.lean_forward as lean_forward_module
+
+    calls = []
+
+    def counting(*args):
+        calls.append(args[1:])
+        return raw(*args)
+
+    raw = lean_forward_module.raw_reinterpret
+    monkeypatch.setattr(lean_forward_module, "raw_reinterpret", counting)
+    f, gm = _viewing_graph()
+    forward = lean_forward_module.lean_forward(gm)
+    assert isinstance(forward, lean_forward_module.LeanForward)
+    x = torch.randn(6, 4)
+    got, want = forward(x), f(x)
+    assert len(calls) == sum(n.target is reinterpret_tensor for n in gm.graph.nodes)
+    assert_same(got, want)
+    assert got[1].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def test_lean_forward_goes_through_dispatch_under_a_mode_or_a_subclass():
+    """A dispatch mode (a fake tensor tracing, a user's mode) or a subclass argument takes the checked
+    graph, whose views the mode sees as as_strided calls."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from dynamo_nvf.runtime.lean_forward import lean_forward
+
+    class Recording(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func)
+            return func(*args, **(kwargs or {}))
+
+    f, gm = _viewing_graph()
+    forward = lean_forward(gm)
+    x = torch.randn(6, 4)
+    with Recording() as mode:
+        got = forward(x)
+    assert torch.ops.aten.as_strided.default in mode.ops, mode.ops
+    assert_same(got, f(x))
+
+    class Marked(torch.Tensor):
+        pass
+
+    got = forward(x.as_subclass(Marked))
+    assert type(got[1]) is Marked  # as_strided through dispatch keeps the subclass; the raw call would not
+    assert_same([g.as_subclass(torch.Tensor) for g in got], f(x))

@@ -32,7 +32,8 @@ from dynamo_nvf.ops.metadata import METADATA_OPS, MULTI_OUTPUT_METADATA_OPS, ali
 aten = torch.ops.aten
 
 
-_raw_reinterpret: Optional[Callable[..., torch.Tensor]] = getattr(
+#: torch's own `_reinterpret_tensor` (None on a torch without it: the views then go through dispatch).
+raw_reinterpret: Optional[Callable[..., torch.Tensor]] = getattr(
     getattr(torch._C, "_dynamo", None) and torch._C._dynamo.guards, "_reinterpret_tensor", None)
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _dispatch_modes = torch._C._len_torch_dispatch_stack
@@ -45,8 +46,8 @@ def reinterpret_tensor(base: torch.Tensor, size: tuple, stride: tuple, offset_in
     generated code calls: no dispatcher, about 1 us); it would bypass a tensor subclass or mode (a
     fake tensor while tracing, a functional tensor), so those take `as_strided` through dispatch.
     """
-    if _raw_reinterpret is not None and type(base) in _PLAIN_TENSORS and not _dispatch_modes():
-        return _raw_reinterpret(base, size, stride, offset_increment)
+    if raw_reinterpret is not None and type(base) in _PLAIN_TENSORS and not _dispatch_modes():
+        return raw_reinterpret(base, size, stride, offset_increment)
     return base.as_strided(size, stride, base.storage_offset() + offset_increment)
 
 #: Ops whose outputs are always fresh tensors with the traced (contiguous) layout.

@@ -17,7 +17,9 @@ capture registers, so each replay gets a fresh mask.
 
 from __future__ import annotations
 
+import gc
 import logging
+import threading
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -30,6 +32,38 @@ log = logging.getLogger("dynamo_nvf")
 BoxedFn = Callable[[list], Any]
 
 CAPTURED = "captured (cudagraph trees; recorded on the first calls of each input shape)"
+
+
+class _CollectionPause:
+    """Python's cyclic garbage collection held off while a captured graph runs (nestable, any thread).
+
+    cudagraph trees record inside a call, and torch no longer collects before recording
+    (`torch.compiler.config.force_cudagraph_gc` is off). A collection that runs during a capture can
+    free a dead region's nvFuser executor there, and its kernel module is unloaded under the capture
+    (NVIDIA/warp#401 is the same hazard). Collections wait until the call returns; the pause costs
+    well under a microsecond per call.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._resume = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self._resume = gc.isenabled()
+                gc.disable()
+            self._depth += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0 and self._resume:
+                gc.enable()
+
+
+COLLECTION_PAUSE = _CollectionPause()
 
 
 def boxed(fn: Callable[..., Any]) -> BoxedFn:
@@ -248,7 +282,8 @@ class CudaGraphs:
             fn = state.get("fn")
             if fn is None:
                 fn = state["fn"] = cudagraphify_impl(compiled, args, static, **kwargs)
-            return fn(args)
+            with COLLECTION_PAUSE:  # it may record (the first calls, a new shape or input address)
+                return fn(args)
 
         run._boxed_call = True  # type: ignore[attr-defined]
         return run

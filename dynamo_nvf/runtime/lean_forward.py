@@ -1,0 +1,53 @@
+"""The forward of a graph whose views were rewritten by the lean views pass, with the dispatch check
+made once per call instead of once per view.
+
+The pass's `reinterpret_tensor` decides per view between torch's raw `_reinterpret_tensor` (no
+dispatcher, about 1 us) and `as_strided` (for fake tensors, subclasses and dispatch modes). Made
+per view, that check and the Python call around it cost about as much again as the raw call: some
+45 us per call of the LLaMA-style inference graph (57 views). The answer is the same for every view
+of one call (plain tensors in and no mode active means plain tensors throughout: regions, matmuls
+and views of plain tensors are plain), so `LeanForward` asks once and runs one of two codegens of
+the same graph: the raw calls, or the checked ones.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import torch
+from torch.fx import GraphModule
+
+from dynamo_nvf.passes.lean_views import raw_reinterpret, reinterpret_tensor
+
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+#: Argument types that leave the raw path sound (anything else, a tensor subclass above all, takes
+#: the checked path).
+_PLAIN_ARGUMENTS = frozenset({torch.Tensor, torch.nn.Parameter, int, float, bool, type(None), torch.SymInt})
+
+
+class LeanForward:
+    """Calls `gm` with raw reinterprets when every argument is plain and no dispatch mode is active."""
+
+    def __init__(self, gm: GraphModule) -> None:
+        self.checked = gm.forward
+        fast = GraphModule(gm, copy.deepcopy(gm.graph))  # Graph's deepcopy shares node meta values
+        for node in fast.graph.nodes:
+            if node.op == "call_function" and node.target is reinterpret_tensor:
+                node.target = raw_reinterpret
+        fast.recompile()
+        self.raw = fast.forward
+        self.code = fast.code
+
+    def __call__(self, *args: Any) -> Any:
+        if not _dispatch_modes() and all(type(a) in _PLAIN_ARGUMENTS for a in args):
+            return self.raw(*args)
+        return self.checked(*args)
+
+
+def lean_forward(gm: GraphModule) -> Callable[..., Any]:
+    """`gm.forward`, or a LeanForward where the graph has reinterprets and torch has the raw call."""
+    if raw_reinterpret is None or not any(
+            n.op == "call_function" and n.target is reinterpret_tensor for n in gm.graph.nodes):
+        return gm.forward
+    return LeanForward(gm)
