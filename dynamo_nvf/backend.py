@@ -175,7 +175,8 @@ def nvf_bookend(
         bw_compiler=functools.partial(compiler, kind="backward"),
         inference_compiler=functools.partial(compiler, kind="inference"),
         partition_fn=min_cut_rematerialization_partition,
-        decompositions=decomposition_table(settings.plan_cpu_as_cuda),
+        decompositions=decomposition_table(settings.plan_cpu_as_cuda, settings.fuse_cross_entropy,
+                                           settings.fuse_slice_backward),
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
     if compiler.needs_no_fusion():

@@ -82,14 +82,99 @@ def _convolution_backward_bias_as_sum(grad_output: torch.Tensor, x: torch.Tensor
     return grad_x, grad_weight, grad_bias
 
 
-def decomposition_table(plan_cpu_as_cuda: bool = False) -> dict[Any, Callable[..., Any]]:
+#: `reduction` values of nll_loss (torch's Reduction enum).
+_REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM = 0, 1, 2
+
+
+def _class_hits(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """(N, C) bool: column c of row i is row i's target class (never for an ignored target).
+
+    The class indices come from one `arange` (a tiny ATen kernel; the comparison is the region's).
+    """
+    classes = torch.arange(logits.shape[1], device=logits.device)
+    counted = torch.where(target != ignore_index, target, torch.scalar_tensor(-1, dtype=target.dtype,
+                                                                              device=target.device))
+    return classes.unsqueeze(0) == counted.unsqueeze(1)
+
+
+def _zero_like(t: torch.Tensor) -> torch.Tensor:
+    """A 0-dim zero of `t`'s dtype, for `where(mask, t, zero)`: `aten.where.self`, which min-cut knows
+    as pointwise (the scalar overloads decompose to prims.where, which it treats as opaque and saves
+    its inputs across)."""
+    return torch.scalar_tensor(0, dtype=t.dtype, device=t.device)
+
+
+def _plain_nll(logits: torch.Tensor, target: torch.Tensor, weight: Any, reduction: int, any_device: bool) -> bool:
+    return (logits.dim() == 2 and target.dim() == 1 and weight is None and reduction in
+            (_REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM) and (any_device or logits.device.type == "cuda"))
+
+
+def _nll_loss_forward_as_masked_sum(logits: torch.Tensor, target: torch.Tensor, weight: Any, reduction: int,
+                                    ignore_index: int, *, any_device: bool) -> Any:
+    """-logits[i, target[i]] as a row sum of a class mask (exact: one term is not zero), so it joins
+    the log-softmax's row reductions; ATen's gather would need the log-probabilities written out."""
+    if not _plain_nll(logits, target, weight, reduction, any_device):
+        return NotImplemented
+    picked = torch.where(_class_hits(logits, target, ignore_index), logits, _zero_like(logits)).sum(1)
+    losses = -picked
+    if reduction == _REDUCTION_NONE:
+        return losses, logits.new_zeros(())
+    total_weight = (target != ignore_index).sum().to(logits.dtype)
+    loss = losses.sum()
+    return (loss / total_weight if reduction == _REDUCTION_MEAN else loss), total_weight
+
+
+def _nll_loss_backward_as_mask(grad_output: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, weight: Any,
+                               reduction: int, ignore_index: int, total_weight: torch.Tensor, *,
+                               any_device: bool) -> Any:
+    """-grad at each row's target class, zero elsewhere: a pointwise mask that joins the log-softmax
+    backward's region, where ATen writes zeros and scatters into them (two kernels, a full write)."""
+    if not _plain_nll(logits, target, weight, reduction, any_device):
+        return NotImplemented
+    if reduction == _REDUCTION_MEAN:
+        grad_output = grad_output / total_weight
+    if reduction == _REDUCTION_NONE:
+        grad_output = grad_output.unsqueeze(1)
+    grad = -grad_output.to(logits.dtype)
+    return torch.where(_class_hits(logits, target, ignore_index), grad, _zero_like(grad))
+
+
+def _slice_backward_as_pad(grad_output: torch.Tensor, input_sizes: Sequence[int], dim: int, start: int, end: int,
+                           step: int, *, any_device: bool) -> Any:
+    """The gradient of a unit-step slice as a zero pad of the slice's gradient (a region's resize op),
+    where ATen writes a zeros tensor and copies into it (two kernels and a full write; RoPE's
+    backward has two per layer)."""
+    sizes = list(input_sizes)
+    if step != 1 or not all(isinstance(v, int) for v in (*sizes, dim, start, end)) or not (
+            any_device or grad_output.device.type == "cuda"):
+        return NotImplemented
+    dim = dim % len(sizes)
+    size = sizes[dim]
+    start = min(max(start + size if start < 0 else start, 0), size)
+    end = min(max(end + size if end < 0 else end, start), size)
+    if grad_output.shape[dim] != end - start:
+        return NotImplemented
+    pad = [0, 0] * (len(sizes) - 1 - dim) + [start, size - end]
+    return aten.constant_pad_nd.default(grad_output, pad, 0.0)
+
+
+def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool = False,
+                        fuse_slice_backward: bool = False) -> dict[Any, Callable[..., Any]]:
     """The table handed to aot_autograd.
 
-    Convolution biases are peeled off on CUDA tensors only (on other devices the add would be one
-    more kernel); `plan_cpu_as_cuda` peels them on any device, so a CPU plan is the CUDA plan.
+    Convolution biases are peeled off (and, with the options, nll_loss becomes masks and a slice's
+    gradient a pad) on CUDA tensors only, where regions take the new ops in; `plan_cpu_as_cuda` does
+    it on any device, so that a CPU plan is the CUDA plan.
     """
     table = get_decompositions(DECOMPOSED_OPS)
     table[aten.convolution.default] = functools.partial(_convolution_without_bias, any_device=plan_cpu_as_cuda)
     table[aten.convolution_backward.default] = functools.partial(_convolution_backward_bias_as_sum,
                                                                  any_device=plan_cpu_as_cuda)
+    if fuse_cross_entropy:
+        table[aten.nll_loss_forward.default] = functools.partial(_nll_loss_forward_as_masked_sum,
+                                                                 any_device=plan_cpu_as_cuda)
+        table[aten.nll_loss_backward.default] = functools.partial(_nll_loss_backward_as_mask,
+                                                                  any_device=plan_cpu_as_cuda)
+    if fuse_slice_backward:
+        table[aten.slice_backward.default] = functools.partial(_slice_backward_as_pad, any_device=plan_cpu_as_cuda)
     return table

@@ -48,6 +48,17 @@ class Settings:
     #: (inductor's `fallback_random`). On by default because ATen's dropout kernel is a full extra
     #: pass: perf dropout_residual_layernorm_fwd_f32 on an H100 spent 118 of 255 us in it.
     fuse_dropout: bool = True
+    #: Cross-entropy's `nll_loss` forward and backward as masks of a class index (`arange(C) == target`)
+    #: instead of ATen's gather and zeros-plus-scatter kernels, as inductor's decompositions and its
+    #: scatter-on-zeros rewrite do: the loss joins the log-softmax's region, the backward's one-hot
+    #: gradient joins its backward region, and min-cut may recompute the log-probabilities rather
+    #: than write them (3 fewer full passes over the logits per step). Off until measured on the GPU
+    #: (perf backend nvf_fused_glue). Out-of-range targets then count as ignored instead of raising.
+    fuse_cross_entropy: bool = False
+    #: A unit-step slice's gradient (`slice_backward`: ATen's zeros plus a copy, two kernels and a full
+    #: write) as a zero pad of the gradient, which joins the backward region around it (RoPE's halves:
+    #: two per layer). Off until measured on the GPU (perf backend nvf_fused_glue).
+    fuse_slice_backward: bool = False
     #: Run each view left between regions (around matmuls and attention) as one `_reinterpret_tensor`
     #: of the tensor its chain starts from, where that tensor's layout is known (passes/lean_views.py):
     #: less host time per call. False keeps the aten view calls (for measuring the difference).

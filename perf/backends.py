@@ -103,6 +103,20 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_fused_glue",
+            _nvf({"fuse_cross_entropy": True, "fuse_slice_backward": True}),
+            'dynamo_nvf with fuse_cross_entropy and fuse_slice_backward (nll_loss as class masks, a slice\'s '
+            'gradient as a pad, both inside regions); opt-in',
+            nvf=True,
+        ),
+        Backend(
+            "nvf_fused_glue_cudagraphs",
+            _nvf({"fuse_cross_entropy": True, "fuse_slice_backward": True, "cuda_graphs": True}),
+            'nvf_fused_glue with CUDA graphs; opt-in',
+            cuda_graphs=True,
+            nvf=True,
+        ),
+        Backend(
             "dynamo_eager",
             _dynamo_eager,
             'torch.compile(backend="eager"): Dynamo\'s own cost, the floor of any backend; opt-in',

@@ -9,6 +9,10 @@
 #   scripts/gpu_evidence.sh compile  first call per model workload in fresh processes (cold, warm kernel cache)
 #   scripts/gpu_evidence.sh blocks   perf's default (block) set against perf/baseline.json, GPU time vs inductor
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
+#   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
+#   scripts/gpu_evidence.sh glue     fuse_cross_entropy + fuse_slice_backward (nvf_fused_glue) against
+#                                    the defaults on the transformer training steps, graphs or not
+#   scripts/gpu_evidence.sh abort    the 25-pair training run that aborted in ~CudaExecutable twice
 # Earlier issues:
 #   scripts/gpu_evidence.sh tests   GPU test suite, explain() reports, host latency, OpInfo sweep
 #   scripts/gpu_evidence.sh perf    perf/ default set, untrimmed-vs-trimmed checks, the expand rule
@@ -60,6 +64,21 @@ case "${1:-tests}" in
       --dtype bf16 --batch large --json "$OUT/distributed_bf16_large.json" --check 2>&1 \
       | grep -v "Profiler record" | tee "$OUT/distributed_bf16_large.log"
     timeout 180 python3 -m pytest -q -m gpu tests/test_gpu_distributed.py -rs 2>&1 | tee "$OUT/gpu_distributed_tests.log"
+    ;;
+  suite560)
+    timeout 560 python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfs --durations=15 \
+      --deselect tests/test_gpu_opinfo.py::test_opinfo_sweep > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
+    tail -n 25 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -30
+    ;;
+  glue)
+    timeout 560 python3 -m perf --only 'llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small' \
+      --backends inductor,nvf_bookend,nvf_fused_glue,inductor_ro,nvf_cudagraphs,nvf_fused_glue_cudagraphs \
+      --json "$OUT/glue.json" > "$OUT/glue.log" 2>&1; echo "glue rc=$?"; grep -E "^\[|^\|" "$OUT/glue.log" | head -60
+    ;;
+  abort)
+    timeout 560 python3 -m perf --only 'llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small' \
+      --backends eager,inductor,nvf_bookend,inductor_ro,nvf_cudagraphs --json "$OUT/train.json" > "$OUT/train.log" 2>&1
+    echo "train rc=$?"; grep -E "^\[|terminate|what\(\)" "$OUT/train.log" | cut -c1-200
     ;;
   blocks)
     timeout 560 python3 -m perf --backends eager,inductor,nvf_bookend,nvf_untrimmed --baseline perf/baseline.json \

@@ -1,0 +1,64 @@
+"""Cross-entropy with `fuse_cross_entropy`: nll_loss's forward and backward become class masks
+(`arange(C) == target`) that join the log-softmax's regions, and min-cut recomputes the
+log-probabilities in the backward instead of saving them; values and gradients equal eager's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dynamo_nvf.backend import recording
+from helpers import DEVICES, clone_inputs, compile_fn, device_options, tolerance
+
+
+def _targets(rows: int, classes: int, ignore_index: int, device: str) -> torch.Tensor:
+    target = torch.randint(0, classes, (rows,), device=device)
+    target[::5] = ignore_index  # some rows ignored (in range or not, per ignore_index)
+    return target
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("ignore_index", [-100, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("device", DEVICES)
+def test_cross_entropy_matches_eager(device, dtype, ignore_index, reduction):
+    rows, classes = 37, 53
+
+    def loss_fn(logits, target):
+        return F.cross_entropy(logits.float() * 1.5, target, ignore_index=ignore_index, reduction=reduction)
+
+    compiled = compile_fn(loss_fn, device_options(device, strict=True) | {"fuse_cross_entropy": True})
+    logits = torch.randn(rows, classes, device=device, dtype=dtype)
+    target = _targets(rows, classes, ignore_index, device)
+    (got_in,), (want_in,) = clone_inputs([logits], True), clone_inputs([logits], True)
+    with recording() as rec:
+        got = compiled(got_in, target)
+    want = loss_fn(want_in, target)
+    r, a = tolerance(torch.float32)
+    torch.testing.assert_close(got, want, rtol=r * 10, atol=a * 10)
+    grad = torch.randn_like(want)
+    got.backward(grad)
+    want.backward(grad)
+    r, a = tolerance(dtype)
+    torch.testing.assert_close(got_in.grad, want_in.grad, rtol=r, atol=a)
+
+    ops = [n.op for p in rec.plans for n in p.nodes]
+    assert not any("nll_loss" in op for op in ops), ops
+    forward = next(p for p in rec.plans if p.kind == "forward")
+    # The forward writes no (rows, classes) tensor: the log-probabilities are recomputed.
+    assert all(list(t.shape) != [rows, classes] for reg in forward.regions for t in reg.outputs)
+
+
+def test_off_by_default_and_weighted_loss_keeps_aten():
+    """Without the option, and for a class-weighted loss (not decomposed), ATen's nll_loss runs."""
+    logits, target = torch.randn(8, 5, requires_grad=True), torch.randint(0, 5, (8,))
+    weight = torch.rand(5)
+    for options, fn in (({}, lambda x, t: F.cross_entropy(x, t)),
+                        ({"fuse_cross_entropy": True}, lambda x, t: F.cross_entropy(x, t, weight=weight))):
+        with recording() as rec:
+            loss = compile_fn(fn, {"plan_cpu_as_cuda": True, **options})(logits, target)
+            loss.backward()
+        ops = [n.op for p in rec.plans for n in p.nodes]
+        assert "aten.nll_loss_forward.default" in ops and "aten.nll_loss_backward.default" in ops
+        torch.testing.assert_close(loss, fn(logits.detach(), target))

@@ -1,0 +1,47 @@
+"""`fuse_slice_backward`: a unit-step slice's gradient becomes a zero pad inside the backward region
+(ATen's slice_backward is a zeros kernel plus a copy); values and gradients equal eager's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dynamo_nvf.backend import recording
+from helpers import DEVICES, check_training, device_options
+
+OPTIONS = {"fuse_slice_backward": True}
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """RoPE's rotation: the two halves of the last dim, swapped, one negated."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+SLICES = {
+    "rope": lambda x, c, s: x * c + _rotate_half(x) * s,
+    "negative_bounds": lambda x, c, s: (x[:, -3:-1] * c[:, :2]).sin() + (x[1:, :] * s[1:, :]).cos().sum(),
+    "end_past_size": lambda x, c, s: (x[:, 2:100] * 2.0).exp() + c[:, 2:].sum() * s[:, :6],
+}
+
+
+@pytest.mark.parametrize("name", list(SLICES))
+@pytest.mark.parametrize("device", DEVICES)
+def test_slice_gradients_become_pads_in_a_region(device, name):
+    torch.manual_seed(0)
+    x, c, s = (torch.randn(6, 8, device=device) for _ in range(3))
+    plans = check_training(SLICES[name], [x, c, s], device_options(device, strict=True) | OPTIONS)
+    backward = [p for p in plans if p.kind == "backward"]
+    ops = [n.op for p in backward for n in p.nodes]
+    assert "aten.slice_backward.default" not in ops, ops
+    assert any("aten.constant_pad_nd.default" in r.ops for p in backward for r in p.regions), ops
+
+
+def test_strided_slices_and_the_default_keep_slice_backward():
+    """Without the option, or for a step-2 slice (not a pad), ATen's slice_backward runs."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 8)
+    for options, fn in (({}, SLICES["rope"]), (OPTIONS, lambda x, c, s: (x[:, ::2] * 2.0).exp() * c[:, :4])):
+        plans = check_training(fn, [x, x.clone(), x.clone()], {"plan_cpu_as_cuda": True} | options)
+        ops = [n.op for p in plans if p.kind == "backward" for n in p.nodes]
+        assert "aten.slice_backward.default" in ops, ops
