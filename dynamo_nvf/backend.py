@@ -176,7 +176,7 @@ def nvf_bookend(
         inference_compiler=functools.partial(compiler, kind="inference"),
         partition_fn=min_cut_rematerialization_partition,
         decompositions=decomposition_table(settings.plan_cpu_as_cuda, settings.fuse_cross_entropy,
-                                           settings.fuse_slice_backward),
+                                           settings.fuse_data_movement),
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
     if compiler.needs_no_fusion():

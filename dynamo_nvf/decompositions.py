@@ -158,13 +158,33 @@ def _slice_backward_as_pad(grad_output: torch.Tensor, input_sizes: Sequence[int]
     return aten.constant_pad_nd.default(grad_output, pad, 0.0)
 
 
+def _select_backward_as_pad(grad_output: torch.Tensor, input_sizes: Sequence[int], dim: int, index: int, *,
+                            any_device: bool) -> Any:
+    """The gradient of `x.select(dim, index)` (a ViT's class token, an unbind) as a zero pad of the
+    gradient unsqueezed at `dim`, where ATen writes zeros and copies into them."""
+    sizes = list(input_sizes)
+    if not all(isinstance(v, int) for v in (*sizes, dim, index)) or not (
+            any_device or grad_output.device.type == "cuda"):
+        return NotImplemented
+    dim = dim % len(sizes)
+    index = index + sizes[dim] if index < 0 else index
+    pad = [0, 0] * (len(sizes) - 1 - dim) + [index, sizes[dim] - index - 1]
+    return aten.constant_pad_nd.default(grad_output.unsqueeze(dim), pad, 0.0)
+
+
+#: With `fuse_data_movement`, torch's own decompositions of these copies: `stack` (an unbind's
+#: gradient: qkv.unbind in ViTs) becomes a cat the next region takes in, not ATen's copy kernel.
+DATA_MOVEMENT_OPS: list[Any] = [aten.stack]
+
+
 def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool = False,
-                        fuse_slice_backward: bool = False) -> dict[Any, Callable[..., Any]]:
+                        fuse_data_movement: bool = False) -> dict[Any, Callable[..., Any]]:
     """The table handed to aot_autograd.
 
-    Convolution biases are peeled off (and, with the options, nll_loss becomes masks and a slice's
-    gradient a pad) on CUDA tensors only, where regions take the new ops in; `plan_cpu_as_cuda` does
-    it on any device, so that a CPU plan is the CUDA plan.
+    Convolution biases are peeled off (and, with the options, nll_loss becomes masks, a slice's or a
+    select's gradient a pad) on CUDA tensors only, where regions take the new ops in;
+    `plan_cpu_as_cuda` does it on any device, so that a CPU plan is the CUDA plan. `stack` (with
+    `fuse_data_movement`) becomes a cat on any device.
     """
     table = get_decompositions(DECOMPOSED_OPS)
     table[aten.convolution.default] = functools.partial(_convolution_without_bias, any_device=plan_cpu_as_cuda)
@@ -175,6 +195,8 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
                                                                  any_device=plan_cpu_as_cuda)
         table[aten.nll_loss_backward.default] = functools.partial(_nll_loss_backward_as_mask,
                                                                   any_device=plan_cpu_as_cuda)
-    if fuse_slice_backward:
+    if fuse_data_movement:
+        table.update(get_decompositions(DATA_MOVEMENT_OPS))
         table[aten.slice_backward.default] = functools.partial(_slice_backward_as_pad, any_device=plan_cpu_as_cuda)
+        table[aten.select_backward.default] = functools.partial(_select_backward_as_pad, any_device=plan_cpu_as_cuda)
     return table

@@ -55,10 +55,11 @@ class Settings:
     #: than write them (3 fewer full passes over the logits per step). Off until measured on the GPU
     #: (perf backend nvf_fused_glue). Out-of-range targets then count as ignored instead of raising.
     fuse_cross_entropy: bool = False
-    #: A unit-step slice's gradient (`slice_backward`: ATen's zeros plus a copy, two kernels and a full
-    #: write) as a zero pad of the gradient, which joins the backward region around it (RoPE's halves:
-    #: two per layer). Off until measured on the GPU (perf backend nvf_fused_glue).
-    fuse_slice_backward: bool = False
+    #: Copies ATen runs as kernels of their own become data movement inside regions: a unit-step
+    #: slice's or a select's gradient (`slice_backward`, `select_backward`: zeros plus a copy, two
+    #: kernels and a full write; RoPE's halves, a ViT's class token) a zero pad, and `stack` (an
+    #: unbind's gradient) a cat. Off until measured on the GPU (perf backend nvf_fused_glue).
+    fuse_data_movement: bool = False
     #: Run each view left between regions (around matmuls and attention) as one `_reinterpret_tensor`
     #: of the tensor its chain starts from, where that tensor's layout is known (passes/lean_views.py):
     #: less host time per call. False keeps the aten view calls (for measuring the difference).

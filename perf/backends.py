@@ -104,14 +104,14 @@ BACKENDS: dict[str, Backend] = {
         ),
         Backend(
             "nvf_fused_glue",
-            _nvf({"fuse_cross_entropy": True, "fuse_slice_backward": True}),
-            'dynamo_nvf with fuse_cross_entropy and fuse_slice_backward (nll_loss as class masks, a slice\'s '
-            'gradient as a pad, both inside regions); opt-in',
+            _nvf({"fuse_cross_entropy": True, "fuse_data_movement": True}),
+            'dynamo_nvf with fuse_cross_entropy and fuse_data_movement (nll_loss as class masks; slice and '
+            'select gradients as pads, stack as cat; all inside regions); opt-in',
             nvf=True,
         ),
         Backend(
             "nvf_fused_glue_cudagraphs",
-            _nvf({"fuse_cross_entropy": True, "fuse_slice_backward": True, "cuda_graphs": True}),
+            _nvf({"fuse_cross_entropy": True, "fuse_data_movement": True, "cuda_graphs": True}),
             'nvf_fused_glue with CUDA graphs; opt-in',
             cuda_graphs=True,
             nvf=True,

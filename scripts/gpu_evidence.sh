@@ -10,7 +10,7 @@
 #   scripts/gpu_evidence.sh blocks   perf's default (block) set against perf/baseline.json, GPU time vs inductor
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
-#   scripts/gpu_evidence.sh glue     fuse_cross_entropy + fuse_slice_backward (nvf_fused_glue) against
+#   scripts/gpu_evidence.sh glue     fuse_cross_entropy + fuse_data_movement (nvf_fused_glue) against
 #                                    the defaults on the transformer training steps, graphs or not
 #   scripts/gpu_evidence.sh abort    the 25-pair training run that aborted in ~CudaExecutable twice
 # Earlier issues:

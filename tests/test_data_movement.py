@@ -1,5 +1,6 @@
-"""`fuse_slice_backward`: a unit-step slice's gradient becomes a zero pad inside the backward region
-(ATen's slice_backward is a zeros kernel plus a copy); values and gradients equal eager's."""
+"""`fuse_data_movement`: a unit-step slice's or a select's gradient becomes a zero pad inside the
+backward region (ATen's slice_backward and select_backward are a zeros kernel plus a copy), and a
+stack (an unbind's gradient) a cat; values and gradients equal eager's."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from dynamo_nvf.backend import recording
 from helpers import DEVICES, check_training, device_options
 
-OPTIONS = {"fuse_slice_backward": True}
+OPTIONS = {"fuse_data_movement": True}
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -45,3 +46,23 @@ def test_strided_slices_and_the_default_keep_slice_backward():
         plans = check_training(fn, [x, x.clone(), x.clone()], {"plan_cpu_as_cuda": True} | options)
         ops = [n.op for p in plans if p.kind == "backward" for n in p.nodes]
         assert "aten.slice_backward.default" in ops, ops
+
+
+SELECTS = {
+    "class_token": lambda x, c, s: (x[:, 0] * c[:, 1]).tanh() + x[:, -1] * s[:, 2],
+    "qkv_unbind": lambda x, c, s: sum((t * w).sigmoid() for t, w in zip(
+        (x * c + s).view(6, 2, 4).unbind(1), (c[:, :4], s[:, :4]))),
+}
+
+
+@pytest.mark.parametrize("name", list(SELECTS))
+@pytest.mark.parametrize("device", DEVICES)
+def test_select_gradients_and_stacks_join_a_region(device, name):
+    torch.manual_seed(0)
+    x, c, s = (torch.randn(6, 8, device=device) for _ in range(3))
+    plans = check_training(SELECTS[name], [x, c, s], device_options(device, strict=True) | OPTIONS)
+    backward = [p for p in plans if p.kind == "backward"]
+    eager_ops = [n.op for p in backward for n in p.nodes if n.region is None]
+    assert not any(op in eager_ops for op in ("aten.select_backward.default", "aten.stack.default")), eager_ops
+    region_ops = [op for p in backward for r in p.regions for op in r.ops]
+    assert "aten.constant_pad_nd.default" in region_ops or "aten.cat.default" in region_ops, region_ops
