@@ -73,7 +73,8 @@ def _convolution_backward_bias_as_sum(grad_output: torch.Tensor, x: torch.Tensor
                                       groups: int, output_mask: Sequence[bool], *, any_device: bool) -> Any:
     """The bias gradient of a convolution as a sum over all but the channel dim (a region's
     reduction), the convolution's own backward asked only for the input and weight gradients."""
-    if not output_mask[2] or not (any_device or grad_output.device.type == "cuda"):
+    if not output_mask[2] or not (any_device or grad_output.device.type == "cuda") or (
+            grad_output.shape[1] != bias_sizes[0]):  # no input channels: ATen's zeros of the bias' size
         return NotImplemented
     grad_bias = aten.sum.dim_IntList(grad_output, [0] + list(range(2, grad_output.dim())))
     grad_x, grad_weight, _ = aten.convolution_backward.default(
@@ -92,8 +93,9 @@ def _class_hits(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -
     The class indices come from one `arange` (a tiny ATen kernel; the comparison is the region's).
     """
     classes = torch.arange(logits.shape[1], device=logits.device)
-    counted = torch.where(target != ignore_index, target, torch.scalar_tensor(-1, dtype=target.dtype,
-                                                                              device=target.device))
+    # -1 marks an ignored row, in int64 (a uint8 target would wrap it to 255, a real class).
+    counted = torch.where(target != ignore_index, target.to(torch.int64),
+                          torch.scalar_tensor(-1, dtype=torch.int64, device=target.device))
     return classes.unsqueeze(0) == counted.unsqueeze(1)
 
 
@@ -139,14 +141,24 @@ def _nll_loss_backward_as_mask(grad_output: torch.Tensor, logits: torch.Tensor, 
     return torch.where(_class_hits(logits, target, ignore_index), grad, _zero_like(grad))
 
 
+def _padded_like_aten(grad_output: torch.Tensor, any_device: bool, ints: Sequence[Any]) -> bool:
+    """A pad gives ATen's (contiguous) gradient: static sizes, and a gradient whose layout suggests
+    no channels-last result (constant_pad_nd keeps a channels-last input's memory format), on CUDA
+    or when planning as CUDA."""
+    from torch._prims_common import suggest_memory_format
+
+    return (all(isinstance(v, int) for v in ints)
+            and suggest_memory_format(grad_output) == torch.contiguous_format
+            and (any_device or grad_output.device.type == "cuda"))
+
+
 def _slice_backward_as_pad(grad_output: torch.Tensor, input_sizes: Sequence[int], dim: int, start: int, end: int,
                            step: int, *, any_device: bool) -> Any:
     """The gradient of a unit-step slice as a zero pad of the slice's gradient (a region's resize op),
     where ATen writes a zeros tensor and copies into it (two kernels and a full write; RoPE's
     backward has two per layer)."""
     sizes = list(input_sizes)
-    if step != 1 or not all(isinstance(v, int) for v in (*sizes, dim, start, end)) or not (
-            any_device or grad_output.device.type == "cuda"):
+    if step != 1 or not _padded_like_aten(grad_output, any_device, (*sizes, dim, start, end)):
         return NotImplemented
     dim = dim % len(sizes)
     size = sizes[dim]
@@ -163,8 +175,7 @@ def _select_backward_as_pad(grad_output: torch.Tensor, input_sizes: Sequence[int
     """The gradient of `x.select(dim, index)` (a ViT's class token, an unbind) as a zero pad of the
     gradient unsqueezed at `dim`, where ATen writes zeros and copies into them."""
     sizes = list(input_sizes)
-    if not all(isinstance(v, int) for v in (*sizes, dim, index)) or not (
-            any_device or grad_output.device.type == "cuda"):
+    if not _padded_like_aten(grad_output, any_device, (*sizes, dim, index)):
         return NotImplemented
     dim = dim % len(sizes)
     index = index + sizes[dim] if index < 0 else index

@@ -53,7 +53,8 @@ class Settings:
     #: scatter-on-zeros rewrite do: the loss joins the log-softmax's region, the backward's one-hot
     #: gradient joins its backward region, and min-cut may recompute the log-probabilities rather
     #: than write them (3 fewer full passes over the logits per step). Off until measured on the GPU
-    #: (perf backend nvf_fused_glue). Out-of-range targets then count as ignored instead of raising.
+    #: (perf backend nvf_fused_glue). An out-of-range target then adds no loss (but
+    #: counts in the mean's denominator) instead of raising.
     fuse_cross_entropy: bool = False
     #: Copies ATen runs as kernels of their own become data movement inside regions: a unit-step
     #: slice's or a select's gradient (`slice_backward`, `select_backward`: zeros plus a copy, two

@@ -175,12 +175,12 @@ def reset_compile_state() -> None:
     import gc
     import sys
 
-    if torch.cuda.is_available():
+    if torch.cuda.is_initialized():
         torch.cuda.synchronize()
     torch._dynamo.reset()
     shared = sys.modules.get("dynamo_nvf.runtime.fusion_cache")
     if shared is not None:
         shared.SHARED_FUSIONS.clear()
     gc.collect()
-    if torch.cuda.is_available():
+    if torch.cuda.is_initialized():
         torch.cuda.synchronize()

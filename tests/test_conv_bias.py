@@ -70,3 +70,17 @@ def test_conv_bias_kept_on_cpu_without_planning_as_cuda():
         compile_fn(model, {"strict": True})(torch.randn(2, 4, 10, 10))
     (conv,) = _calls(rec.graph_modules[0], aten.convolution.default)
     assert conv.args[2] is not None
+
+
+def test_conv_without_input_channels_keeps_a_zero_bias_gradient():
+    """No input channels: the output has no channels either and the bias gradient is ATen's zeros
+    of the bias' size, not a sum over an empty channel dim."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 0, 5, 5, requires_grad=True)
+    w = torch.randn(6, 0, 3, 3, requires_grad=True)
+    b = torch.randn(6, requires_grad=True)
+    fn = lambda x, w, b: torch.nn.functional.conv2d(x, w, b, padding=1) * 2.0  # noqa: E731
+    out = compile_fn(fn, {"plan_cpu_as_cuda": True, "strict": True})(x, w, b)
+    assert_same(out, fn(x.detach(), w.detach(), b.detach()))
+    out.sum().backward()
+    torch.testing.assert_close(b.grad, torch.zeros(6))

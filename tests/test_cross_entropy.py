@@ -62,3 +62,23 @@ def test_off_by_default_and_weighted_loss_keeps_aten():
         ops = [n.op for p in rec.plans for n in p.nodes]
         assert "aten.nll_loss_forward.default" in ops and "aten.nll_loss_backward.default" in ops
         torch.testing.assert_close(loss, fn(logits.detach(), target))
+
+
+def test_uint8_targets_with_an_in_range_ignore_index():
+    """The ignored-row marker is int64: a uint8 target would wrap -1 to 255, a real class here.
+    (Dynamo's own tracing refuses uint8 targets, so the decomposition is checked directly.)"""
+    from dynamo_nvf.decompositions import _nll_loss_backward_as_mask, _nll_loss_forward_as_masked_sum
+
+    torch.manual_seed(0)
+    logp = torch.randn(4, 300).log_softmax(1)
+    target = torch.tensor([255, 3, 255, 200], dtype=torch.uint8)
+    aten = torch.ops.aten
+    for reduction in (0, 1, 2):
+        want, want_weight = aten.nll_loss_forward.default(logp, target, None, reduction, 255)
+        got, got_weight = _nll_loss_forward_as_masked_sum(logp, target, None, reduction, 255, any_device=True)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got_weight, want_weight)
+        grad_out = torch.randn(4) if reduction == 0 else torch.randn(())
+        torch.testing.assert_close(
+            _nll_loss_backward_as_mask(grad_out, logp, target, None, reduction, 255, want_weight, any_device=True),
+            aten.nll_loss_backward.default(grad_out, logp, target, None, reduction, 255, want_weight))

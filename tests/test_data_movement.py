@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dynamo_nvf.backend import recording
-from helpers import DEVICES, check_training, device_options
+from helpers import DEVICES, check_training, compile_fn, device_options
 
 OPTIONS = {"fuse_data_movement": True}
 
@@ -66,3 +66,18 @@ def test_select_gradients_and_stacks_join_a_region(device, name):
     assert not any(op in eager_ops for op in ("aten.select_backward.default", "aten.stack.default")), eager_ops
     region_ops = [op for p in backward for r in p.regions for op in r.ops]
     assert "aten.constant_pad_nd.default" in region_ops or "aten.cat.default" in region_ops, region_ops
+
+
+def test_a_channels_last_gradient_keeps_aten_and_eager_strides():
+    """A pad of a channels-last gradient would be channels-last; ATen's slice_backward gives a
+    contiguous gradient, so the slice keeps it (and the input's gradient has eager's strides)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 4, 4).to(memory_format=torch.channels_last).requires_grad_()
+    fn = lambda x: (x[:, :4] * 2.0).sin()  # noqa: E731
+    with recording() as rec:
+        out = compile_fn(fn, {"plan_cpu_as_cuda": True, "strict": True} | OPTIONS)(x)
+        out.backward(torch.ones_like(out))
+    x_eager = x.detach().clone().requires_grad_()
+    fn(x_eager).backward(torch.ones_like(out))
+    torch.testing.assert_close(x.grad, x_eager.grad)
+    assert x.grad.stride() == x_eager.grad.stride(), (x.grad.stride(), x_eager.grad.stride())

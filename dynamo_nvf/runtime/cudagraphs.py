@@ -41,7 +41,9 @@ class _CollectionPause:
     (`torch.compiler.config.force_cudagraph_gc` is off). A collection that runs during a capture can
     free a dead region's nvFuser executor there, and its kernel module is unloaded under the capture
     (NVIDIA/warp#401 is the same hazard). Collections wait until the call returns; the pause costs
-    well under a microsecond per call.
+    well under a microsecond per call. It holds off automatic collections only (an explicit
+    `gc.collect()` or a last reference dropped on another thread still frees at once), and on its
+    way out it restores the collector as it found it, over a change another thread made meanwhile.
     """
 
     def __init__(self) -> None:
