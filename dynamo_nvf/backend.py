@@ -26,11 +26,11 @@ from dynamo_nvf.passes.attention import REWRITES_KEY, fuse_attention
 from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.lean_views import reinterpret_views
-from dynamo_nvf.runtime.lean_forward import lean_forward
 from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.plan import GraphPlan
 from dynamo_nvf.plan_text import render_plan_text
 from dynamo_nvf.runtime.cudagraphs import CudaGraphs, boxed
+from dynamo_nvf.runtime.lean_forward import lean_forward
 from dynamo_nvf.runtime.region import RegionRuntime
 from dynamo_nvf.runtime.views import view_replay
 from dynamo_nvf.settings import Settings

@@ -50,6 +50,11 @@ DECOMPOSED_OPS: list[Any] = [
 ]
 
 
+def _on_gpu(t: torch.Tensor, any_device: bool) -> bool:
+    """Where the CUDA-only rewrites apply: CUDA tensors, or any device when planning as CUDA."""
+    return any_device or t.device.type == "cuda"
+
+
 def _convolution_without_bias(x: torch.Tensor, weight: torch.Tensor, bias: Any, stride: Sequence[int],
                               padding: Sequence[int], dilation: Sequence[int], transposed: bool,
                               output_padding: Sequence[int], groups: int, *, any_device: bool) -> Any:
@@ -59,7 +64,7 @@ def _convolution_without_bias(x: torch.Tensor, weight: torch.Tensor, bias: Any, 
     full read and write per convolution); as inductor does on GPUs, the bias is peeled off and
     added where the next elementwise or norm region reads the output anyway.
     """
-    if bias is None or not (any_device or x.device.type == "cuda"):
+    if bias is None or not _on_gpu(x, any_device):
         return NotImplemented
     out = aten.convolution.default(x, weight, None, stride, padding, dilation, transposed, output_padding, groups)
     if out.shape[1] == 0:
@@ -73,7 +78,7 @@ def _convolution_backward_bias_as_sum(grad_output: torch.Tensor, x: torch.Tensor
                                       groups: int, output_mask: Sequence[bool], *, any_device: bool) -> Any:
     """The bias gradient of a convolution as a sum over all but the channel dim (a region's
     reduction), the convolution's own backward asked only for the input and weight gradients."""
-    if not output_mask[2] or not (any_device or grad_output.device.type == "cuda") or (
+    if not output_mask[2] or not _on_gpu(grad_output, any_device) or (
             grad_output.shape[1] != bias_sizes[0]):  # no input channels: ATen's zeros of the bias' size
         return NotImplemented
     grad_bias = aten.sum.dim_IntList(grad_output, [0] + list(range(2, grad_output.dim())))
@@ -108,7 +113,7 @@ def _zero_like(t: torch.Tensor) -> torch.Tensor:
 
 def _plain_nll(logits: torch.Tensor, target: torch.Tensor, weight: Any, reduction: int, any_device: bool) -> bool:
     return (logits.dim() == 2 and target.dim() == 1 and weight is None and reduction in
-            (_REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM) and (any_device or logits.device.type == "cuda"))
+            (_REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM) and _on_gpu(logits, any_device))
 
 
 def _nll_loss_forward_as_masked_sum(logits: torch.Tensor, target: torch.Tensor, weight: Any, reduction: int,
@@ -149,7 +154,7 @@ def _padded_like_aten(grad_output: torch.Tensor, any_device: bool, ints: Sequenc
 
     return (all(isinstance(v, int) for v in ints)
             and suggest_memory_format(grad_output) == torch.contiguous_format
-            and (any_device or grad_output.device.type == "cuda"))
+            and _on_gpu(grad_output, any_device))
 
 
 def _slice_backward_as_pad(grad_output: torch.Tensor, input_sizes: Sequence[int], dim: int, start: int, end: int,
@@ -172,15 +177,14 @@ def _slice_backward_as_pad(grad_output: torch.Tensor, input_sizes: Sequence[int]
 
 def _select_backward_as_pad(grad_output: torch.Tensor, input_sizes: Sequence[int], dim: int, index: int, *,
                             any_device: bool) -> Any:
-    """The gradient of `x.select(dim, index)` (a ViT's class token, an unbind) as a zero pad of the
-    gradient unsqueezed at `dim`, where ATen writes zeros and copies into them."""
-    sizes = list(input_sizes)
-    if not _padded_like_aten(grad_output, any_device, (*sizes, dim, index)):
+    """The gradient of `x.select(dim, index)` (a ViT's class token, an unbind): the gradient of the
+    one-wide slice `index:index+1`, with the gradient unsqueezed at `dim`."""
+    if not all(isinstance(v, int) for v in (*input_sizes, dim, index)):
         return NotImplemented
-    dim = dim % len(sizes)
-    index = index + sizes[dim] if index < 0 else index
-    pad = [0, 0] * (len(sizes) - 1 - dim) + [index, sizes[dim] - index - 1]
-    return aten.constant_pad_nd.default(grad_output.unsqueeze(dim), pad, 0.0)
+    dim = dim % len(input_sizes)
+    index = index + input_sizes[dim] if index < 0 else index
+    return _slice_backward_as_pad(grad_output.unsqueeze(dim), input_sizes, dim, index, index + 1, 1,
+                                  any_device=any_device)
 
 
 #: With `fuse_data_movement`, torch's own decompositions of these copies: `stack` (an unbind's

@@ -35,8 +35,10 @@ aten = torch.ops.aten
 #: torch's own `_reinterpret_tensor` (None on a torch without it: the views then go through dispatch).
 raw_reinterpret: Optional[Callable[..., torch.Tensor]] = getattr(
     getattr(torch._C, "_dynamo", None) and torch._C._dynamo.guards, "_reinterpret_tensor", None)
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
-_dispatch_modes = torch._C._len_torch_dispatch_stack
+#: Tensor types the raw call serves (a subclass would lose its type through it).
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+#: Number of active dispatch modes (a fake tensor mode while tracing counts): the raw call bypasses them.
+dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
 def reinterpret_tensor(base: torch.Tensor, size: tuple, stride: tuple, offset_increment: int) -> torch.Tensor:
@@ -46,7 +48,7 @@ def reinterpret_tensor(base: torch.Tensor, size: tuple, stride: tuple, offset_in
     generated code calls: no dispatcher, about 1 us); it would bypass a tensor subclass or mode (a
     fake tensor while tracing, a functional tensor), so those take `as_strided` through dispatch.
     """
-    if raw_reinterpret is not None and type(base) in _PLAIN_TENSORS and not _dispatch_modes():
+    if raw_reinterpret is not None and type(base) in PLAIN_TENSORS and not dispatch_modes():
         return raw_reinterpret(base, size, stride, offset_increment)
     return base.as_strided(size, stride, base.storage_offset() + offset_increment)
 

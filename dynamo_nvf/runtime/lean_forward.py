@@ -18,12 +18,11 @@ from typing import Any, Callable
 import torch
 from torch.fx import GraphModule
 
-from dynamo_nvf.passes.lean_views import raw_reinterpret, reinterpret_tensor
+from dynamo_nvf.passes.lean_views import PLAIN_TENSORS, dispatch_modes, raw_reinterpret, reinterpret_tensor
 
-_dispatch_modes = torch._C._len_torch_dispatch_stack
 #: Argument types that leave the raw path sound (anything else, a tensor subclass above all, takes
 #: the checked path).
-_PLAIN_ARGUMENTS = frozenset({torch.Tensor, torch.nn.Parameter, int, float, bool, type(None), torch.SymInt})
+_PLAIN_ARGUMENTS = frozenset({*PLAIN_TENSORS, int, float, bool, type(None), torch.SymInt})
 
 
 class LeanForward:
@@ -37,10 +36,9 @@ class LeanForward:
                 node.target = raw_reinterpret
         fast.recompile()
         self.raw = fast.forward
-        self.code = fast.code
 
     def __call__(self, *args: Any) -> Any:
-        if not _dispatch_modes() and all(type(a) in _PLAIN_ARGUMENTS for a in args):
+        if not dispatch_modes() and all(type(a) in _PLAIN_ARGUMENTS for a in args):
             return self.raw(*args)
         return self.checked(*args)
 
