@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from .baseline import METRICS
 
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_DEVICE_LOST = 0, 1, 2, 3
 _STARTED = time.monotonic()  # --time-budget counts from here (imports and start-up included)
 
 DESCRIPTION = """\
@@ -56,7 +56,9 @@ baseline check (GPU time per call):
 
 exit status: 0 no regression; 1 regression found (or, with --acceptance, the model
   tier's acceptance not met); 2 usage or environment error
-  (bad flag, unknown workload/backend, unreadable file, no CUDA device).
+  (bad flag, unknown workload/backend, unreadable file, no CUDA device); 3 the CUDA
+  context was lost (a kernel faulted): the run stopped after that pair, kept what it
+  measured and printed the command for the rest.
 
 examples:
   python -m perf --list
@@ -338,9 +340,22 @@ def run_mode(args: argparse.Namespace) -> int:
     deadline = _STARTED + args.time_budget if args.time_budget else None
     results = runner.run(workloads, backends, on_pair=checkpoint, deadline=deadline)
     doc = document(results)
+    if runner.device_lost:
+        doc["device_lost"] = runner.device_lost
     print(render_report(doc, with_env=False), flush=True)
 
     code = EXIT_OK
+    if runner.device_lost:
+        # Every later CUDA call of this process fails: no comparison, no re-measurement.
+        path = write_document(doc, path)
+        done = {(w, b) for w, row in results.items() for b in row}
+        rest = [w.name for w in workloads if any((w.name, b) not in done for b in backends)]
+        _stderr(
+            f"perf: the CUDA context was lost in {runner.device_lost} (its record has the error); results so far "
+            f"written to {path}.  The rest, in a fresh process:\n"
+            f"  python -m perf --only {','.join(rest)} --backends {','.join(backends)} --json REST.json"
+        )
+        return EXIT_DEVICE_LOST
     if base is not None:
         repeats = cfg.remeasure_repeats
         cmp = compare(

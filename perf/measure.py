@@ -209,6 +209,22 @@ def _cleanup() -> None:
         torch.cuda.empty_cache()
 
 
+class DeviceLost(RuntimeError):
+    """The CUDA context is unusable (a kernel faulted): no later pair of this process can run."""
+
+
+def _cleanup_into(rec: dict) -> None:
+    """:func:`_cleanup`, with a failure recorded in the pair's record (phase "cleanup") rather than
+    raised out of a ``finally`` over it.  The cleanup synchronizes first, so an asynchronous kernel
+    fault of the pair surfaces here; CUDA errors are sticky, so the record is marked
+    ``device_lost`` and the run stops after this pair (see :meth:`Runner.run`)."""
+    try:
+        _cleanup()
+    except Exception as exc:  # noqa: BLE001
+        _fail(rec, "cleanup", exc)
+        rec["device_lost"] = True
+
+
 def event_times_us(
     step: Callable[[], object], iters: int, flush: Optional[torch.Tensor], sleep_cycles: int = 0
 ) -> list[float]:
@@ -467,6 +483,8 @@ class Runner:
         self.host_floor: dict = {}
         self.clock: Callable[[], float] = time.monotonic  # what a run's deadline is read on
         self._flush: Optional[torch.Tensor] = None
+        #: "workload/backend" of the pair after which the CUDA context was lost (the run stopped), or None.
+        self.device_lost: Optional[str] = None
         if config.cupti_teardown:
             ensure_cupti_teardown()
 
@@ -563,9 +581,9 @@ class Runner:
         finally:
             del inst, step
             if rec["error"] or not cfg.host:
-                _cleanup()
+                _cleanup_into(rec)
 
-        if cfg.host:
+        if cfg.host and not rec.get("device_lost"):
             self._measure_host(wl, be, rec)
         return rec
 
@@ -583,7 +601,7 @@ class Runner:
             _fail(rec, "host", exc)
         finally:
             del tiny, step
-            _cleanup()  # the pair is done
+            _cleanup_into(rec)  # the pair is done
 
     def _step_timing(self, step: Callable[[], object]) -> StepTiming:
         cfg = self.config
@@ -627,7 +645,7 @@ class Runner:
                     _fail(rec, "profile", exc)
         finally:
             del inst, step
-            _cleanup()
+            _cleanup_into(rec)
         return rec
 
     def remeasure(self, workload: str, backend: str, repeats: int, metric: str = "gpu_us") -> list[float]:
@@ -695,6 +713,11 @@ class Runner:
                     self.progress(_progress_line(i, total, wl.name, be.name, rec, time.perf_counter() - t0))
                     if on_pair is not None:
                         on_pair(results)
+                    if rec.get("device_lost"):
+                        self.device_lost = f"{wl.name}/{be.name}"
+                        self.progress(f"CUDA context lost in {self.device_lost} ({rec['errors'].get('cleanup', '')[:200]}); "
+                                      f"stopping: the {total - i} later pair(s) need a fresh process")
+                        return results
                     # A full collection over torch/inductor's heap costs ~0.3 s and ran 3x a
                     # pair; freezing what survives a pair keeps later ones to new objects.
                     gc.freeze()
@@ -702,8 +725,9 @@ class Runner:
                 cost_done += wl.cost
         finally:
             gc.unfreeze()
-            reset_compile_state()
-            self.measure_host_floor("end")
+            if self.device_lost is None:
+                reset_compile_state()
+                self.measure_host_floor("end")
         return results
 
 

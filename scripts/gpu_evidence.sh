@@ -13,6 +13,7 @@
 #   scripts/gpu_evidence.sh glue     fuse_cross_entropy + fuse_data_movement (nvf_fused_glue) against
 #                                    the defaults on the transformer training steps, graphs or not
 #   scripts/gpu_evidence.sh abort    the 25-pair training run that aborted in ~CudaExecutable twice
+#   scripts/gpu_evidence.sh kernels  kernel tables (fused glue, inductor) of bert/llama training; abort bisection
 # Earlier issues:
 #   scripts/gpu_evidence.sh tests   GPU test suite, explain() reports, host latency, OpInfo sweep
 #   scripts/gpu_evidence.sh perf    perf/ default set, untrimmed-vs-trimmed checks, the expand rule
@@ -79,6 +80,21 @@ case "${1:-tests}" in
     timeout 560 python3 -m perf --only 'llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small' \
       --backends eager,inductor,nvf_bookend,inductor_ro,nvf_cudagraphs --json "$OUT/train.json" > "$OUT/train.log" 2>&1
     echo "train rc=$?"; grep -E "^\[|terminate|what\(\)" "$OUT/train.log" | cut -c1-200
+    ;;
+  kernels)
+    # Kernel tables of the transformer training steps, fused glue against inductor (issue #11), then
+    # the short abort bisection: bert's three pairs alone, then bert/nvf_bookend with blocking launches.
+    for wl in bert_train_bf16_small llama_train_bf16_small; do
+      for be in nvf_fused_glue inductor; do
+        timeout 90 python3 scripts/block_kernels.py $wl $be > "$OUT/kernels_${wl}_${be}.txt" 2>&1
+        echo "$wl $be rc=$?"; tail -n 1 "$OUT/kernels_${wl}_${be}.txt"
+      done
+    done
+    timeout 150 python3 -m perf --only bert_train_bf16_small --backends eager,inductor,nvf_bookend \
+      --json /tmp/b3.json > "$OUT/bisect3.log" 2>&1; echo "bisect3 rc=$?"; grep -E "^\[|Error" "$OUT/bisect3.log" | cut -c1-200
+    CUDA_LAUNCH_BLOCKING=1 timeout 120 python3 -m perf --only bert_train_bf16_small --backends nvf_bookend --no-host \
+      --json /tmp/b1.json > "$OUT/bisect1.log" 2>&1; echo "bisect1 rc=$?"; grep -E "^\[|Error" "$OUT/bisect1.log" | cut -c1-200
+    echo "elapsed ${SECONDS}s"
     ;;
   blocks)
     timeout 560 python3 -m perf --backends eager,inductor,nvf_bookend,nvf_untrimmed --baseline perf/baseline.json \

@@ -641,3 +641,44 @@ def test_changes_below_the_timer_floor_are_not_flagged():
     assert statuses(bl.compare(new, base, min_delta_us=0.0))[("lone_reshape", "nvf_bookend")] == bl.REGRESSION
     again = bl.compare(new, base, remeasure=lambda w, b, n: [1.7, 1.8], min_delta_us=0.0)
     assert statuses(again)[("lone_reshape", "nvf_bookend")] == bl.REGRESSION
+
+
+def test_a_lost_cuda_context_stops_the_run_after_its_pair(monkeypatch):
+    """A kernel fault poisons the process's CUDA context: the run keeps what it measured and stops."""
+    from dataclasses import replace as _replace
+
+    from perf import measure
+
+    messages: list[str] = []
+    runner = measure.Runner(_replace(measure.DEFAULT_CONFIG, cupti_teardown=False), progress=messages.append)
+    calls: list[tuple[str, str]] = []
+
+    def fake_measure(wl, be):
+        calls.append((wl.name, be.name))
+        rec = measure.empty_record()
+        if len(calls) == 2:
+            rec["error"] = "[cleanup] AcceleratorError: an illegal instruction was encountered"
+            rec["errors"]["cleanup"] = rec["error"]
+            rec["device_lost"] = True
+        return rec
+
+    monkeypatch.setattr(runner, "measure", fake_measure)
+    wls = [REGISTRY["llama_train_bf16_small"], REGISTRY["gpt_train_bf16_small"]]
+    results = runner.run(wls, ["eager", "inductor"])
+    assert calls == [("llama_train_bf16_small", "eager"), ("llama_train_bf16_small", "inductor")]
+    assert set(results) == {"llama_train_bf16_small"} and set(results["llama_train_bf16_small"]) == {"eager", "inductor"}
+    assert runner.device_lost == "llama_train_bf16_small/inductor"
+    assert "CUDA context lost" in messages[-1] and "2 later pair(s)" in messages[-1]
+
+
+def test_a_failing_cleanup_is_recorded_in_the_pair_not_raised(monkeypatch):
+    from perf import measure
+
+    def boom():
+        raise RuntimeError("CUDA error: an illegal instruction was encountered")
+
+    monkeypatch.setattr(measure, "_cleanup", boom)
+    rec = measure.empty_record()
+    measure._cleanup_into(rec)
+    assert rec["device_lost"] is True
+    assert "illegal instruction" in rec["errors"]["cleanup"] and rec["error"].startswith("[cleanup]")

@@ -1,0 +1,152 @@
+"""Side-by-side step times: backends of one workload compiled once each, then timed in alternating rounds.
+
+    python -m perf.interleave llama_train_bf16_small --backends nvf_cudagraphs,nvf_fused_glue_cudagraphs
+
+Why: a model step at a small batch is host-bound, and the GPU machines' host speed drifts within a
+run (perf's host floor grew 46% over one 18-pair run on an H100, 2026-11-23) and from minute to
+minute.  ``python -m perf`` measures pair after pair, so two backends of one workload are timed
+minutes apart and their ratio carries the drift: the same nvf_cudagraphs/inductor_ro ratio read
+1.01x, then 1.32x in two runs a session apart.  Here every backend of a workload stays compiled
+(each with its own model instance), and each round times one batch of every backend, in an order
+rotated per round; the drift then lands on all of them alike.
+
+Reported per backend: the median over rounds of the step time (ms, wall clock with host, batches
+start synchronized), and against the reference backend the median of the per-round ratios with
+their spread (lowest and highest round).  Compile times are not comparable here (backends after
+the first may reuse Dynamo's and dynamo_nvf's process caches); ``python -m perf`` measures them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional, Sequence
+
+import torch
+from tabulate import tabulate
+
+from .backends import get_backend, mark_step, reset_compile_state
+from .measure import device_sync, steps_per_batch, timed_batches
+from .workloads import REGISTRY
+
+
+@dataclass
+class InterleavedResult:
+    """Step times (ms) per backend, one per round, and the per-round ratios against ``reference``."""
+
+    workload: str
+    reference: str
+    steps_per_batch: int
+    step_ms: dict[str, list[float]] = field(default_factory=dict)
+
+    def median_ms(self, backend: str) -> float:
+        return statistics.median(self.step_ms[backend])
+
+    def ratios(self, backend: str) -> list[float]:
+        """Per-round ratio backend / reference (each round's batches ran back to back)."""
+        return [a / b for a, b in zip(self.step_ms[backend], self.step_ms[self.reference])]
+
+    def summary(self) -> dict:
+        out = {}
+        for name in self.step_ms:
+            r = self.ratios(name)
+            out[name] = {
+                "median_ms": self.median_ms(name),
+                "ratio_median": statistics.median(r),
+                "ratio_low": min(r),
+                "ratio_high": max(r),
+            }
+        return out
+
+
+def rotated(names: Sequence[str], round_index: int) -> list[str]:
+    """The order of one round: the list rotated by the round's index (no backend always goes first)."""
+    k = round_index % len(names)
+    return list(names[k:]) + list(names[:k])
+
+
+def interleaved_steps(
+    workload: str,
+    backends: Sequence[str],
+    *,
+    rounds: int = 15,
+    batch_s: float = 0.05,
+    min_steps: int = 3,
+    max_steps: int = 200,
+    warmup: int = 5,
+    device: Optional[str] = None,
+    sync: Optional[Callable[[], None]] = None,
+) -> InterleavedResult:
+    """Compiles ``workload`` once per backend, then times ``rounds`` rounds of one batch each."""
+    if len(set(backends)) != len(backends) or not backends:
+        raise ValueError(f"need distinct backends, got {list(backends)}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    sync = device_sync() if sync is None else sync
+    wl = REGISTRY[workload]
+    reset_compile_state()
+    steps: dict[str, Callable[[], object]] = {}
+    one_step_s = 0.0
+    for name in backends:
+        be = get_backend(name)
+        inst = wl.instantiate(device, tiny=device == "cpu")
+        fn = be.wrap(inst.fn)
+        mark = mark_step(be)
+        step = (lambda inst=inst, fn=fn, mark=mark: (mark(), inst.call(fn)))
+        for _ in range(1 + warmup):  # first call compiles (and, with graphs, records)
+            step()
+        span = timed_batches(step, 1, 2, sync, time.perf_counter)[0]
+        one_step_s = max(one_step_s, (span[2] - span[0]) / 2)
+        steps[name] = step
+    n = steps_per_batch(one_step_s, batch_s, min_steps, max_steps)
+    result = InterleavedResult(workload=workload, reference=backends[0], steps_per_batch=n,
+                               step_ms={name: [] for name in backends})
+    for r in range(rounds):
+        for name in rotated(backends, r):
+            start, _, end = timed_batches(steps[name], 1, n, sync, time.perf_counter)[0]
+            result.step_ms[name].append((end - start) / n * 1e3)
+    steps.clear()
+    reset_compile_state()
+    return result
+
+
+def table(results: Sequence[InterleavedResult]) -> str:
+    rows = []
+    for res in results:
+        for name, s in res.summary().items():
+            ratio = "-" if name == res.reference else (
+                f"{s['ratio_median']:.3f}x [{s['ratio_low']:.3f}, {s['ratio_high']:.3f}]")
+            rows.append([res.workload, name, f"{s['median_ms']:.3f}", ratio, res.steps_per_batch])
+    return tabulate(rows, headers=["workload", "backend", "step ms (median of rounds)",
+                                   "/ first backend: median [low, high] of rounds", "steps/batch"],
+                    tablefmt="github")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m perf.interleave", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("workloads", help="comma-separated perf workload names (see python -m perf --list)")
+    p.add_argument("--backends", required=True, help="comma-separated; the first is the reference of the ratios")
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--batch-s", type=float, default=0.05, help="target seconds per batch (default 0.05)")
+    p.add_argument("--json", metavar="PATH")
+    args = p.parse_args(argv)
+    names = [b for b in args.backends.split(",") if b]
+    results = []
+    for workload in [w for w in args.workloads.split(",") if w]:
+        res = interleaved_steps(workload, names, rounds=args.rounds, batch_s=args.batch_s)
+        results.append(res)
+        print(table([res]), flush=True)
+    print()
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{**asdict(r), "summary": r.summary()} for r in results], f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
