@@ -52,15 +52,25 @@ class Settings:
     #: instead of ATen's gather and zeros-plus-scatter kernels, as inductor's decompositions and its
     #: scatter-on-zeros rewrite do: the loss joins the log-softmax's region, the backward's one-hot
     #: gradient joins its backward region, and min-cut may recompute the log-probabilities rather
-    #: than write them (3 fewer full passes over the logits per step). Off until measured on the GPU
-    #: (perf backend nvf_fused_glue). An out-of-range target then adds no loss (but
-    #: counts in the mean's denominator) instead of raising.
-    fuse_cross_entropy: bool = False
+    #: than write them (3 fewer full passes over the logits per step). On by default: GPU kernel time
+    #: per training step on an H100 (perf.interleave, 2026-11-23), LLaMA-, GPT-2- and BERT-style,
+    #: 0.361 / 0.356 / 0.559 ms with both this and fuse_data_movement off, 0.322 / 0.337 / 0.527 with
+    #: both on (perf backend nvf_aten_glue runs them off). An out-of-range target adds no loss (but
+    #: counts in the mean's denominator) instead of raising a device-side assert.
+    fuse_cross_entropy: bool = True
     #: Copies ATen runs as kernels of their own become data movement inside regions: a unit-step
     #: slice's or a select's gradient (`slice_backward`, `select_backward`: zeros plus a copy, two
     #: kernels and a full write; RoPE's halves, a ViT's class token) a zero pad, and `stack` (an
-    #: unbind's gradient) a cat. Off until measured on the GPU (perf backend nvf_fused_glue).
-    fuse_data_movement: bool = False
+    #: unbind's gradient) a cat. On by default (measured with fuse_cross_entropy, above).
+    fuse_data_movement: bool = True
+    #: Cut a region that reduces one tensor over its rows (a norm's dx) and over its columns (the
+    #: norm's weight and bias gradients) in two when the tensor has at most this many rows: the column
+    #: sums, with recomputed copies of what feeds them, become a region of their own
+    #: (passes/split_reductions.py says why). 0 never cuts. Off: on an H100 (perf.interleave,
+    #: 2026-11-23) cutting at every size changed GPU kernel time per training step by -4% (BERT-style),
+    #: +2% (GPT-2-style) and 0% (LLaMA-style), and the extra regions cost host time without CUDA graphs
+    #: (BERT-style step 1.12x -> 1.21x inductor's). Perf backend nvf_split_norm_bwd cuts at every size.
+    split_norm_backward_rows: int = 0
     #: Run each view left between regions (around matmuls and attention) as one `_reinterpret_tensor`
     #: of the tensor its chain starts from, where that tensor's layout is known (passes/lean_views.py):
     #: less host time per call. False keeps the aten view calls (for measuring the difference).
@@ -114,6 +124,8 @@ class Settings:
             raise ValueError("min_region_size must be at least 1")
         if values.get("max_region_io", 2) < 2:
             raise ValueError("max_region_io must be at least 2")
+        if values.get("split_norm_backward_rows", 0) < 0:
+            raise ValueError("split_norm_backward_rows must be at least 0")
         if values.get("cuda_graph_max_shapes", 1) < 1:
             raise ValueError("cuda_graph_max_shapes must be at least 1")
         return cls(**values)

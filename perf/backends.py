@@ -103,16 +103,30 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
-            "nvf_fused_glue",
-            _nvf({"fuse_cross_entropy": True, "fuse_data_movement": True}),
-            'dynamo_nvf with fuse_cross_entropy and fuse_data_movement (nll_loss as class masks; slice and '
-            'select gradients as pads, stack as cat; all inside regions); opt-in',
+            "nvf_aten_glue",
+            _nvf({"fuse_cross_entropy": False, "fuse_data_movement": False}),
+            'dynamo_nvf with fuse_cross_entropy and fuse_data_movement off (ATen\'s nll_loss, slice/select '
+            'gradients and stack), against the fused default; opt-in',
             nvf=True,
         ),
         Backend(
-            "nvf_fused_glue_cudagraphs",
-            _nvf({"fuse_cross_entropy": True, "fuse_data_movement": True, "cuda_graphs": True}),
-            'nvf_fused_glue with CUDA graphs; opt-in',
+            "nvf_aten_glue_cudagraphs",
+            _nvf({"fuse_cross_entropy": False, "fuse_data_movement": False, "cuda_graphs": True}),
+            'nvf_aten_glue with CUDA graphs; opt-in',
+            cuda_graphs=True,
+            nvf=True,
+        ),
+        Backend(
+            "nvf_split_norm_bwd",
+            _nvf({"split_norm_backward_rows": 1 << 40}),
+            'dynamo_nvf with split_norm_backward_rows at every size (a norm backward\'s column sums in a region '
+            'of their own, not nvFuser\'s inner-outer persistent kernel); opt-in',
+            nvf=True,
+        ),
+        Backend(
+            "nvf_split_norm_bwd_cudagraphs",
+            _nvf({"split_norm_backward_rows": 1 << 40, "cuda_graphs": True}),
+            'nvf_split_norm_bwd with CUDA graphs; opt-in',
             cuda_graphs=True,
             nvf=True,
         ),

@@ -1,6 +1,6 @@
 """Side-by-side step times: backends of one workload compiled once each, then timed in alternating rounds.
 
-    python -m perf.interleave llama_train_bf16_small --backends nvf_cudagraphs,nvf_fused_glue_cudagraphs
+    python -m perf.interleave llama_train_bf16_small --backends inductor_ro,nvf_cudagraphs,nvf_aten_glue_cudagraphs
 
 Why: a model step at a small batch is host-bound, and the GPU machines' host speed drifts within a
 run (perf's host floor grew 46% over one 18-pair run on an H100, 2026-11-23) and from minute to
@@ -30,7 +30,7 @@ import torch
 from tabulate import tabulate
 
 from .backends import get_backend, mark_step, reset_compile_state
-from .measure import device_sync, steps_per_batch, timed_batches
+from .measure import device_sync, profile_counts, steps_per_batch, timed_batches
 from .workloads import REGISTRY
 
 
@@ -42,6 +42,9 @@ class InterleavedResult:
     reference: str
     steps_per_batch: int
     step_ms: dict[str, list[float]] = field(default_factory=dict)
+    #: GPU kernel ms per step and kernels per step (torch.profiler, after the timed rounds; CUDA only).
+    kernel_ms: dict[str, float] = field(default_factory=dict)
+    kernels: dict[str, float] = field(default_factory=dict)
 
     def median_ms(self, backend: str) -> float:
         return statistics.median(self.step_ms[backend])
@@ -59,6 +62,8 @@ class InterleavedResult:
                 "ratio_median": statistics.median(r),
                 "ratio_low": min(r),
                 "ratio_high": max(r),
+                "kernel_ms": self.kernel_ms.get(name),
+                "kernels": self.kernels.get(name),
             }
         return out
 
@@ -80,8 +85,10 @@ def interleaved_steps(
     warmup: int = 5,
     device: Optional[str] = None,
     sync: Optional[Callable[[], None]] = None,
+    profile_steps: int = 3,
 ) -> InterleavedResult:
-    """Compiles ``workload`` once per backend, then times ``rounds`` rounds of one batch each."""
+    """Compiles ``workload`` once per backend, then times ``rounds`` rounds of one batch each; then,
+    on CUDA, profiles ``profile_steps`` steps of each (kernel ms and kernels per step)."""
     if len(set(backends)) != len(backends) or not backends:
         raise ValueError(f"need distinct backends, got {list(backends)}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -108,6 +115,11 @@ def interleaved_steps(
         for name in rotated(backends, r):
             start, _, end = timed_batches(steps[name], 1, n, sync, time.perf_counter)[0]
             result.step_ms[name].append((end - start) / n * 1e3)
+    if device == "cuda" and profile_steps > 0:  # after the timing: a profile leaves CUPTI behind
+        for name in backends:
+            kernels, memops, dev_us = profile_counts(steps[name], profile_steps)
+            result.kernels[name] = kernels
+            result.kernel_ms[name] = dev_us / 1e3
     steps.clear()
     reset_compile_state()
     return result
@@ -119,10 +131,12 @@ def table(results: Sequence[InterleavedResult]) -> str:
         for name, s in res.summary().items():
             ratio = "-" if name == res.reference else (
                 f"{s['ratio_median']:.3f}x [{s['ratio_low']:.3f}, {s['ratio_high']:.3f}]")
-            rows.append([res.workload, name, f"{s['median_ms']:.3f}", ratio, res.steps_per_batch])
+            gpu = "-" if s["kernel_ms"] is None else f"{s['kernel_ms']:.3f}"
+            kernels = "-" if s["kernels"] is None else f"{s['kernels']:g}"
+            rows.append([res.workload, name, f"{s['median_ms']:.3f}", ratio, gpu, kernels, res.steps_per_batch])
     return tabulate(rows, headers=["workload", "backend", "step ms (median of rounds)",
-                                   "/ first backend: median [low, high] of rounds", "steps/batch"],
-                    tablefmt="github")
+                                   "/ first backend: median [low, high] of rounds", "GPU kernel ms", "kernels",
+                                   "steps/batch"], tablefmt="github")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -4,7 +4,7 @@ profiler see, for reading a block's GPU time against inductor's (issue #11).
     python scripts/block_kernels.py layernorm_train_f32 explain     # nvFuser's segments and schedulers
     python scripts/block_kernels.py layernorm_train_f32 inductor    # torch.profiler kernel table
     python scripts/block_kernels.py layernorm_train_f32 nvf_bookend
-    python scripts/block_kernels.py bert_train_bf16_small nvf_fused_glue   # any perf backend
+    python scripts/block_kernels.py bert_train_bf16_small nvf_aten_glue    # any perf backend
 
 One mode per process: nvFuser's profiler and torch.profiler cannot share one (CUPTI).
 """
@@ -50,7 +50,7 @@ def main(name: str, mode: str) -> None:
     if mode == "explain":
         print(dynamo_nvf.explain(inst.fn, *inst.inputs, profiler="nvfuser"))
         return
-    fn = get_backend(mode).wrap(inst.fn)  # any perf backend (nvf_fused_glue, inductor_ro, ...)
+    fn = get_backend(mode).wrap(inst.fn)  # any perf backend (nvf_aten_glue, inductor_ro, ...)
     kernel_table(fn, inst)
 
 

@@ -25,12 +25,31 @@ def main(names: list[str], options: dict) -> None:
     for name in names:
         torch._dynamo.reset()
         inst = REGISTRY[name].instantiate("cuda")
-        with warnings.catch_warnings(record=True), dynamo_nvf.recording() as rec:
+        fault = None
+        with warnings.catch_warnings(record=True) as caught, dynamo_nvf.recording() as rec:
             warnings.simplefilter("always")
             fn = torch.compile(inst.fn, backend="nvf_bookend", options=options)
-            for _ in range(2):
-                inst.call(fn)
-        torch.cuda.synchronize()
+            try:
+                for _ in range(2):
+                    inst.call(fn)
+                torch.cuda.synchronize()
+            except Exception as exc:  # noqa: BLE001  (a kernel fault: report what led to it)
+                fault = exc
+        for w in caught:
+            if "dynamo_nvf" in str(w.message):
+                print(f"warning: {str(w.message)[:600]}")
+        if fault is not None:  # run with CUDA_LAUNCH_BLOCKING=1 to see the faulting kernel's region
+            import traceback
+
+            print(f"## {name}: FAULT {type(fault).__name__}: {str(fault)[:400]}")
+            frames = [ln for ln in traceback.format_exception(fault) if "eval_with_key" in ln or "dynamo_nvf" in ln]
+            print("fault traceback (graph and dynamo_nvf frames):\n" + "".join(frames[-12:]))
+            for plan in rec.plans:
+                print(f"### plan {plan.kind} graph {plan.graph_id}:\n{plan.code}")
+                for region in plan.regions:
+                    outs = ", ".join(f"{t.name}{t.shape}/{t.stride}" for t in region.outputs)
+                    ins = ", ".join(f"{t.name}{t.shape}/{t.stride}" for t in region.inputs)
+                    print(f"  {region.name} [{region.executor}] in: {ins}\n      out: {outs}")
         failed = [(p, r) for p in rec.plans for r in p.regions if r.executor == "eager"]
         print(f"## {name}: {sum(len(p.regions) for p in rec.plans)} regions, {len(failed)} in eager")
         for plan, region in failed:

@@ -10,10 +10,11 @@
 #   scripts/gpu_evidence.sh blocks   perf's default (block) set against perf/baseline.json, GPU time vs inductor
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
-#   scripts/gpu_evidence.sh glue     fuse_cross_entropy + fuse_data_movement (nvf_fused_glue) against
-#                                    the defaults on the transformer training steps, graphs or not
+#   scripts/gpu_evidence.sh glue     the fused glue (default) against ATen's (nvf_aten_glue) on the
+#                                    transformer training steps, graphs or not
 #   scripts/gpu_evidence.sh abort    the 25-pair training run that aborted in ~CudaExecutable twice
-#   scripts/gpu_evidence.sh kernels  kernel tables (fused glue, inductor) of bert/llama training; abort bisection
+#   scripts/gpu_evidence.sh decide   GPU split tests; perf.interleave of the opt-in options against the defaults
+#   scripts/gpu_evidence.sh kernels  kernel tables (nvf_bookend, inductor) of bert/llama training; abort bisection
 # Earlier issues:
 #   scripts/gpu_evidence.sh tests   GPU test suite, explain() reports, host latency, OpInfo sweep
 #   scripts/gpu_evidence.sh perf    perf/ default set, untrimmed-vs-trimmed checks, the expand rule
@@ -73,7 +74,7 @@ case "${1:-tests}" in
     ;;
   glue)
     timeout 560 python3 -m perf --only 'llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small' \
-      --backends inductor,nvf_bookend,nvf_fused_glue,inductor_ro,nvf_cudagraphs,nvf_fused_glue_cudagraphs \
+      --backends inductor,nvf_aten_glue,nvf_bookend,inductor_ro,nvf_aten_glue_cudagraphs,nvf_cudagraphs \
       --json "$OUT/glue.json" > "$OUT/glue.log" 2>&1; echo "glue rc=$?"; grep -E "^\[|^\|" "$OUT/glue.log" | head -60
     ;;
   abort)
@@ -81,11 +82,40 @@ case "${1:-tests}" in
       --backends eager,inductor,nvf_bookend,inductor_ro,nvf_cudagraphs --json "$OUT/train.json" > "$OUT/train.log" 2>&1
     echo "train rc=$?"; grep -E "^\[|terminate|what\(\)" "$OUT/train.log" | cut -c1-200
     ;;
+  decide)
+    # Whether the opt-in options become defaults: the split test on the GPU, then side-by-side step
+    # times (perf.interleave: every backend compiled once, rotated rounds) with GPU kernel time.
+    timeout 90 python3 -m pytest -q -m gpu tests/test_split_norm_backward.py -p no:cacheprovider -rfs \
+      > "$OUT/split_tests.log" 2>&1; echo "split tests rc=$?"; tail -n 2 "$OUT/split_tests.log"
+    timeout 300 python3 -m perf.interleave bert_train_bf16_small,gpt_train_bf16_small,llama_train_bf16_small \
+      --backends inductor_ro,nvf_aten_glue_cudagraphs,nvf_cudagraphs,nvf_split_norm_bwd_cudagraphs \
+      --json "$OUT/il_graphs.json" > "$OUT/il_graphs.log" 2>&1; echo "graphs rc=$?"
+    timeout 100 python3 -m perf.interleave bert_train_bf16_small \
+      --backends inductor,nvf_aten_glue,nvf_bookend,nvf_split_norm_bwd --json "$OUT/il_nographs.json" \
+      > "$OUT/il_nographs.log" 2>&1; echo "no graphs rc=$?"
+    timeout 100 python3 -m perf.interleave bert_train_bf16_large \
+      --backends inductor,nvf_bookend,nvf_split_norm_bwd --json "$OUT/il_large.json" \
+      > "$OUT/il_large.log" 2>&1; echo "large rc=$?"
+    for f in il_graphs il_nographs il_large; do sed -n '/^$/,$p' "$OUT/$f.log" | tail -n 16; done
+    echo "elapsed ${SECONDS}s"
+    ;;
+  fault)
+    # The illegal memory access of bert_train_bf16_large (perf.interleave, 2026-11-23): which region,
+    # with blocking launches; then whether the fused embedding or inference alone fault.
+    CUDA_LAUNCH_BLOCKING=1 timeout 150 python3 scripts/fallback_repro.py bert_train_bf16_large > "$OUT/fault_blocking.log" 2>&1
+    echo "blocking rc=$?"; grep -E -A16 "^## .*FAULT" "$OUT/fault_blocking.log" | cut -c1-300
+    [ -n "${FAULT_ONLY_BLOCKING:-}" ] && exit 0
+    timeout 100 python3 scripts/fallback_repro.py bert_train_bf16_large --option fuse_embedding=false > "$OUT/fault_noemb.log" 2>&1
+    echo "no fused embedding rc=$?"; grep -E "^## |^warning" "$OUT/fault_noemb.log" | cut -c1-300 | head -8
+    timeout 80 python3 scripts/fallback_repro.py bert_fwd_bf16_large > "$OUT/fault_fwd.log" 2>&1
+    echo "inference rc=$?"; grep -E "^## |^warning" "$OUT/fault_fwd.log" | cut -c1-300 | head -8
+    echo "elapsed ${SECONDS}s"
+    ;;
   kernels)
     # Kernel tables of the transformer training steps, fused glue against inductor (issue #11), then
     # the short abort bisection: bert's three pairs alone, then bert/nvf_bookend with blocking launches.
     for wl in bert_train_bf16_small llama_train_bf16_small; do
-      for be in nvf_fused_glue inductor; do
+      for be in nvf_bookend inductor; do
         timeout 90 python3 scripts/block_kernels.py $wl $be > "$OUT/kernels_${wl}_${be}.txt" 2>&1
         echo "$wl $be rc=$?"; tail -n 1 "$OUT/kernels_${wl}_${be}.txt"
       done

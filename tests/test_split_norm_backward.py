@@ -1,0 +1,95 @@
+"""split_norm_backward_rows: a norm backward's column sums (weight and bias gradients) in a region of
+their own, with recomputed copies of what feeds them; the row part (dx) keeps the old region."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from dynamo_nvf.passes import split_reductions
+from helpers import DEVICES, check_training, cuda_plans, device_options
+
+ALWAYS = 1 << 40
+
+
+class NormBlock(nn.Module):
+    """A residual add, a LayerNorm and an RMSNorm: two norm backwards, chained."""
+
+    def __init__(self, d: int, dtype=torch.float32, device="cpu") -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(d, dtype=dtype, device=device)
+        self.rms = nn.RMSNorm(d, dtype=dtype, device=device)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.uniform_(0.5, 1.5)
+
+    def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return self.rms(self.ln(x + r)) * 1.5
+
+
+def _backward_regions(rows_limit: int, shape=(4, 16, 64)):
+    block = NormBlock(shape[-1])
+    plans = cuda_plans(lambda x, r: block(x, r), shape, shape, train=True, fake=False,
+                       options={"split_norm_backward_rows": rows_limit})
+    return next(p for p in plans if p.kind == "backward").regions
+
+
+def test_off_by_default_one_region_holds_both_reductions():
+    (region,) = _backward_regions(0)
+    assert region.ops.count("aten.sum.dim_IntList") >= 5  # 3 column sums + row sums
+
+
+def test_column_sums_move_to_a_region_of_their_own():
+    rows_region, cols_region = _backward_regions(ALWAYS)
+    code = cols_region.fx_code
+    # The new region ends in the three weight and bias gradients: sums over the leading dims only.
+    assert code.count("sum.dim_IntList") == 3 and code.count("[0, 1]") == 3, code
+    assert "var_mean" not in code and "[2], True)" not in code.split("sum.dim_IntList")[-1]
+    # The old one keeps every row reduction and no column sum.
+    assert "[0, 1]" not in rows_region.fx_code
+    # It reads what it cannot recompute (one value per row) from the old region, nothing full-size.
+    shapes = sorted(list(t.shape) for t in rows_region.outputs)
+    assert shapes == [[4, 16, 1], [4, 16, 64]], rows_region.outputs  # a row sum for the new region; dx
+    assert any("split from the region" in note for note in cols_region.boundary)
+
+
+def test_more_rows_than_the_limit_keep_one_region():
+    (region,) = _backward_regions(63)  # 4 x 16 = 64 rows
+    assert len(_backward_regions(64)) == 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_gradients_match_eager(device, dtype):
+    block = NormBlock(96, dtype=dtype, device=device)
+    x = torch.randn(3, 20, 96, dtype=dtype, device=device)
+    r = torch.randn(3, 20, 96, dtype=dtype, device=device)
+    plans = check_training(block, [x, r], device_options(device, strict=True, split_norm_backward_rows=ALWAYS)
+                           | {"split_norm_backward_rows": ALWAYS}, params=list(block.parameters()))
+    backward = next(p for p in plans if p.kind == "backward")
+    assert len(backward.regions) == 2
+
+
+def test_a_full_size_value_that_cannot_be_copied_refuses_the_split():
+    """A column sum fed by a dropout mask: copying would draw another mask, reading it would write a
+    full-size tensor; the region stays whole."""
+
+    def f(x):
+        y, mask = torch.ops.aten.native_dropout.default(x, 0.5, True)
+        return y.sum(-1, keepdim=True) * y, y.sum([0])
+
+    gm = make_fx(f)(torch.randn(8, 16))
+    members = {n for n in gm.graph.nodes if n.op == "call_function"}
+    (col,) = [n for n in members if split_reductions._is_column_sum(n)]
+    assert split_reductions._feeders([col], members, rows=8) is None
+    (row,) = [n for n in members if split_reductions._is_row_reduction(n)]
+    assert split_reductions._feeders([row], members, rows=8) is None
+
+
+def test_option_is_validated():
+    from dynamo_nvf.settings import Settings
+
+    with pytest.raises(ValueError):
+        Settings.from_options({"split_norm_backward_rows": -1})
