@@ -29,8 +29,8 @@ from typing import Callable, Optional, Sequence
 import torch
 from tabulate import tabulate
 
-from .backends import get_backend, mark_step, reset_compile_state
-from .measure import device_sync, profile_counts, steps_per_batch, timed_batches
+from .backends import get_backend, reset_compile_state
+from .measure import backend_step, device_sync, profile_counts, steps_per_batch, timed_batches
 from .workloads import REGISTRY
 
 
@@ -98,11 +98,7 @@ def interleaved_steps(
     steps: dict[str, Callable[[], object]] = {}
     one_step_s = 0.0
     for name in backends:
-        be = get_backend(name)
-        inst = wl.instantiate(device, tiny=device == "cpu")
-        fn = be.wrap(inst.fn)
-        mark = mark_step(be)
-        step = (lambda inst=inst, fn=fn, mark=mark: (mark(), inst.call(fn)))
+        step = backend_step(get_backend(name), wl.instantiate(device, tiny=device == "cpu"))
         for _ in range(1 + warmup):  # first call compiles (and, with graphs, records)
             step()
         span = timed_batches(step, 1, 2, sync, time.perf_counter)[0]

@@ -209,10 +209,6 @@ def _cleanup() -> None:
         torch.cuda.empty_cache()
 
 
-class DeviceLost(RuntimeError):
-    """The CUDA context is unusable (a kernel faulted): no later pair of this process can run."""
-
-
 def _cleanup_into(rec: dict) -> None:
     """:func:`_cleanup`, with a failure recorded in the pair's record (phase "cleanup") rather than
     raised out of a ``finally`` over it.  The cleanup synchronizes first, so an asynchronous kernel
@@ -280,6 +276,16 @@ def first_call_then_warmup(step: Callable[[], object], warmup: int) -> float:
     for _ in range(warmup):
         step()
     return first_s
+
+
+def backend_step(be: Backend, inst) -> Callable[[], object]:
+    """One step of workload instance `inst` under backend `be`: `be` wraps (compiles lazily) the
+    instance's callable; a CUDA-graph backend marks a new step before each call."""
+    fn = be.wrap(inst.fn)
+    if be.cuda_graphs:
+        mark = mark_step(be)
+        return lambda: (mark(), inst.call(fn))[1]
+    return lambda: inst.call(fn)
 
 
 def _is_device_event(evt) -> bool:
@@ -520,11 +526,7 @@ class Runner:
     def _compiled(self, wl: Workload, be: Backend, tiny: bool):
         reset_compile_state()
         inst = wl.instantiate("cuda", tiny=tiny)
-        fn = be.wrap(inst.fn)
-        mark = mark_step(be)
-        if be.cuda_graphs:
-            return inst, (lambda: (mark(), inst.call(fn))[1])
-        return inst, (lambda: inst.call(fn))
+        return inst, backend_step(be, inst)
 
     def _peak_memory(self, step: Callable[[], object], rec: dict) -> None:
         try:

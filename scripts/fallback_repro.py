@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
@@ -39,8 +40,6 @@ def main(names: list[str], options: dict) -> None:
             if "dynamo_nvf" in str(w.message):
                 print(f"warning: {str(w.message)[:600]}")
         if fault is not None:  # run with CUDA_LAUNCH_BLOCKING=1 to see the faulting kernel's region
-            import traceback
-
             print(f"## {name}: FAULT {type(fault).__name__}: {str(fault)[:400]}")
             frames = [ln for ln in traceback.format_exception(fault) if "eval_with_key" in ln or "dynamo_nvf" in ln]
             print("fault traceback (graph and dynamo_nvf frames):\n" + "".join(frames[-12:]))

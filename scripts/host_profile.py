@@ -19,7 +19,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from perf.backends import get_backend, mark_step, reset_compile_state  # noqa: E402
+from perf.backends import get_backend, reset_compile_state  # noqa: E402
+from perf.measure import backend_step  # noqa: E402
 from perf.workloads import REGISTRY  # noqa: E402
 
 
@@ -27,17 +28,11 @@ def profile(workload: str, backend_name: str, steps: int, top: int) -> None:
     reset_compile_state()
     backend = get_backend(backend_name)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    inst = REGISTRY[workload].instantiate(device, tiny=device == "cpu")
-    fn = backend.wrap(inst.fn)
-    step_begin = mark_step(backend)
+    step = backend_step(backend, REGISTRY[workload].instantiate(device, tiny=device == "cpu"))
 
     def sync() -> None:
         if device == "cuda":
             torch.cuda.synchronize()
-
-    def step() -> None:
-        step_begin()
-        inst.call(fn)
 
     for _ in range(10):
         step()

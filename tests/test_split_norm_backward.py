@@ -66,8 +66,7 @@ def test_split_gradients_match_eager(device, dtype):
     block = NormBlock(96, dtype=dtype, device=device)
     x = torch.randn(3, 20, 96, dtype=dtype, device=device)
     r = torch.randn(3, 20, 96, dtype=dtype, device=device)
-    plans = check_training(block, [x, r], device_options(device, strict=True, split_norm_backward_rows=ALWAYS)
-                           | {"split_norm_backward_rows": ALWAYS}, params=list(block.parameters()))
+    plans = check_training(block, [x, r], device_options(device, strict=True) | {"split_norm_backward_rows": ALWAYS}, params=list(block.parameters()))
     backward = next(p for p in plans if p.kind == "backward")
     assert len(backward.regions) == 2
 

@@ -404,20 +404,27 @@ def _reduction_dtype(ctx, node: Node, index: int) -> Any:
 # (H100, scripts/block_kernels.py). Summing rows first (the same last-dim reduction the norm does, so
 # the persistent kernel keeps it) and then the row sums (a tiny second kernel) is what inductor does;
 # the order of a float sum changes only its rounding, and low-precision inputs accumulate in f32.
-_ROW_REDUCTIONS = {aten.sum.dim_IntList, aten.amax.default, aten.amin.default, aten.mean.dim,
-                   aten.var_mean.correction, aten.var.correction}
+#: Reductions whose second argument (`dim`) names the dims they reduce. passes/split_reductions.py
+#: reads the same list.
+DIM_REDUCTIONS = frozenset({aten.sum.dim_IntList, aten.amax.default, aten.amin.default, aten.mean.dim,
+                            aten.var_mean.correction, aten.var.correction})
+
+
+def reduced_dims(node: Node) -> list[int]:
+    """The dims a `DIM_REDUCTIONS` node reduces, normalized (None or [] is every dim, as in aten)."""
+    return _norm_dims(_arg(node, 1, "dim"), _rank(node.args[0]))
 
 
 def _rows_reduced_in_region(node: Node, x: Any) -> bool:
     """True when another node of `node`'s region reduces the last dim of a tensor shaped like `x`."""
     shape, rank = tuple(_val(x).shape), _rank(x)
     for other in node.graph.nodes:
-        if other is node or other.op != "call_function" or other.target not in _ROW_REDUCTIONS:
+        if other is node or other.op != "call_function" or other.target not in DIM_REDUCTIONS:
             continue
         src = other.args[0]
         if not isinstance(src, Node) or tuple(_val(src).shape) != shape:
             continue
-        if _norm_dims(_arg(other, 1, "dim"), rank) == [rank - 1]:
+        if reduced_dims(other) == [rank - 1]:
             return True
     return False
 

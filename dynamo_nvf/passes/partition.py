@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Callable, Collection, Iterable, Optional
 
+import torch
 from torch.fx import GraphModule, Node
 
+from dynamo_nvf.ops.metadata import is_metadata
 from dynamo_nvf.ops.registry import unsupported_reason
 from dynamo_nvf.settings import Settings
 
@@ -160,17 +162,13 @@ GATHER_OUTPUT_REASON = (
 
 def _gather_leaves_region(node: Node, group_of: dict[Node, "_Group"]) -> bool:
     """An `aten.embedding` in a region whose rows, directly or through views, are used outside it."""
-    import torch
-
-    from dynamo_nvf.ops.metadata import is_metadata
-
     group = group_of.get(node)
     if group is None or node.target is not torch.ops.aten.embedding.default:
         return False
     stack = list(node.users)
     while stack:
         user = stack.pop()
-        if user not in group.nodes or user.op == "output":
+        if user not in group.nodes:  # the graph's output node included
             return True
         if is_metadata(user):
             stack.extend(user.users)

@@ -26,15 +26,12 @@ from typing import Any, Optional
 import torch
 from torch.fx import GraphModule, Node
 
+from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, reduced_dims
 from dynamo_nvf.ops.metadata import is_metadata
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, regions_of
 from dynamo_nvf.settings import Settings
 
 aten = torch.ops.aten
-
-#: Reductions that may reduce a tensor's last dim (a row reduction) in a norm's backward region.
-_ROW_REDUCTIONS = frozenset({aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.amax.default,
-                             aten.amin.default, aten.var_mean.correction, aten.var.correction})
 
 
 def _val(node: Any) -> Optional[torch.Tensor]:
@@ -42,41 +39,28 @@ def _val(node: Any) -> Optional[torch.Tensor]:
     return val if isinstance(val, torch.Tensor) else None
 
 
-def _dims(node: Node, rank: int) -> Optional[list[int]]:
-    """The dims a reduction node reduces, normalized; None when unknown."""
-    if node.target is aten.sum.default:
-        return list(range(rank))
-    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-    if dims is None:
-        return list(range(rank))
-    if isinstance(dims, int):
-        dims = [dims]
-    try:
-        return sorted({int(d) % rank for d in dims}) if rank else []
-    except TypeError:  # symbolic
-        return None
-
-
 def _rows_and_cols(x: torch.Tensor) -> tuple[int, int]:
-    cols = int(x.shape[-1])
-    return (math.prod(int(s) for s in x.shape[:-1]), cols)
+    return (math.prod(int(s) for s in x.shape[:-1]), int(x.shape[-1]))
+
+
+def _reduced_input(node: Node) -> Optional[torch.Tensor]:
+    """The (rank >= 2) tensor a reduction over dims reads, or None for any other node."""
+    if node.target is not aten.sum.default and node.target not in DIM_REDUCTIONS:
+        return None
+    x = _val(node.args[0]) if node.args else None
+    return x if x is not None and x.dim() >= 2 else None
 
 
 def _is_row_reduction(node: Node) -> bool:
-    x = _val(node.args[0]) if node.args else None
-    if node.target not in _ROW_REDUCTIONS or x is None or x.dim() < 2:
-        return False
-    dims = _dims(node, x.dim())
-    return dims is not None and x.dim() - 1 in dims
+    """A reduction that includes the last dim (a full sum counts: it reduces rows too)."""
+    x = _reduced_input(node)
+    return x is not None and (node.target is aten.sum.default or x.dim() - 1 in reduced_dims(node))
 
 
 def _is_column_sum(node: Node) -> bool:
     """A sum over leading dims only (a weight or bias gradient): keeps the last dim."""
-    x = _val(node.args[0]) if node.args else None
-    if node.target is not aten.sum.dim_IntList or x is None or x.dim() < 2:
-        return False
-    dims = _dims(node, x.dim())
-    return bool(dims) and x.dim() - 1 not in dims
+    x = _reduced_input(node)
+    return x is not None and node.target is aten.sum.dim_IntList and x.dim() - 1 not in reduced_dims(node)
 
 
 def _recomputable(node: Node) -> bool:
@@ -144,8 +128,10 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
         rows_of_row_reductions = {_rows_and_cols(_val(n.args[0])) for n in nodes if _is_row_reduction(n)}
         sums, tails = [], []
         for n in nodes:
-            if not (_is_column_sum(n) and _rows_and_cols(_val(n.args[0])) in rows_of_row_reductions
-                    and _rows_and_cols(_val(n.args[0]))[0] <= limit):
+            if not _is_column_sum(n):
+                continue
+            shape = _rows_and_cols(_val(n.args[0]))
+            if shape not in rows_of_row_reductions or shape[0] > limit:
                 continue
             tail = _tail(n, members)
             if tail is not None:  # else the rest of the region needs the sum
