@@ -10,6 +10,7 @@
 #   scripts/gpu_evidence.sh blocks   perf's default (block) set against perf/baseline.json, GPU time vs inductor
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
+#   scripts/gpu_evidence.sh verify   the GPU suite (440 s), then the bert_train_bf16_large fault repro
 #   scripts/gpu_evidence.sh glue     the fused glue (default) against ATen's (nvf_aten_glue) on the
 #                                    transformer training steps, graphs or not
 #   scripts/gpu_evidence.sh abort    the 25-pair training run that aborted in ~CudaExecutable twice
@@ -71,6 +72,15 @@ case "${1:-tests}" in
     timeout 560 python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfs --durations=15 \
       --deselect tests/test_gpu_opinfo.py::test_opinfo_sweep > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
     tail -n 25 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -30
+    ;;
+  verify)
+    # The GPU suite under the current defaults, then the BERT training fault's repro (it must run clean).
+    timeout 440 python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfs --durations=10 \
+      --deselect tests/test_gpu_opinfo.py::test_opinfo_sweep > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
+    tail -n 18 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -30
+    timeout 120 python3 scripts/fallback_repro.py bert_train_bf16_large > "$OUT/repro_bert_large.log" 2>&1
+    echo "bert_train_bf16_large repro rc=$?"; grep -E "^## |^warning|Error" "$OUT/repro_bert_large.log" | cut -c1-300 | head -12
+    echo "elapsed ${SECONDS}s"
     ;;
   glue)
     timeout 560 python3 -m perf --only 'llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small' \
