@@ -10,6 +10,7 @@
 #   scripts/gpu_evidence.sh blocks   perf's default (block) set against perf/baseline.json, GPU time vs inductor
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
+#   scripts/gpu_evidence.sh blockk   kernel tables and segments of the losing training blocks (#11)
 #   scripts/gpu_evidence.sh verify   the GPU suite (440 s), then the bert_train_bf16_large fault repro
 #   scripts/gpu_evidence.sh glue     the fused glue (default) against ATen's (nvf_aten_glue) on the
 #                                    transformer training steps, graphs or not
@@ -80,6 +81,16 @@ case "${1:-tests}" in
     tail -n 18 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -30
     timeout 120 python3 scripts/fallback_repro.py bert_train_bf16_large > "$OUT/repro_bert_large.log" 2>&1
     echo "bert_train_bf16_large repro rc=$?"; grep -E "^## |^warning|Error" "$OUT/repro_bert_large.log" | cut -c1-300 | head -12
+    echo "elapsed ${SECONDS}s"
+    ;;
+  blockk)
+    # Issue #11: kernel tables (nvf_bookend, inductor) and nvFuser's segments of the losing training blocks.
+    for wl in ${BLOCKK_WORKLOADS:-softmax_train_f32 layernorm_train_f32 rmsnorm_train_f32 dropout_residual_layernorm_train_f32}; do
+      for be in nvf_bookend inductor explain; do
+        timeout 60 python3 scripts/block_kernels.py $wl $be > "$OUT/k_${wl}_${be}.txt" 2>&1
+        echo "== $wl $be rc=$?"; if [ $be = explain ]; then grep -E "^-- nvf_region|segment|scheduler" "$OUT/k_${wl}_${be}.txt" | head -20; else cat "$OUT/k_${wl}_${be}.txt" | cut -c1-150 | tail -n 14; fi
+      done
+    done
     echo "elapsed ${SECONDS}s"
     ;;
   glue)
