@@ -87,11 +87,11 @@ case "${1:-tests}" in
     # Issue #11: kernel tables (nvf_bookend, inductor) and nvFuser's segments of the losing training blocks.
     for wl in ${BLOCKK_WORKLOADS:-softmax_train_f32 layernorm_train_f32 rmsnorm_train_f32 dropout_residual_layernorm_train_f32}; do
       for be in nvf_bookend inductor explain; do
-        timeout 60 python3 scripts/block_kernels.py $wl $be > "$OUT/k_${wl}_${be}.txt" 2>&1
-        echo "== $wl $be rc=$?"; if [ $be = explain ]; then grep -E "^-- nvf_region|segment|scheduler" "$OUT/k_${wl}_${be}.txt" | head -20; else cat "$OUT/k_${wl}_${be}.txt" | cut -c1-150 | tail -n 14; fi
+        timeout 60 python3 scripts/block_kernels.py $wl $be > "/tmp/k_${wl}_${be}.txt" 2>&1
+        echo "== $wl $be rc=$?"; if [ $be = explain ]; then grep -E "^-- nvf_region|segment|scheduler" "/tmp/k_${wl}_${be}.txt" | head -20; else cat "/tmp/k_${wl}_${be}.txt" | cut -c1-150 | tail -n 14; fi
       done
     done
-    echo "elapsed ${SECONDS}s"
+    for f in /tmp/k_*.txt; do echo "#### $f"; cat "$f"; done > "$OUT/blockk_all.txt"; echo "elapsed ${SECONDS}s"
     ;;
   glue)
     timeout 560 python3 -m perf --only 'llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small' \
