@@ -10,6 +10,7 @@
 #   scripts/gpu_evidence.sh blocks   perf's default (block) set against perf/baseline.json, GPU time vs inductor
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
+#   scripts/gpu_evidence.sh blocks11 every block workload, GPU time against inductor, untrimmed, eager (#11)
 #   scripts/gpu_evidence.sh blockk   kernel tables and segments of the losing training blocks (#11)
 #   scripts/gpu_evidence.sh verify   the GPU suite (440 s), then the bert_train_bf16_large fault repro
 #   scripts/gpu_evidence.sh glue     the fused glue (default) against ATen's (nvf_aten_glue) on the
@@ -82,6 +83,13 @@ case "${1:-tests}" in
     timeout 120 python3 scripts/fallback_repro.py bert_train_bf16_large > "$OUT/repro_bert_large.log" 2>&1
     echo "bert_train_bf16_large repro rc=$?"; grep -E "^## |^warning|Error" "$OUT/repro_bert_large.log" | cut -c1-300 | head -12
     echo "elapsed ${SECONDS}s"
+    ;;
+  blocks11)
+    # Issue #11's table: every block workload (f32 and bf16, forward and training) against inductor,
+    # untrimmed and eager, on GPU time (host time left out: it needs a second compile per pair).
+    timeout 570 python3 -m perf --all --tag block --backends eager,inductor,nvf_bookend,nvf_untrimmed --no-host \
+      --time-budget 550 --json "$OUT/blocks11.json" > "$OUT/blocks11.log" 2>&1; echo "blocks11 rc=$?"
+    sed -n '/GPU time/,/^$/p' "$OUT/blocks11.log" | head -40; tail -n 5 "$OUT/blocks11.log"
     ;;
   blockk)
     # Issue #11: kernel tables (nvf_bookend, inductor) and nvFuser's segments of the losing training blocks.
