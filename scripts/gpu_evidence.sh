@@ -10,6 +10,7 @@
 #   scripts/gpu_evidence.sh blocks   perf's default (block) set against perf/baseline.json, GPU time vs inductor
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
+#   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh blocks11 every block workload, GPU time against inductor, untrimmed, eager (#11)
 #   scripts/gpu_evidence.sh blockk   kernel tables and segments of the losing training blocks (#11)
 #   scripts/gpu_evidence.sh verify   the GPU suite (440 s), then the bert_train_bf16_large fault repro
@@ -82,6 +83,17 @@ case "${1:-tests}" in
     tail -n 18 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -30
     timeout 120 python3 scripts/fallback_repro.py bert_train_bf16_large > "$OUT/repro_bert_large.log" 2>&1
     echo "bert_train_bf16_large repro rc=$?"; grep -E "^## |^warning|Error" "$OUT/repro_bert_large.log" | cut -c1-300 | head -12
+    echo "elapsed ${SECONDS}s"
+    ;;
+  hostdiag)
+    # Issue #10/#12: where the host time of a step goes (cProfile per backend), and nvFuser's own
+    # scopes per call and per compile (NVFUSER_TRACE, scripts/nvf_trace.py).
+    timeout 150 python3 scripts/host_profile.py vit_fwd_bf16_small nvf_bookend inductor --steps 200 --top 30 \
+      > "$OUT/hp_vit.txt" 2>&1; echo "host_profile vit rc=$?"; head -c 9000 "$OUT/hp_vit.txt"
+    for wl in ${TRACE_WORKLOADS:-vit_fwd_bf16_small bert_train_bf16_small llama_fwd_bf16_small}; do
+      timeout 150 python3 scripts/nvf_trace.py $wl --steady 50 --top 30 --trace /tmp/trace_$wl.json \
+        --json "$OUT/trace_$wl.json" > "$OUT/trace_$wl.txt" 2>&1; echo "trace $wl rc=$?"; head -c 7000 "$OUT/trace_$wl.txt"
+    done
     echo "elapsed ${SECONDS}s"
     ;;
   blocks11)
