@@ -85,6 +85,20 @@ case "${1:-tests}" in
     echo "bert_train_bf16_large repro rc=$?"; grep -E "^## |^warning|Error" "$OUT/repro_bert_large.log" | cut -c1-300 | head -12
     echo "elapsed ${SECONDS}s"
     ;;
+  drift)
+    # Why vit_fwd_bf16_small/nvf_bookend stepped at 1.18 ms late in a model-tier process and at
+    # 0.63 ms in a fresh one: alone; after two training models (profiled, then not); interleaved.
+    P="python3 -m perf --only"
+    timeout 90 $P vit_fwd_bf16_small --backends eager,inductor,nvf_bookend --json /tmp/d1.json > "$OUT/drift1.log" 2>&1
+    echo "alone rc=$?"; grep -E "^\[" "$OUT/drift1.log" | cut -c1-160
+    timeout 150 $P llama_train_bf16_small,bert_train_bf16_small,vit_fwd_bf16_small --backends nvf_bookend \
+      --json /tmp/d2.json > "$OUT/drift2.log" 2>&1; echo "after two, profiled rc=$?"; grep -E "^\[" "$OUT/drift2.log" | cut -c1-160
+    timeout 150 $P llama_train_bf16_small,bert_train_bf16_small,vit_fwd_bf16_small --backends nvf_bookend --no-profile \
+      --json /tmp/d3.json > "$OUT/drift3.log" 2>&1; echo "after two, no profile rc=$?"; grep -E "^\[" "$OUT/drift3.log" | cut -c1-160
+    timeout 90 python3 -m perf.interleave vit_fwd_bf16_small --backends inductor,nvf_bookend,eager \
+      > "$OUT/drift_il.log" 2>&1; echo "interleaved rc=$?"; tail -n 8 "$OUT/drift_il.log"
+    echo "elapsed ${SECONDS}s"
+    ;;
   hostdiag)
     # Issue #10/#12: where the host time of a step goes (cProfile per backend), and nvFuser's own
     # scopes per call and per compile (NVFUSER_TRACE, scripts/nvf_trace.py).
