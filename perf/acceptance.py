@@ -8,6 +8,12 @@ All from ONE run (a joined document where the run was sharded), over every model
 * without graphs: every workload's step time at most 1.0x eager's; the geomean at most 1.0x
   inductor default's; host enqueue per step at most inductor's on the geomean.
 
+``python -m perf.interleave ... --acceptance`` builds the same document from interleaved rounds
+(every backend of a workload compiled at once and timed in rotated rounds); its ratios are then the
+medians of per-round ratios, the form to gate on where the host drifts between pairs (the same
+vit_fwd_bf16_small/nvf_bookend step read 0.53 and 1.17 ms in two processes minutes apart, H100,
+2026-11-23).
+
 A criterion whose ratios are not all there (a backend missing from the run, a pair that errored,
 a workload of the run not measured) is INCOMPLETE, which fails like FAIL: an acceptance never
 passes on part of the evidence.
@@ -81,6 +87,11 @@ def model_workloads(doc: dict) -> list[str]:
 
 
 def workload_ratio(doc: dict, workload: str, metric: str, subject: str, reference: str) -> Optional[float]:
+    """metric(subject)/metric(reference); a document from perf.interleave gives the median of the
+    per-round ratios instead (``round_ratios``), which no drift between pairs can bias."""
+    interleaved = ((doc.get("round_ratios") or {}).get(workload) or {}).get(metric) or {}
+    if f"{subject}/{reference}" in interleaved:
+        return interleaved[f"{subject}/{reference}"]
     per_backend = doc["results"].get(workload) or {}
     return ratio((per_backend.get(subject) or {}).get(metric), (per_backend.get(reference) or {}).get(metric))
 

@@ -12,7 +12,8 @@ rotated per round; the drift then lands on all of them alike.
 
 Reported per backend: the median over rounds of the step time (ms, wall clock with host, batches
 start synchronized), and against the reference backend the median of the per-round ratios with
-their spread (lowest and highest round).  Compile times are not comparable here (backends after
+their spread (lowest and highest round).  With ``--acceptance``, issue #10's criteria are read from the per-round ratios
+(:func:`acceptance_document`, :mod:`perf.acceptance`).  Compile times are not comparable here (backends after
 the first may reuse Dynamo's and dynamo_nvf's process caches); ``python -m perf`` measures them.
 """
 
@@ -42,6 +43,8 @@ class InterleavedResult:
     reference: str
     steps_per_batch: int
     step_ms: dict[str, list[float]] = field(default_factory=dict)
+    #: Host enqueue ms per step (until the batch's last call returned), one per round.
+    enqueue_ms: dict[str, list[float]] = field(default_factory=dict)
     #: GPU kernel ms per step and kernels per step (torch.profiler, after the timed rounds; CUDA only).
     kernel_ms: dict[str, float] = field(default_factory=dict)
     kernels: dict[str, float] = field(default_factory=dict)
@@ -49,9 +52,10 @@ class InterleavedResult:
     def median_ms(self, backend: str) -> float:
         return statistics.median(self.step_ms[backend])
 
-    def ratios(self, backend: str) -> list[float]:
+    def ratios(self, backend: str, reference: Optional[str] = None, metric: str = "step_ms") -> list[float]:
         """Per-round ratio backend / reference (each round's batches ran back to back)."""
-        return [a / b for a, b in zip(self.step_ms[backend], self.step_ms[self.reference])]
+        series = getattr(self, metric)
+        return [a / b for a, b in zip(series[backend], series[reference or self.reference])]
 
     def summary(self) -> dict:
         out = {}
@@ -106,11 +110,12 @@ def interleaved_steps(
         steps[name] = step
     n = steps_per_batch(one_step_s, batch_s, min_steps, max_steps)
     result = InterleavedResult(workload=workload, reference=backends[0], steps_per_batch=n,
-                               step_ms={name: [] for name in backends})
+                               step_ms={name: [] for name in backends}, enqueue_ms={name: [] for name in backends})
     for r in range(rounds):
         for name in rotated(backends, r):
-            start, _, end = timed_batches(steps[name], 1, n, sync, time.perf_counter)[0]
+            start, returned, end = timed_batches(steps[name], 1, n, sync, time.perf_counter)[0]
             result.step_ms[name].append((end - start) / n * 1e3)
+            result.enqueue_ms[name].append((returned - start) / n * 1e3)
     if device == "cuda" and profile_steps > 0:  # after the timing: a profile leaves CUPTI behind
         for name in backends:
             kernels, memops, dev_us = profile_counts(steps[name], profile_steps)
@@ -119,6 +124,27 @@ def interleaved_steps(
     steps.clear()
     reset_compile_state()
     return result
+
+
+def acceptance_document(results: Sequence[InterleavedResult]) -> dict:
+    """A result document that perf.acceptance reads (issue #10's criteria), from interleaved rounds.
+
+    Each workload's ratios are the medians of its per-round ratios (``round_ratios``), which carry
+    no drift between backends; the step and enqueue times beside them are medians over rounds.
+    """
+    doc: dict = {"results": {}, "workloads": {}, "round_ratios": {}, "backends": [], "config": {}}
+    for res in results:
+        doc["workloads"][res.workload] = {"timing": "step"}
+        doc["results"][res.workload] = {
+            name: {"step_ms": statistics.median(res.step_ms[name]),
+                   "enqueue_ms": statistics.median(res.enqueue_ms[name]) if res.enqueue_ms.get(name) else None}
+            for name in res.step_ms}
+        doc["round_ratios"][res.workload] = {
+            metric: {f"{a}/{b}": statistics.median(res.ratios(a, b, metric))
+                     for a in res.step_ms for b in res.step_ms if a != b and getattr(res, metric).get(a)}
+            for metric in ("step_ms", "enqueue_ms")}
+        doc["backends"] += [name for name in res.step_ms if name not in doc["backends"]]
+    return doc
 
 
 def table(results: Sequence[InterleavedResult]) -> str:
@@ -143,6 +169,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--batch-s", type=float, default=0.05, help="target seconds per batch (default 0.05)")
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--acceptance", action="store_true",
+                   help="issue #10's criteria from the per-round ratios (backends eager, inductor, inductor_ro, "
+                        "nvf_bookend, nvf_cudagraphs); exit 1 when not met")
     args = p.parse_args(argv)
     names = [b for b in args.backends.split(",") if b]
     results = []
@@ -152,10 +181,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(table([res]), flush=True)
     print()
     print(table(results))
+    doc = acceptance_document(results)
+    verdict_ok = True
+    if args.acceptance:
+        from .acceptance import passed, render_acceptance
+
+        print()
+        print(render_acceptance(doc))
+        verdict_ok = passed(doc)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([{**asdict(r), "summary": r.summary()} for r in results], f, indent=1)
-    return 0
+            json.dump({"interleaved": [{**asdict(r), "summary": r.summary()} for r in results],
+                       "acceptance_document": doc}, f, indent=1)
+    return 0 if verdict_ok else 1
 
 
 if __name__ == "__main__":

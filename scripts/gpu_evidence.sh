@@ -10,6 +10,7 @@
 #   scripts/gpu_evidence.sh blocks   perf's default (block) set against perf/baseline.json, GPU time vs inductor
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
+#   scripts/gpu_evidence.sh il10     issue #10's criteria from interleaved rounds on the small-batch model workloads
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh blocks11 every block workload, GPU time against inductor, untrimmed, eager (#11)
 #   scripts/gpu_evidence.sh blockk   kernel tables and segments of the losing training blocks (#11)
@@ -84,6 +85,15 @@ case "${1:-tests}" in
     timeout 120 python3 scripts/fallback_repro.py bert_train_bf16_large > "$OUT/repro_bert_large.log" 2>&1
     echo "bert_train_bf16_large repro rc=$?"; grep -E "^## |^warning|Error" "$OUT/repro_bert_large.log" | cut -c1-300 | head -12
     echo "elapsed ${SECONDS}s"
+    ;;
+  il10)
+    # Issue #10's criteria from interleaved rounds (perf.interleave --acceptance) on the host-bound
+    # (small-batch) model workloads, where pair-after-pair step times carry the host's drift.
+    timeout 585 python3 -m perf.interleave \
+      ${IL10_WORKLOADS:-llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small,llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small} \
+      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs --rounds ${IL10_ROUNDS:-9} --acceptance \
+      --json "$OUT/il10.json" > "$OUT/il10.log" 2>&1; echo "il10 rc=$?"
+    sed -n '/^### Acceptance/,$p' "$OUT/il10.log"; grep -c "^| " "$OUT/il10.log"
     ;;
   drift)
     # Why vit_fwd_bf16_small/nvf_bookend stepped at 1.18 ms late in a model-tier process and at

@@ -33,3 +33,44 @@ def test_duplicate_backends_are_refused():
 
     with pytest.raises(ValueError):
         interleave.interleaved_steps("gelu_views", ["eager", "eager"], rounds=1, device="cpu")
+
+
+def _result(workload, rounds):
+    """An InterleavedResult from per-round step ms {backend: [..]} (enqueue = step - 0.01)."""
+    res = interleave.InterleavedResult(workload=workload, reference="eager", steps_per_batch=3)
+    for name, times in rounds.items():
+        res.step_ms[name] = list(times)
+        res.enqueue_ms[name] = [t - 0.01 for t in times]
+    return res
+
+
+def test_acceptance_reads_the_median_of_per_round_ratios():
+    from perf.acceptance import FAIL, PASS, evaluate
+
+    # Round 2 is slow for everyone (host drift): per-round ratios stay 0.8 and 0.5; the medians of
+    # the times alone would not tell which backend was timed in the slow round.
+    rounds = {
+        "eager": [1.0, 1.0, 3.0], "inductor": [1.0, 1.0, 3.0], "inductor_ro": [0.5, 0.5, 1.5],
+        "nvf_bookend": [0.8, 0.8, 2.4], "nvf_cudagraphs": [0.25, 0.25, 0.75],
+    }
+    doc = interleave.acceptance_document([_result("llama_train_bf16_small", rounds)])
+    assert doc["workloads"]["llama_train_bf16_small"]["timing"] == "step"
+    assert abs(doc["round_ratios"]["llama_train_bf16_small"]["step_ms"]["nvf_cudagraphs/inductor_ro"] - 0.5) < 1e-12
+    verdicts = {v.criterion.text: v for v in evaluate(doc)}
+    graphs = verdicts["CUDA graphs: geomean step time <= 0.9x inductor reduce-overhead"]
+    assert abs(graphs.value - 0.5) < 1e-12 and graphs.status == PASS
+    assert all(v.status == PASS for v in verdicts.values())
+    # One workload above eager fails the every-workload criterion, named as the worst.
+    slow = dict(rounds, nvf_bookend=[1.2, 1.1, 3.3])
+    doc = interleave.acceptance_document([_result("llama_train_bf16_small", rounds), _result("gpt_train_bf16_small", slow)])
+    verdicts = {v.criterion.text: v for v in evaluate(doc)}
+    eager = verdicts["no graphs: every workload's step time <= eager"]
+    assert eager.status == FAIL and eager.worst == "gpt_train_bf16_small" and abs(eager.value - 1.1) < 1e-12
+
+
+def test_acceptance_without_a_needed_backend_is_incomplete():
+    from perf.acceptance import INCOMPLETE, evaluate
+
+    doc = interleave.acceptance_document([_result("bert_train_bf16_small", {"eager": [1.0], "nvf_bookend": [0.9]})])
+    statuses = {v.criterion.reference: v.status for v in evaluate(doc)}
+    assert statuses["inductor_ro"] == INCOMPLETE and statuses["inductor"] == INCOMPLETE
