@@ -20,6 +20,14 @@ CUDA's versions. So each process gets a private copy:
 
 kernel_db's lookup can race with a concurrent insert inside nvFuser's parallel segment compile, so
 first runs that use the cache compile their segments one after another.
+
+What this cache can save, from nvFuser's own trace of a first BERT-style training step (H100,
+nvfuser_direct 0.2.36, scripts/nvf_trace.py, 2026-11-23): of 20.5 s in 13 compiling calls, NVRTC
+took 7.3 s (5.3 s of it on the compile pool's threads), segmentation 7.3 s (SegmentCandidateFinder
+on the 6 regions nvFuser could not schedule whole: 3309 checkCanSchedule calls, 4.6 s), scheduling
+the inner-outer persistent norm backwards 1.8 s and lowering 1.6 s. Only the NVRTC part is cached
+here; segmentation and scheduling run again in every process, which is why a warm start took
+0.69-1.01x of a cold one (earlier measurements, same GPU). Regions that nvFuser schedules whole skip the segmenter entirely.
 """
 
 from __future__ import annotations
