@@ -257,3 +257,14 @@ def test_an_error_during_cuda_graph_capture_does_not_fail_the_region(monkeypatch
     with pytest.raises(region_mod.NvFuserRegionError, match="during CUDA-graph capture"):
         runtime._fail("nvFuser execution failed: boom", (torch.randn(4, 4),))
     assert runtime.failed is None and STATS.fallbacks == 0
+
+
+def test_the_fallback_warning_names_a_views_only_region_by_its_views(monkeypatch):
+    """With bookend=False a region can hold only views (seen on the H100: gpt_attention under
+    nvf_untrimmed, whose warning read 'nvf_region_0 ()'); the warning must still say what it is."""
+    runtime = _runtime(monkeypatch)
+    runtime.plan.ops = ["aten.permute.default", "aten.view.default"]
+    assert runtime.plan.compute_ops == []
+    with pytest.warns(RuntimeWarning, match=r"nvf_region_\d+ \(aten.permute.default, aten.view.default\) runs in eager"):
+        runtime._fail("nvFuser execution failed: boom", (torch.randn(4, 4),))
+    assert runtime.failed

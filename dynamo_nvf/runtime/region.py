@@ -526,9 +526,11 @@ class RegionRuntime:
         self.plan.executor = "eager"
         self.plan.executor_reason = f"fallback after nvFuser error: {message}"
         STATS.fallbacks += 1
+        # A region of views only (bookend=False keeps them) has no compute op: name its views then.
+        ops = self.plan.compute_ops or self.plan.ops
         warnings.warn(
-            f"dynamo_nvf: {self.plan.name} ({', '.join(self.plan.compute_ops[:4])}"
-            f"{', ...' if len(self.plan.compute_ops) > 4 else ''}) runs in eager from now on: {message}",
+            f"dynamo_nvf: {self.plan.name} ({', '.join(ops[:4])}"
+            f"{', ...' if len(ops) > 4 else ''}) runs in eager from now on: {message}",
             RuntimeWarning,
             stacklevel=3,
         )
