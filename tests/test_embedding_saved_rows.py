@@ -8,14 +8,14 @@ Inference, where the rows stay inside the region, keeps the fused gather.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
 
 from dynamo_nvf.backend import recording
 from dynamo_nvf.passes.partition import GATHER_OUTPUT_REASON
-import copy
-
 from helpers import DEVICES, assert_as_close_as_eager, assert_same, compile_fn, device_options
 
 
