@@ -12,9 +12,10 @@ rotated per round; the drift then lands on all of them alike.
 
 Reported per backend: the median over rounds of the step time (ms, wall clock with host, batches
 start synchronized), and against the reference backend the median of the per-round ratios with
-their spread (lowest and highest round).  With ``--acceptance``, issue #10's criteria are read from the per-round ratios
-(:func:`acceptance_document`, :mod:`perf.acceptance`).  Compile times are not comparable here (backends after
-the first may reuse Dynamo's and dynamo_nvf's process caches); ``python -m perf`` measures them.
+their spread (lowest and highest round).  With ``--acceptance``, issue #10's criteria are read
+from the per-round ratios (:func:`acceptance_document`, :mod:`perf.acceptance`).  Compile times are
+not comparable here (backends after the first may reuse Dynamo's and dynamo_nvf's process caches);
+``python -m perf`` measures them.
 """
 
 from __future__ import annotations

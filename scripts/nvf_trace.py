@@ -416,13 +416,13 @@ def run_workload(workload: str, backend: str, steady: int, trace_path: Path) -> 
     import torch
 
     from perf.backends import get_backend
-    from perf.measure import backend_step
+    from perf.measure import backend_step, device_sync
     from perf.workloads import REGISTRY
 
     if workload not in REGISTRY:
         raise SystemExit(f"unknown workload {workload!r}; known: {', '.join(REGISTRY)}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = device_sync()
     step = backend_step(get_backend(backend), REGISTRY[workload].instantiate(device, tiny=device == "cpu"))
     start = time.perf_counter()
     step()

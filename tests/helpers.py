@@ -112,8 +112,14 @@ def check_inference(fn: Callable[..., Any], inputs: Sequence[Any], options: Opti
 
 
 def check_training(fn: Callable[..., Any], inputs: Sequence[Any], options: Optional[dict[str, Any]] = None,
-                   params: Sequence[torch.nn.Parameter] = (), **tol: Any):
-    """Compiles `fn`, runs forward and backward, compares outputs and input/parameter gradients."""
+                   params: Sequence[torch.nn.Parameter] = (), reference: Optional[torch.nn.Module] = None,
+                   **tol: Any):
+    """Compiles `fn`, runs forward and backward, compares outputs and input/parameter gradients.
+
+    With `reference` (an f32 copy of the module `fn`, its parameters in the order of `params`),
+    low-precision gradients are judged against it as eager's are (`assert_as_close_as_eager`): sums
+    over rows in another order differ from ATen's by whole ulps.
+    """
     compiled = compile_fn(fn, options)
     eager_inputs = clone_inputs(inputs, requires_grad=True)
     comp_inputs = clone_inputs(inputs, requires_grad=True)
@@ -126,9 +132,20 @@ def check_training(fn: Callable[..., Any], inputs: Sequence[Any], options: Optio
         outs_e = [t for t in _flatten(expected) if isinstance(t, torch.Tensor) and t.requires_grad]
         param_grads_e = torch.autograd.grad(outs_e, [x for x in eager_inputs if isinstance(x, torch.Tensor) and x.requires_grad] + list(params), grads_out, allow_unused=True)
         param_grads_a = torch.autograd.grad(outs_a, [x for x in comp_inputs if isinstance(x, torch.Tensor) and x.requires_grad] + list(params), grads_out, allow_unused=True)
-    for ga, ge in zip(param_grads_a, param_grads_e):
+    exact: Sequence[Optional[torch.Tensor]] = [None] * len(param_grads_e)
+    if reference is not None:
+        ref_inputs = [x.detach().float().requires_grad_() for x in eager_inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+        ref_params = list(reference.parameters())
+        assert len(ref_params) == len(params), "reference's parameters must match params"
+        ref_outs = [t for t in _flatten(reference(*ref_inputs)) if isinstance(t, torch.Tensor) and t.requires_grad]
+        exact = torch.autograd.grad(ref_outs, ref_inputs + ref_params, [g.float() for g in grads_out],
+                                    allow_unused=True)
+    for ga, ge, gx in zip(param_grads_a, param_grads_e, exact):
         if ge is None:
             assert ga is None
+            continue
+        if gx is not None and ge.dtype in (torch.bfloat16, torch.float16):
+            assert_as_close_as_eager(ga, ge, gx)
             continue
         r, t = tolerance(ge.dtype)
         torch.testing.assert_close(ga, ge, rtol=tol.get("rtol", r) * 10, atol=tol.get("atol", t) * 10)

@@ -27,7 +27,8 @@ took 7.3 s (5.3 s of it on the compile pool's threads), segmentation 7.3 s (Segm
 on the 6 regions nvFuser could not schedule whole: 3309 checkCanSchedule calls, 4.6 s), scheduling
 the inner-outer persistent norm backwards 1.8 s and lowering 1.6 s. Only the NVRTC part is cached
 here; segmentation and scheduling run again in every process, which is why a warm start took
-0.69-1.01x of a cold one (earlier measurements, same GPU). Regions that nvFuser schedules whole skip the segmenter entirely.
+0.69-1.01x of a cold one (earlier measurements, same GPU). Regions that nvFuser schedules whole
+skip the segmenter entirely.
 """
 
 from __future__ import annotations
