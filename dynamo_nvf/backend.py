@@ -28,6 +28,7 @@ from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.passes.split_reductions import split_norm_backward
+from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.plan import GraphPlan
 from dynamo_nvf.plan_text import render_plan_text
 from dynamo_nvf.runtime.cudagraphs import CudaGraphs, boxed
@@ -45,6 +46,8 @@ _recorder_stack: list["_Recorder"] = []
 def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", graph_id: int = 0) -> GraphModule:
     """Partition, bookend and fuse passes; the GraphPlan ends up in `gm.meta["nvf_plan"]`."""
     gm = partition_regions(gm, settings)
+    if settings.unflatten_reductions:
+        gm = unflatten_reductions(gm)
     gm = split_norm_backward(gm, settings)
     gm = bookend_regions(gm, settings)
     gm = fuse_regions(gm, kind, graph_id)

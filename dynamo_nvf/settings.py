@@ -71,6 +71,11 @@ class Settings:
     #: +2% (GPT-2-style) and 0% (LLaMA-style), and the extra regions cost host time without CUDA graphs
     #: (BERT-style step 1.12x -> 1.21x inductor's). Perf backend nvf_split_norm_bwd cuts at every size.
     split_norm_backward_rows: int = 0
+    #: Reduce the tensor a flattening view was taken of, over the dims the view merged, instead of the
+    #: view (`sum(view(dy, [B*T, C]), [0])` becomes `sum(dy, [0, 1])`; passes/unflatten_reductions.py):
+    #: a reshape between reductions makes nvFuser segment the region (every segmented region of a
+    #: BERT-style training step on an H100 was one). False keeps the graph's reductions as they are.
+    unflatten_reductions: bool = True
     #: Run each view left between regions (around matmuls and attention) as one `_reinterpret_tensor`
     #: of the tensor its chain starts from, where that tensor's layout is known (passes/lean_views.py):
     #: less host time per call. False keeps the aten view calls (for measuring the difference).

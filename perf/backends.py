@@ -131,6 +131,20 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_flat_reductions",
+            _nvf({"unflatten_reductions": False}),
+            'dynamo_nvf with unflatten_reductions off (reductions of flattening views kept as they are), '
+            'against the default; opt-in',
+            nvf=True,
+        ),
+        Backend(
+            "nvf_flat_reductions_cudagraphs",
+            _nvf({"unflatten_reductions": False, "cuda_graphs": True}),
+            'nvf_flat_reductions with CUDA graphs; opt-in',
+            cuda_graphs=True,
+            nvf=True,
+        ),
+        Backend(
             "dynamo_eager",
             _dynamo_eager,
             'torch.compile(backend="eager"): Dynamo\'s own cost, the floor of any backend; opt-in',

@@ -12,6 +12,7 @@
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10     issue #10's criteria from interleaved rounds on the small-batch model workloads
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
+#   scripts/gpu_evidence.sh unflat   bf16 test fixes; segments, kernels and steps with unflatten_reductions on/off
 #   scripts/gpu_evidence.sh blocks11 every block workload, GPU time against inductor, untrimmed, eager (#11)
 #   scripts/gpu_evidence.sh blockk   kernel tables and segments of the losing training blocks (#11)
 #   scripts/gpu_evidence.sh verify   the GPU suite (440 s), then the bert_train_bf16_large fault repro
@@ -84,6 +85,25 @@ case "${1:-tests}" in
     tail -n 18 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -30
     timeout 120 python3 scripts/fallback_repro.py bert_train_bf16_large > "$OUT/repro_bert_large.log" 2>&1
     echo "bert_train_bf16_large repro rc=$?"; grep -E "^## |^warning|Error" "$OUT/repro_bert_large.log" | cut -c1-300 | head -12
+    echo "elapsed ${SECONDS}s"
+    ;;
+  unflat)
+    # The bf16 tests corrected last session; then what unflatten_reductions changes on the training
+    # models nvFuser segmented: segments and first calls (fresh processes), kernels, interleaved steps.
+    timeout 200 python3 -m pytest -q -m gpu tests/test_embedding_saved_rows.py tests/test_split_norm_backward.py \
+      tests/test_unflatten_reductions.py -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"
+    tail -n 3 "$OUT/tests.log"
+    for w in bert_train_bf16_small vit_train_bf16_small convnext_train_bf16_small; do
+      timeout 200 python3 scripts/segments.py $w '{}' '{"unflatten_reductions": false}' >> "$OUT/segments.txt" 2>&1
+    done
+    cat "$OUT/segments.txt"
+    for b in nvf_bookend nvf_flat_reductions inductor; do
+      echo "== bert_train_bf16_small $b"; timeout 90 python3 scripts/block_kernels.py bert_train_bf16_small $b > "$OUT/k_$b.txt" 2>&1; tail -n 1 "$OUT/k_$b.txt"
+    done
+    timeout 200 python3 -m perf.interleave bert_train_bf16_small,vit_train_bf16_small \
+      --backends inductor,nvf_bookend,nvf_flat_reductions,inductor_ro,nvf_cudagraphs,nvf_flat_reductions_cudagraphs \
+      --rounds 5 --json "$OUT/il_unflat.json" > "$OUT/il_unflat.log" 2>&1; echo "interleave rc=$?"
+    grep -v "^\[" "$OUT/il_unflat.log" | tail -n 40
     echo "elapsed ${SECONDS}s"
     ;;
   il10)
