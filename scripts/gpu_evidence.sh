@@ -13,6 +13,7 @@
 #   scripts/gpu_evidence.sh il10     issue #10's criteria from interleaved rounds on the small-batch model workloads
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh unflat   bf16 test fixes; segments, kernels and steps with unflatten_reductions on/off
+#   scripts/gpu_evidence.sh splitdec split_norm_backward_rows (with unflatten_reductions) against the default, graphs or not
 #   scripts/gpu_evidence.sh blocks11 every block workload, GPU time against inductor, untrimmed, eager (#11)
 #   scripts/gpu_evidence.sh blockk   kernel tables and segments of the losing training blocks (#11)
 #   scripts/gpu_evidence.sh verify   the GPU suite (440 s), then the bert_train_bf16_large fault repro
@@ -104,6 +105,15 @@ case "${1:-tests}" in
       --backends inductor,nvf_bookend,nvf_flat_reductions,inductor_ro,nvf_cudagraphs,nvf_flat_reductions_cudagraphs \
       --rounds 5 --json "$OUT/il_unflat.json" > "$OUT/il_unflat.log" 2>&1; echo "interleave rc=$?"
     grep -v "^\[" "$OUT/il_unflat.log" | tail -n 40
+    echo "elapsed ${SECONDS}s"
+    ;;
+  splitdec)
+    # With BERT's bias gradients now inside its LayerNorm backwards (unflatten_reductions), nvFuser's
+    # inner-outer persistent kernel takes 20 us a call at 512 rows: split against fused, per size.
+    timeout 560 python3 -m perf.interleave ${SPLIT_WORKLOADS:-bert_train_bf16_small,vit_train_bf16_small,bert_train_bf16_large,layernorm_train_f32} \
+      --backends inductor,nvf_bookend,nvf_split_norm_bwd,inductor_ro,nvf_cudagraphs,nvf_split_norm_bwd_cudagraphs \
+      --rounds 5 --json "$OUT/il_split.json" > "$OUT/il_split.log" 2>&1; echo "interleave rc=$?"
+    grep -v "^\[" "$OUT/il_split.log" | grep "^| " | sort -u | head -n 40
     echo "elapsed ${SECONDS}s"
     ;;
   il10)
