@@ -66,11 +66,15 @@ class Settings:
     #: Cut a region that reduces one tensor over its rows (a norm's dx) and over its columns (the
     #: norm's weight and bias gradients) in two when the tensor has at most this many rows: the column
     #: sums, with recomputed copies of what feeds them, become a region of their own
-    #: (passes/split_reductions.py says why). 0 never cuts. Off: on an H100 (perf.interleave,
-    #: 2026-11-23) cutting at every size changed GPU kernel time per training step by -4% (BERT-style),
-    #: +2% (GPT-2-style) and 0% (LLaMA-style), and the extra regions cost host time without CUDA graphs
-    #: (BERT-style step 1.12x -> 1.21x inductor's). Perf backend nvf_split_norm_bwd cuts at every size.
-    split_norm_backward_rows: int = 0
+    #: (passes/split_reductions.py says why). 0 never cuts; -1 (the default) cuts at up to
+    #: `AUTO_SPLIT_ROWS` rows with CUDA graphs on and never without them. Why: on an H100
+    #: (perf.interleave, 2026-11-23, with unflatten_reductions) cutting took GPU kernel time per
+    #: training step from 0.544 to 0.493 ms (BERT-style, 512 rows) and 0.388 to 0.348 (ViT-S, 394
+    #: rows), but from 1.776 to 1.855 at 4096 rows (BERT-style, large) and 0.164 to 0.203 for a
+    #: LayerNorm of 8192 rows; and without graphs each extra region costs host time that such small
+    #: steps are bound by (BERT-style small step 1.07x -> 1.16x inductor's). Under graphs a replay
+    #: costs no host time per region, so there the GPU time decides.
+    split_norm_backward_rows: int = -1
     #: Reduce the tensor a flattening view was taken of, over the dims the view merged, instead of the
     #: view (`sum(view(dy, [B*T, C]), [0])` becomes `sum(dy, [0, 1])`; passes/unflatten_reductions.py):
     #: a reshape between reductions makes nvFuser segment the region (every segmented region of a
@@ -103,6 +107,12 @@ class Settings:
     #: (`dynamo_nvf/passes/attention.py` lists the conditions); explain() shows each rewrite.
     fuse_attention: bool = True
 
+    def norm_backward_split_rows(self) -> int:
+        """The row limit split_norm_backward applies: the option, or the automatic choice for -1."""
+        if self.split_norm_backward_rows >= 0:
+            return self.split_norm_backward_rows
+        return AUTO_SPLIT_ROWS if self.cuda_graphs else 0
+
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> "Settings":
         """Builds settings from torch.compile's `options`, rejecting unknown names and wrong types."""
@@ -129,8 +139,8 @@ class Settings:
             raise ValueError("min_region_size must be at least 1")
         if values.get("max_region_io", 2) < 2:
             raise ValueError("max_region_io must be at least 2")
-        if values.get("split_norm_backward_rows", 0) < 0:
-            raise ValueError("split_norm_backward_rows must be at least 0")
+        if values.get("split_norm_backward_rows", 0) < -1:
+            raise ValueError("split_norm_backward_rows must be -1 (auto), 0 (never) or a number of rows")
         if values.get("cuda_graph_max_shapes", 1) < 1:
             raise ValueError("cuda_graph_max_shapes must be at least 1")
         return cls(**values)
@@ -148,6 +158,11 @@ class Settings:
             log.warning("dynamo_nvf: mode=%r: %s", mode, note)
         return replace(self, **changes) if changes else self
 
+
+#: Rows up to which a norm backward's column sums get a region of their own under CUDA graphs (see
+#: `Settings.split_norm_backward_rows`): between the 512 rows where cutting measured 9% less GPU time
+#: and the 4096 where it measured 4% more.
+AUTO_SPLIT_ROWS = 1024
 
 #: torch.compile's documented modes -> (settings they set, a note logged when part of the mode has no
 #: meaning here). Inductor's autotuning has no counterpart: nvFuser picks its schedules itself.

@@ -131,6 +131,14 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_fused_norm_bwd_cudagraphs",
+            _nvf({"split_norm_backward_rows": 0, "cuda_graphs": True}),
+            'nvf_cudagraphs with norm backwards never cut (split_norm_backward_rows=0; the default cuts at up '
+            'to 1024 rows under graphs); opt-in',
+            cuda_graphs=True,
+            nvf=True,
+        ),
+        Backend(
             "nvf_flat_reductions",
             _nvf({"unflatten_reductions": False}),
             'dynamo_nvf with unflatten_reductions off (reductions of flattening views kept as they are), '

@@ -14,6 +14,7 @@
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh unflat   bf16 test fixes; segments, kernels and steps with unflatten_reductions on/off
 #   scripts/gpu_evidence.sh splitdec split_norm_backward_rows (with unflatten_reductions) against the default, graphs or not
+#   scripts/gpu_evidence.sh gptllama GPU tests of the changed planning; the graphs' norm split on GPT/LLaMA training
 #   scripts/gpu_evidence.sh blocks11 every block workload, GPU time against inductor, untrimmed, eager (#11)
 #   scripts/gpu_evidence.sh blockk   kernel tables and segments of the losing training blocks (#11)
 #   scripts/gpu_evidence.sh verify   the GPU suite (440 s), then the bert_train_bf16_large fault repro
@@ -114,6 +115,17 @@ case "${1:-tests}" in
       --backends inductor,nvf_bookend,nvf_split_norm_bwd,inductor_ro,nvf_cudagraphs,nvf_split_norm_bwd_cudagraphs \
       --rounds 5 --json "$OUT/il_split.json" > "$OUT/il_split.log" 2>&1; echo "interleave rc=$?"
     grep -v "^\[" "$OUT/il_split.log" | grep "^| " | sort -u | head -n 40
+    echo "elapsed ${SECONDS}s"
+    ;;
+  gptllama)
+    timeout 300 python3 -m pytest -q -m gpu tests/test_split_norm_backward.py tests/test_unflatten_reductions.py \
+      tests/test_gpu_cuda_graphs.py tests/test_cross_entropy.py tests/test_training_extras.py -p no:cacheprovider \
+      --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 3 "$OUT/tests.log"
+    grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head -20
+    timeout 280 python3 -m perf.interleave gpt_train_bf16_small,llama_train_bf16_small \
+      --backends inductor_ro,nvf_cudagraphs,nvf_fused_norm_bwd_cudagraphs,inductor,nvf_bookend \
+      --rounds 5 --json "$OUT/il_gl.json" > "$OUT/il_gl.log" 2>&1; echo "interleave rc=$?"
+    grep "^| " "$OUT/il_gl.log" | sort -u | head -n 20
     echo "elapsed ${SECONDS}s"
     ;;
   il10)

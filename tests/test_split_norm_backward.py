@@ -97,5 +97,30 @@ def test_a_full_size_value_that_cannot_be_copied_refuses_the_split():
 def test_option_is_validated():
     from dynamo_nvf.settings import Settings
 
-    with pytest.raises(ValueError):
-        Settings.from_options({"split_norm_backward_rows": -1})
+    assert Settings.from_options({"split_norm_backward_rows": -1}).split_norm_backward_rows == -1
+    with pytest.raises(TypeError):
+        Settings.from_options({"split_norm_backward_rows": 1.5})
+
+
+@pytest.mark.parametrize("cuda_graphs, rows, split", [
+    (False, 64, False),    # without graphs each region costs host time: never by default
+    (True, 64, True),      # under graphs GPU time decides: few rows are cut
+    (True, 2048, False),   # past AUTO_SPLIT_ROWS nvFuser's inner-outer kernel is faster
+])
+def test_default_cuts_few_rows_under_cuda_graphs_only(cuda_graphs, rows, split):
+    from dynamo_nvf.settings import AUTO_SPLIT_ROWS, Settings
+
+    assert Settings().split_norm_backward_rows == -1
+    assert Settings(cuda_graphs=cuda_graphs).norm_backward_split_rows() == (AUTO_SPLIT_ROWS if cuda_graphs else 0)
+    block = NormBlock(64)
+    plans = cuda_plans(lambda x, r: block(x, r), (rows // 16, 16, 64), (rows // 16, 16, 64), train=True, fake=False,
+                       options={"cuda_graphs": cuda_graphs})
+    backward = next(p for p in plans if p.kind == "backward")
+    assert len(backward.regions) == (2 if split else 1)
+
+
+def test_negative_limits_other_than_auto_are_refused():
+    from dynamo_nvf.settings import Settings
+
+    with pytest.raises(ValueError, match="split_norm_backward_rows"):
+        Settings.from_options({"split_norm_backward_rows": -2})

@@ -8,7 +8,8 @@ that dominates at few rows. BERT-style training (2 x 256 tokens x 768, bf16) on 
 per call there, where inductor ran a 1.5 us row kernel and a column reduction of about 5 us
 (scripts/block_kernels.py, 2026-11-23). Inductor always splits like that.
 
-With `split_norm_backward_rows` > 0, a region with both kinds of reduction over tensors of at most
+With a row limit (`split_norm_backward_rows`, by default 1024 rows under CUDA graphs and none
+without them), a region with both kinds of reduction over tensors of at most
 that many rows is cut in two: the column sums, with copies of the pointwise and view nodes that feed
 them (recomputed, so the new region reads the same inputs as the original and writes nothing extra),
 go to a new region; the row part stays. Nothing random or reducing is copied (a copied dropout would
@@ -117,7 +118,7 @@ def _tail(node: Node, members: set[Node]) -> Optional[list[Node]]:
 
 def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
     """Moves each qualifying region's column sums, with copies of what feeds them, to a new region."""
-    limit = settings.split_norm_backward_rows
+    limit = settings.norm_backward_split_rows()
     if limit <= 0:
         return gm
     regions = regions_of(gm)
