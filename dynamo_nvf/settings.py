@@ -67,13 +67,15 @@ class Settings:
     #: norm's weight and bias gradients) in two when the tensor has at most this many rows: the column
     #: sums, with recomputed copies of what feeds them, become a region of their own
     #: (passes/split_reductions.py says why). 0 never cuts; -1 (the default) cuts at up to
-    #: `AUTO_SPLIT_ROWS` rows with CUDA graphs on and never without them. Why: on an H100
+    #: `AUTO_SPLIT_ROWS` rows with CUDA graphs on, and only regions one of whose column sums reads a
+    #: row reduction (a linear's bias gradient, a sum of dx), never without graphs. Why: on an H100
     #: (perf.interleave, 2026-11-23, with unflatten_reductions) cutting took GPU kernel time per
     #: training step from 0.544 to 0.493 ms (BERT-style, 512 rows) and 0.388 to 0.348 (ViT-S, 394
     #: rows), but from 1.776 to 1.855 at 4096 rows (BERT-style, large) and 0.164 to 0.203 for a
     #: LayerNorm of 8192 rows; and without graphs each extra region costs host time that such small
     #: steps are bound by (BERT-style small step 1.07x -> 1.16x inductor's). Under graphs a replay
-    #: costs no host time per region, so there the GPU time decides.
+    #: costs no host time per region, so there the GPU time decides. The loss: a GPT-2-style step
+    #: (256 rows) measured 3% more GPU time cut; LLaMA-style RMSNorm regions are not cut (0% if cut).
     split_norm_backward_rows: int = -1
     #: Reduce the tensor a flattening view was taken of, over the dims the view merged, instead of the
     #: view (`sum(view(dy, [B*T, C]), [0])` becomes `sum(dy, [0, 1])`; passes/unflatten_reductions.py):

@@ -124,3 +124,19 @@ def test_negative_limits_other_than_auto_are_refused():
 
     with pytest.raises(ValueError, match="split_norm_backward_rows"):
         Settings.from_options({"split_norm_backward_rows": -2})
+
+
+def test_default_keeps_norm_backwards_whose_column_sums_read_no_row_reduction():
+    """An RMSNorm's weight gradient reads dy and the saved activation only: the default keeps it whole
+    under graphs (a cut measured no gain), an explicit row limit still cuts it."""
+    norm = nn.RMSNorm(64)
+
+    def fn(x):
+        return norm(x) * 1.5
+
+    def backward_regions(options):
+        plans = cuda_plans(fn, (4, 16, 64), train=True, fake=False, options=options)
+        return next(p for p in plans if p.kind == "backward").regions
+
+    assert len(backward_regions({"cuda_graphs": True})) == 1
+    assert len(backward_regions({"cuda_graphs": True, "split_norm_backward_rows": 1024})) == 2
