@@ -15,6 +15,7 @@
 #   scripts/gpu_evidence.sh unflat   bf16 test fixes; segments, kernels and steps with unflatten_reductions on/off
 #   scripts/gpu_evidence.sh splitdec split_norm_backward_rows (with unflatten_reductions) against the default, graphs or not
 #   scripts/gpu_evidence.sh gptllama GPU tests of the changed planning; the graphs' norm split on GPT/LLaMA training
+#   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh blocks11 every block workload, GPU time against inductor, untrimmed, eager (#11)
 #   scripts/gpu_evidence.sh blockk   kernel tables and segments of the losing training blocks (#11)
 #   scripts/gpu_evidence.sh verify   the GPU suite (440 s), then the bert_train_bf16_large fault repro
@@ -126,6 +127,15 @@ case "${1:-tests}" in
       --backends inductor_ro,nvf_cudagraphs,nvf_fused_norm_bwd_cudagraphs,inductor,nvf_bookend \
       --rounds 5 --json "$OUT/il_gl.json" > "$OUT/il_gl.log" 2>&1; echo "interleave rc=$?"
     grep "^| " "$OUT/il_gl.log" | sort -u | head -n 20
+    echo "elapsed ${SECONDS}s"
+    ;;
+  il10k)
+    IL10_ROUNDS=${IL10_ROUNDS:-7} OUT="$OUT" bash "$0" il10
+    timeout 90 python3 scripts/host_latency.py --only regions > "$OUT/host_regions.log" 2>&1; echo "host regions rc=$?"
+    tail -n 8 "$OUT/host_regions.log"
+    for w in llama_fwd_bf16_small gpt_fwd_bf16_small; do for b in nvf_bookend inductor; do
+      timeout 60 python3 scripts/block_kernels.py $w $b > "$OUT/k_${w}_$b.txt" 2>&1; echo "$w $b: $(tail -n 1 "$OUT/k_${w}_$b.txt")"
+    done; done
     echo "elapsed ${SECONDS}s"
     ;;
   il10)
