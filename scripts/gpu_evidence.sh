@@ -16,6 +16,8 @@
 #   scripts/gpu_evidence.sh splitdec split_norm_backward_rows (with unflatten_reductions) against the default, graphs or not
 #   scripts/gpu_evidence.sh gptllama GPU tests of the changed planning; the graphs' norm split on GPT/LLaMA training
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
+#   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
+#                                    models in fresh processes; wrapper cost per region with paired batches
 #   scripts/gpu_evidence.sh blocks11 every block workload, GPU time against inductor, untrimmed, eager (#11)
 #   scripts/gpu_evidence.sh blockk   kernel tables and segments of the losing training blocks (#11)
 #   scripts/gpu_evidence.sh verify   the GPU suite (440 s), then the bert_train_bf16_large fault repro
@@ -136,6 +138,13 @@ case "${1:-tests}" in
     for w in llama_fwd_bf16_small gpt_fwd_bf16_small; do for b in nvf_bookend inductor; do
       timeout 60 python3 scripts/block_kernels.py $w $b > "$OUT/k_${w}_$b.txt" 2>&1; echo "$w $b: $(tail -n 1 "$OUT/k_${w}_$b.txt")"
     done; done
+    echo "elapsed ${SECONDS}s"
+    ;;
+  compile6)
+    timeout 90 python3 scripts/host_latency.py --only regions --batches 30 > "$OUT/host_regions.log" 2>&1; echo "host regions rc=$?"
+    tail -n 18 "$OUT/host_regions.log"
+    timeout 470 python3 scripts/compile_times.py --only ${COMPILE_ONLY:-bert_train_bf16_small,vit_train_bf16_small,gpt_train_bf16_small,llama_fwd_bf16_small} \
+      --json "$OUT/compile_times.json" 2>&1 | tee "$OUT/compile_times.log"
     echo "elapsed ${SECONDS}s"
     ;;
   il10)
