@@ -46,7 +46,7 @@ _recorder_stack: list["_Recorder"] = []
 def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", graph_id: int = 0) -> GraphModule:
     """Partition, bookend and fuse passes; the GraphPlan ends up in `gm.meta["nvf_plan"]`."""
     gm = partition_regions(gm, settings)
-    if settings.unflatten_reductions:
+    if settings.unflattens():
         gm = unflatten_reductions(gm)
     gm = split_norm_backward(gm, settings)
     gm = bookend_regions(gm, settings)

@@ -76,12 +76,18 @@ class Settings:
     #: steps are bound by (BERT-style small step 1.07x -> 1.16x inductor's). Under graphs a replay
     #: costs no host time per region, so there the GPU time decides. The loss: a GPT-2-style step
     #: (256 rows) measured 3% more GPU time cut; LLaMA-style RMSNorm regions are not cut (0% if cut).
+    #: Those measurements had unflatten_reductions on, which puts the bias gradients into the norm
+    #: backwards' regions; under graphs it is off by default, and the cut then finds few regions.
     split_norm_backward_rows: int = -1
     #: Reduce the tensor a flattening view was taken of, over the dims the view merged, instead of the
     #: view (`sum(view(dy, [B*T, C]), [0])` becomes `sum(dy, [0, 1])`; passes/unflatten_reductions.py):
     #: a reshape between reductions makes nvFuser segment the region (every segmented region of a
-    #: BERT-style training step on an H100 was one). False keeps the graph's reductions as they are.
-    unflatten_reductions: bool = True
+    #: BERT-style training step on an H100 was one). None (the default) rewrites without CUDA graphs
+    #: and not under them: on an H100 (2026-11-23) ConvNeXt-T's training backward, whose head region
+    #: this rewrite lets nvFuser compile, failed cudagraph trees' check after the warm-up ("storage
+    #: data ptrs are not allocated in pool"; root cause not found) wherever that region first ran
+    #: inside the warm-up. True or False force it either way.
+    unflatten_reductions: Optional[bool] = None
     #: Run each view left between regions (around matmuls and attention) as one `_reinterpret_tensor`
     #: of the tensor its chain starts from, where that tensor's layout is known (passes/lean_views.py):
     #: less host time per call. False keeps the aten view calls (for measuring the difference).
@@ -109,6 +115,10 @@ class Settings:
     #: (`dynamo_nvf/passes/attention.py` lists the conditions); explain() shows each rewrite.
     fuse_attention: bool = True
 
+    def unflattens(self) -> bool:
+        """Whether the unflatten pass runs: the option, or the automatic choice for None."""
+        return (not self.cuda_graphs) if self.unflatten_reductions is None else self.unflatten_reductions
+
     def norm_backward_split_rows(self) -> int:
         """The row limit split_norm_backward applies: the option, or the automatic choice for -1."""
         if self.split_norm_backward_rows >= 0:
@@ -129,7 +139,10 @@ class Settings:
         values: dict[str, Any] = {}
         for name, value in options.items():
             default = getattr(cls, name)
-            if isinstance(default, bool):
+            if default is None:  # a tri-state option: None chooses automatically
+                if value is not None and not isinstance(value, bool):
+                    raise TypeError(f"option {name!r} takes a bool or None, got {value!r}")
+            elif isinstance(default, bool):
                 if not isinstance(value, bool):
                     raise TypeError(f"option {name!r} takes a bool, got {value!r}")
             elif isinstance(default, int) and (not isinstance(value, int) or isinstance(value, bool)):

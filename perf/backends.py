@@ -125,30 +125,30 @@ BACKENDS: dict[str, Backend] = {
         ),
         Backend(
             "nvf_split_norm_bwd_cudagraphs",
-            _nvf({"split_norm_backward_rows": 1 << 40, "cuda_graphs": True}),
+            _nvf({"split_norm_backward_rows": 1 << 40, "cuda_graphs": True, "unflatten_reductions": True}),
             'nvf_split_norm_bwd with CUDA graphs; opt-in',
             cuda_graphs=True,
             nvf=True,
         ),
         Backend(
             "nvf_fused_norm_bwd_cudagraphs",
-            _nvf({"split_norm_backward_rows": 0, "cuda_graphs": True}),
-            'nvf_cudagraphs with norm backwards never cut (split_norm_backward_rows=0; the default cuts at up '
-            'to 1024 rows under graphs); opt-in',
+            _nvf({"split_norm_backward_rows": 0, "cuda_graphs": True, "unflatten_reductions": True}),
+            'nvf_unflatten_cudagraphs with norm backwards never cut (split_norm_backward_rows=0; the default '
+            'cuts at up to 1024 rows under graphs); opt-in',
             cuda_graphs=True,
             nvf=True,
         ),
         Backend(
             "nvf_flat_reductions",
             _nvf({"unflatten_reductions": False}),
-            'dynamo_nvf with unflatten_reductions off (reductions of flattening views kept as they are), '
-            'against the default; opt-in',
+            'dynamo_nvf with unflatten_reductions off (reductions of flattening views kept as they are; '
+            'the default rewrites them without CUDA graphs); opt-in',
             nvf=True,
         ),
         Backend(
-            "nvf_flat_reductions_cudagraphs",
-            _nvf({"unflatten_reductions": False, "cuda_graphs": True}),
-            'nvf_flat_reductions with CUDA graphs; opt-in',
+            "nvf_unflatten_cudagraphs",
+            _nvf({"unflatten_reductions": True, "cuda_graphs": True}),
+            'nvf_cudagraphs with unflatten_reductions forced on (off under graphs by default); opt-in',
             cuda_graphs=True,
             nvf=True,
         ),

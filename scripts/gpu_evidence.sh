@@ -106,7 +106,7 @@ case "${1:-tests}" in
       echo "== bert_train_bf16_small $b"; timeout 90 python3 scripts/block_kernels.py bert_train_bf16_small $b > "$OUT/k_$b.txt" 2>&1; tail -n 1 "$OUT/k_$b.txt"
     done
     timeout 200 python3 -m perf.interleave bert_train_bf16_small,vit_train_bf16_small \
-      --backends inductor,nvf_bookend,nvf_flat_reductions,inductor_ro,nvf_cudagraphs,nvf_flat_reductions_cudagraphs \
+      --backends inductor,nvf_bookend,nvf_flat_reductions,inductor_ro,nvf_cudagraphs,nvf_unflatten_cudagraphs \
       --rounds 5 --json "$OUT/il_unflat.json" > "$OUT/il_unflat.log" 2>&1; echo "interleave rc=$?"
     grep -v "^\[" "$OUT/il_unflat.log" | tail -n 40
     echo "elapsed ${SECONDS}s"
@@ -115,7 +115,7 @@ case "${1:-tests}" in
     # With BERT's bias gradients now inside its LayerNorm backwards (unflatten_reductions), nvFuser's
     # inner-outer persistent kernel takes 20 us a call at 512 rows: split against fused, per size.
     timeout 560 python3 -m perf.interleave ${SPLIT_WORKLOADS:-bert_train_bf16_small,vit_train_bf16_small,bert_train_bf16_large,layernorm_train_f32} \
-      --backends inductor,nvf_bookend,nvf_split_norm_bwd,inductor_ro,nvf_cudagraphs,nvf_split_norm_bwd_cudagraphs \
+      --backends inductor,nvf_bookend,nvf_split_norm_bwd,inductor_ro,nvf_unflatten_cudagraphs,nvf_split_norm_bwd_cudagraphs \
       --rounds 5 --json "$OUT/il_split.json" > "$OUT/il_split.log" 2>&1; echo "interleave rc=$?"
     grep -v "^\[" "$OUT/il_split.log" | grep "^| " | sort -u | head -n 40
     echo "elapsed ${SECONDS}s"
@@ -126,7 +126,7 @@ case "${1:-tests}" in
       --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 3 "$OUT/tests.log"
     grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head -20
     timeout 280 python3 -m perf.interleave gpt_train_bf16_small,llama_train_bf16_small \
-      --backends inductor_ro,nvf_cudagraphs,nvf_fused_norm_bwd_cudagraphs,inductor,nvf_bookend \
+      --backends inductor_ro,nvf_unflatten_cudagraphs,nvf_fused_norm_bwd_cudagraphs,inductor,nvf_bookend \
       --rounds 5 --json "$OUT/il_gl.json" > "$OUT/il_gl.log" 2>&1; echo "interleave rc=$?"
     grep "^| " "$OUT/il_gl.log" | sort -u | head -n 20
     echo "elapsed ${SECONDS}s"

@@ -231,3 +231,50 @@ def test_no_garbage_collection_while_a_captured_graph_runs(monkeypatch):
             assert gc.isenabled() is enabled
     finally:
         (gc.enable if was_enabled else gc.disable)()
+
+
+@pytest.mark.parametrize("failing_call", [0, 1, 2])
+def test_a_graph_cudagraph_trees_refuse_while_warming_up_runs_uncaptured(monkeypatch, caplog, failing_call):
+    """cudagraph trees' own checks can refuse a graph during its first calls (warm-up, recording):
+    that call is run again uncaptured on the same inputs, the graph stays uncaptured, one warning."""
+    from torch._inductor import cudagraph_trees
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.plan import GraphPlan
+    from dynamo_nvf.runtime import cudagraphs
+
+    calls = {"tree": 0, "plain": 0}
+
+    def fake_cudagraphify(model, inputs, static_input_idxs, **kwargs):
+        def call(args):
+            calls["tree"] += 1
+            out = model(list(args))
+            args.clear()  # the boxed convention: the callee frees the inputs
+            if calls["tree"] == failing_call + 1:
+                raise RuntimeError("These storage data ptrs are not allocated in pool (0, 1) but should be")
+            return out
+        return call
+
+    def plain(args):
+        calls["plain"] += 1
+        return gm(*args)
+
+    plain._boxed_call = True
+    monkeypatch.setattr(cudagraph_trees, "cudagraphify_impl", fake_cudagraphify)
+    monkeypatch.setattr(cudagraphs, "skip_reason", lambda gm, static: None)
+    monkeypatch.setattr(cudagraphs, "_device_index", lambda gm: 0)
+    gm = make_fx(lambda x: x * 2, tracing_mode="fake")(torch.ones(2))
+    state = cudagraphs.CudaGraphs(num_dynamo_inputs=1, max_shapes=2)
+    plan = GraphPlan(kind="inference", graph_id=0)
+    wrapped = state.wrap(gm, plain, [torch.ones(2)], "inference", plan)
+    with caplog.at_level(logging.WARNING, logger="dynamo_nvf"):
+        for i in range(5):
+            x = torch.randn(2)
+            out = wrapped([x])
+            assert torch.equal(out, x * 2)
+    assert calls["tree"] == failing_call + 1  # never again after the refusal
+    # The tree ran the graph on its calls; the refused call ran again uncaptured, then every later one.
+    assert calls["plain"] == (failing_call + 1) + (5 - failing_call)
+    assert sum("runs without CUDA graphs from now on" in r.getMessage() for r in caplog.records) == 1
+    assert state.forward_skip is not None  # a backward compiled later follows the forward uncaptured
+    assert plan.cuda_graph.startswith("not captured: cudagraph trees refused it"), plan.cuda_graph

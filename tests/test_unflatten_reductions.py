@@ -100,3 +100,26 @@ def test_training_matches_eager(device, dtype):
                            reference=copy.deepcopy(block).float())
     backward = next(p for p in plans if p.kind == "backward")
     assert any("[0, 1]" in r.fx_code for r in backward.regions)
+
+
+@pytest.mark.parametrize("options, unflattened", [
+    ({}, True),                                                   # no graphs: on
+    ({"cuda_graphs": True}, False),                               # under graphs: off by default
+    ({"cuda_graphs": True, "unflatten_reductions": True}, True),  # forced
+])
+def test_default_is_on_without_cuda_graphs_only(options, unflattened):
+    block = BiasGeluNorm(64)
+    plans = cuda_plans(block, (4, 16, 64), train=True, fake=False, options=options)
+    backward = next(p for p in plans if p.kind == "backward")
+    sums = [s for r in backward.regions for s in _reduction_inputs(r)]
+    flat = any("[0], True" in s for s in sums)
+    assert flat is not unflattened, sums
+
+
+def test_option_takes_a_bool_or_none():
+    from dynamo_nvf.settings import Settings
+
+    assert Settings.from_options({"unflatten_reductions": None}).unflattens()
+    assert not Settings.from_options({"unflatten_reductions": False}).unflattens()
+    with pytest.raises(TypeError):
+        Settings.from_options({"unflatten_reductions": 1})

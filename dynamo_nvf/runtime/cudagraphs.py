@@ -68,6 +68,11 @@ class _CollectionPause:
 COLLECTION_PAUSE = _CollectionPause()
 
 
+def _capturing() -> bool:
+    """True while a CUDA graph is being captured on the current stream."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def boxed(fn: Callable[..., Any]) -> BoxedFn:
     """The boxed calling convention cudagraph trees expect: one list argument, cleared on entry."""
 
@@ -216,6 +221,11 @@ class _FollowForward:
         return (self.captured if self.state.forward_captured_last else self.uncaptured)(args)
 
 
+#: Calls of a captured graph whose failure inside cudagraph trees (warm-up, recording) makes the
+#: graph run uncaptured instead of raising: the first few, which warm up and record.
+_GUARDED_CALLS = 3
+
+
 class CudaGraphs:
     """Wraps the compiled graphs of one Dynamo graph (its forward and backward share this state)."""
 
@@ -253,7 +263,7 @@ class CudaGraphs:
         if self.device_index is None or kind != "backward":
             self.device_index = _device_index(aten_gm)
         plan.cuda_graph = CAPTURED
-        captured = self._deferred(aten_gm, compiled, static, kind)
+        captured = self._deferred(aten_gm, compiled, static, kind, plan)
         if kind == "backward":
             if self.forward_limited:
                 return _FollowForward(captured, self._backward_after_captured_forward(compiled), self)
@@ -265,7 +275,8 @@ class CudaGraphs:
             return _ShapeLimit(captured, compiled, int_indices, self.max_shapes, name, self)
         return captured
 
-    def _deferred(self, aten_gm: GraphModule, compiled: BoxedFn, static: list[int], kind: str) -> BoxedFn:
+    def _deferred(self, aten_gm: GraphModule, compiled: BoxedFn, static: list[int], kind: str,
+                  plan: GraphPlan) -> BoxedFn:
         """cudagraphify_impl, set up on the first real call (it keys recordings on real ints), as
         inductor's compile_fx does."""
         from torch._inductor.cudagraph_trees import cudagraphify_impl
@@ -279,13 +290,38 @@ class CudaGraphs:
             mutated_input_idxs=mutated_inputs(aten_gm),
         )
         state: dict[str, Any] = {}
+        uncaptured = self._backward_after_captured_forward(compiled) if kind == "backward" else compiled
 
         def run(args: list) -> Any:
+            if state.get("failed"):
+                return uncaptured(args)
             fn = state.get("fn")
             if fn is None:
                 fn = state["fn"] = cudagraphify_impl(compiled, args, static, **kwargs)
-            with COLLECTION_PAUSE:  # it may record (the first calls, a new shape or input address)
-                return fn(args)
+            if state.get("ran", 0) >= _GUARDED_CALLS:
+                with COLLECTION_PAUSE:  # it may record (a new shape or input address)
+                    return fn(args)
+            # The first calls warm up and record. cudagraph trees' own checks can still refuse the
+            # graph there (ConvNeXt-T's training backward on an H100, 2026-11-23: "storage data ptrs
+            # are not allocated in pool" after its warm-up run, root cause not found): that graph
+            # then runs uncaptured, once more on the same inputs (the aten graph is functional), and
+            # says why, instead of ending the user's program.
+            saved = list(args)
+            try:
+                with COLLECTION_PAUSE:
+                    out = fn(args)
+            except RuntimeError as exc:
+                if _capturing():
+                    raise
+                state["failed"] = True
+                plan.cuda_graph = f"not captured: cudagraph trees refused it on call {state.get('ran', 0) + 1}: {str(exc)[:200]}"
+                if kind != "backward":
+                    self.forward_skip = f"cudagraph trees refused it: {str(exc)[:120]}"
+                log.warning("dynamo_nvf: %s graph runs without CUDA graphs from now on: cudagraph trees refused "
+                            "it: %s", kind, str(exc)[:300])
+                return uncaptured(saved)
+            state["ran"] = state.get("ran", 0) + 1
+            return out
 
         run._boxed_call = True  # type: ignore[attr-defined]
         return run
