@@ -195,6 +195,8 @@ def unflatten_reductions(gm: GraphModule) -> GraphModule:
     changed = 0
     for members in regions_of(gm).values():
         for node in members:
+            if getattr(node, "_erased", False):  # a view an earlier rewrite of this region removed
+                continue
             if node.op == "call_function" and (node.target in DIM_LIST_REDUCTIONS or node.target is aten.sum.default):
                 if _makes_region_agree(node, members):
                     changed += _rewrite(gm, node)
