@@ -278,3 +278,75 @@ def test_a_graph_cudagraph_trees_refuse_while_warming_up_runs_uncaptured(monkeyp
     assert sum("runs without CUDA graphs from now on" in r.getMessage() for r in caplog.records) == 1
     assert state.forward_skip is not None  # a backward compiled later follows the forward uncaptured
     assert plan.cuda_graph.startswith("not captured: cudagraph trees refused it"), plan.cuda_graph
+
+
+def _fake_tree(monkeypatch, calls, refuse):
+    """cudagraphify_impl replaced by a tree that runs the graph and then refuses when `refuse(kind, n)`."""
+    from torch._inductor import cudagraph_trees
+
+    from dynamo_nvf.runtime import cudagraphs
+
+    def fake_cudagraphify(model, inputs, static_input_idxs, **kwargs):
+        kind = "backward" if kwargs.get("is_backward") else "forward"
+
+        def call(args):
+            calls[kind] = calls.get(kind, 0) + 1
+            out = model(list(args))
+            args.clear()
+            if refuse(kind, calls[kind]):
+                raise RuntimeError("These storage data ptrs are not allocated in pool (0, 1) but should be")
+            return out
+        return call
+
+    monkeypatch.setattr(cudagraph_trees, "cudagraphify_impl", fake_cudagraphify)
+    monkeypatch.setattr(cudagraphs, "skip_reason", lambda gm, static: None)
+    monkeypatch.setattr(cudagraphs, "_device_index", lambda gm: 0)
+    monkeypatch.setattr(cudagraph_trees, "get_manager", lambda *a, **k: None)
+
+
+def test_a_backward_follows_its_refused_forward_uncaptured(monkeypatch):
+    """A forward refused on its second call runs uncaptured from then on, and so does its backward
+    (a captured backward fed by an uncaptured forward's activations would re-record every step)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.plan import GraphPlan
+    from dynamo_nvf.runtime import cudagraphs
+
+    calls: dict = {}
+    _fake_tree(monkeypatch, calls, lambda kind, n: kind == "forward" and n == 2)
+    fw = make_fx(lambda x: x * 2, tracing_mode="fake")(torch.ones(2))
+    bw = make_fx(lambda g: g * 3, tracing_mode="fake")(torch.ones(2))
+    state = cudagraphs.CudaGraphs(num_dynamo_inputs=1, max_shapes=2)
+    forward = state.wrap(fw, cudagraphs.boxed(fw.forward), [torch.ones(2)], "forward", GraphPlan(kind="forward", graph_id=0))
+    backward = state.wrap(bw, cudagraphs.boxed(bw.forward), [torch.ones(2)], "backward", GraphPlan(kind="backward", graph_id=1))
+    for step in range(4):
+        x = torch.randn(2)
+        assert torch.equal(forward([x]), x * 2)
+        assert torch.equal(backward([x]), x * 3)
+    assert calls == {"forward": 2, "backward": 1}  # the backward left the tree with its forward
+
+
+def test_a_refused_graph_that_updates_a_buffer_updates_it_once(monkeypatch):
+    """The tree's warm-up already ran the graph when it refused it: the retry must not apply an input
+    mutation (a BatchNorm's running stats) a second time."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.plan import GraphPlan
+    from dynamo_nvf.runtime import cudagraphs
+
+    def step(x, buf):
+        buf.add_(1.0)
+        return x * 2
+
+    calls: dict = {}
+    _fake_tree(monkeypatch, calls, lambda kind, n: n == 1)
+    gm = make_fx(step)(torch.ones(2), torch.zeros(1))
+    assert cudagraphs.mutated_inputs(gm) == {1}
+    state = cudagraphs.CudaGraphs(num_dynamo_inputs=2, max_shapes=2)
+    wrapped = state.wrap(gm, cudagraphs.boxed(gm.forward), [torch.ones(2), torch.zeros(1)], "inference",
+                         GraphPlan(kind="inference", graph_id=0))
+    buf = torch.zeros(1)
+    wrapped([torch.ones(2), buf])
+    assert buf.item() == 1.0
+    wrapped([torch.ones(2), buf])
+    assert buf.item() == 2.0 and calls == {"forward": 1}

@@ -166,8 +166,11 @@ def _is_reduction(node: Node) -> bool:
 
 
 def _input_shape(node: Node) -> Optional[tuple]:
+    """The static shape of the tensor `node` reduces; None when unknown or symbolic (a SymInt cannot
+    be hashed, nor compared without a guard)."""
     val = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], Node) else None
-    return tuple(val.shape) if isinstance(val, torch.Tensor) else None
+    shape = _static(val.shape) if isinstance(val, torch.Tensor) else None
+    return tuple(shape) if shape is not None else None
 
 
 def _reads_flattening_view(node: Node) -> bool:
@@ -183,10 +186,12 @@ def _makes_region_agree(node: Node, members: list[Node]) -> bool:
         return False
     base = view.args[0]
     base_val = base.meta.get("val") if isinstance(base, Node) else None
-    if not isinstance(base_val, torch.Tensor):
+    base_shape = _static(base_val.shape) if isinstance(base_val, torch.Tensor) else None
+    if base_shape is None:  # dynamic shapes: left as they are
         return False
     plain = {_input_shape(n) for n in members if _is_reduction(n) and not _reads_flattening_view(n)}
-    return tuple(base_val.shape) in plain
+    plain.discard(None)
+    return tuple(base_shape) in plain
 
 
 def unflatten_reductions(gm: GraphModule) -> GraphModule:

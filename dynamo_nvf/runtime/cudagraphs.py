@@ -196,7 +196,7 @@ class _ShapeLimit:
 
     def __call__(self, args: list) -> Any:
         key = tuple(args[i] for i in self.int_indices)
-        capture = key in self.keys or len(self.keys) < self.limit
+        capture = not self.state.forward_refused and (key in self.keys or len(self.keys) < self.limit)
         self.state.forward_captured_last = capture
         if capture:
             self.keys.add(key)
@@ -237,6 +237,8 @@ class CudaGraphs:
         #: The forward has dynamic sizes (a shape limit); the backward then follows each call's choice.
         self.forward_limited = False
         self.forward_captured_last = True
+        #: cudagraph trees refused the forward during its first calls: it and its backward run uncaptured.
+        self.forward_refused = False
 
     def wrap(self, aten_gm: GraphModule, compiled: BoxedFn, example_inputs: Sequence[Any], kind: str,
              plan: GraphPlan) -> BoxedFn:
@@ -291,10 +293,13 @@ class CudaGraphs:
         )
         state: dict[str, Any] = {}
         uncaptured = self._backward_after_captured_forward(compiled) if kind == "backward" else compiled
+        mutated = sorted(kwargs["mutated_input_idxs"])
 
         def run(args: list) -> Any:
             if state.get("failed"):
                 return uncaptured(args)
+            if kind == "backward" and self.forward_refused:
+                return compiled(args)  # follows its forward, which runs uncaptured
             fn = state.get("fn")
             if fn is None:
                 fn = state["fn"] = cudagraphify_impl(compiled, args, static, **kwargs)
@@ -307,16 +312,24 @@ class CudaGraphs:
             # then runs uncaptured, once more on the same inputs (the aten graph is functional), and
             # says why, instead of ending the user's program.
             saved = list(args)
+            # Inputs the graph writes (a BatchNorm's running stats): kept, so that a retry after a
+            # refusal that came after the warm-up had run the graph does not apply the update twice.
+            kept = [(i, saved[i].clone()) for i in mutated if isinstance(saved[i], torch.Tensor)]
             try:
                 with COLLECTION_PAUSE:
                     out = fn(args)
             except RuntimeError as exc:
                 if _capturing():
                     raise
+                with torch.no_grad():
+                    for i, value in kept:
+                        saved[i].copy_(value)
                 state["failed"] = True
                 plan.cuda_graph = f"not captured: cudagraph trees refused it on call {state.get('ran', 0) + 1}: {str(exc)[:200]}"
                 if kind != "backward":
                     self.forward_skip = f"cudagraph trees refused it: {str(exc)[:120]}"
+                    self.forward_refused = True
+                    self.forward_captured_last = False
                 log.warning("dynamo_nvf: %s graph runs without CUDA graphs from now on: cudagraph trees refused "
                             "it: %s", kind, str(exc)[:300])
                 return uncaptured(saved)
