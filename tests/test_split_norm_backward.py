@@ -140,3 +140,27 @@ def test_default_keeps_norm_backwards_whose_column_sums_read_no_row_reduction():
 
     assert len(backward_regions({"cuda_graphs": True})) == 1
     assert len(backward_regions({"cuda_graphs": True, "split_norm_backward_rows": 1024})) == 2
+
+
+def test_dynamic_shapes_are_not_cut_and_do_not_recompile():
+    """Comparing a symbolic row count with the limit would guard on it: a new size would recompile
+    (and compile nvFuser's fusions again). Regions that read or make symbolic sizes are left whole,
+    also a region of one column sum whose own output size is static (a linear layer's bias
+    gradient: a [64] sum of [s0 * s1, 64])."""
+    import torch._dynamo
+
+    from dynamo_nvf.backend import recording
+
+    lin, norm = nn.Linear(64, 64), nn.LayerNorm(64)
+
+    def fn(x):
+        return norm(x + torch.nn.functional.gelu(lin(x)))
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="nvf_bookend", options={"plan_cpu_as_cuda": True, "cuda_graphs": True},
+                             dynamic=True)
+    with recording() as rec:
+        for rows in (2, 3, 5):
+            x = torch.randn(rows, 8, 64, requires_grad=True)
+            compiled(x).sum().backward()
+    assert [p.kind for p in rec.plans] == ["forward", "backward"]
