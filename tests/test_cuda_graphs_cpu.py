@@ -194,8 +194,6 @@ def test_no_garbage_collection_while_a_captured_graph_runs(monkeypatch):
     collector is as it was (also when nested, or when the user had turned it off)."""
     import gc
 
-    from torch._inductor import cudagraph_trees
-
     from dynamo_nvf.plan import GraphPlan
     from dynamo_nvf.runtime import cudagraphs
 
@@ -210,9 +208,7 @@ def test_no_garbage_collection_while_a_captured_graph_runs(monkeypatch):
             return model(args)
         return call
 
-    monkeypatch.setattr(cudagraph_trees, "cudagraphify_impl", fake_cudagraphify)
-    monkeypatch.setattr(cudagraphs, "skip_reason", lambda gm, static: None)
-    monkeypatch.setattr(cudagraphs, "_device_index", lambda gm: 0)
+    _capturable(monkeypatch, fake_cudagraphify)
     from torch.fx.experimental.proxy_tensor import make_fx
 
     gm = make_fx(lambda x: x * 2, tracing_mode="fake")(torch.ones(2))
@@ -237,32 +233,19 @@ def test_no_garbage_collection_while_a_captured_graph_runs(monkeypatch):
 def test_a_graph_cudagraph_trees_refuse_while_warming_up_runs_uncaptured(monkeypatch, caplog, failing_call):
     """cudagraph trees' own checks can refuse a graph during its first calls (warm-up, recording):
     that call is run again uncaptured on the same inputs, the graph stays uncaptured, one warning."""
-    from torch._inductor import cudagraph_trees
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from dynamo_nvf.plan import GraphPlan
     from dynamo_nvf.runtime import cudagraphs
 
-    calls = {"tree": 0, "plain": 0}
-
-    def fake_cudagraphify(model, inputs, static_input_idxs, **kwargs):
-        def call(args):
-            calls["tree"] += 1
-            out = model(list(args))
-            args.clear()  # the boxed convention: the callee frees the inputs
-            if calls["tree"] == failing_call + 1:
-                raise RuntimeError("These storage data ptrs are not allocated in pool (0, 1) but should be")
-            return out
-        return call
+    calls = {"plain": 0}
+    _fake_tree(monkeypatch, calls, lambda kind, n: n == failing_call + 1)
 
     def plain(args):
         calls["plain"] += 1
         return gm(*args)
 
     plain._boxed_call = True
-    monkeypatch.setattr(cudagraph_trees, "cudagraphify_impl", fake_cudagraphify)
-    monkeypatch.setattr(cudagraphs, "skip_reason", lambda gm, static: None)
-    monkeypatch.setattr(cudagraphs, "_device_index", lambda gm: 0)
     gm = make_fx(lambda x: x * 2, tracing_mode="fake")(torch.ones(2))
     state = cudagraphs.CudaGraphs(num_dynamo_inputs=1, max_shapes=2)
     plan = GraphPlan(kind="inference", graph_id=0)
@@ -272,7 +255,7 @@ def test_a_graph_cudagraph_trees_refuse_while_warming_up_runs_uncaptured(monkeyp
             x = torch.randn(2)
             out = wrapped([x])
             assert torch.equal(out, x * 2)
-    assert calls["tree"] == failing_call + 1  # never again after the refusal
+    assert calls["forward"] == failing_call + 1  # the tree: never again after the refusal
     # The tree ran the graph on its calls; the refused call ran again uncaptured, then every later one.
     assert calls["plain"] == (failing_call + 1) + (5 - failing_call)
     assert sum("runs without CUDA graphs from now on" in r.getMessage() for r in caplog.records) == 1
@@ -280,11 +263,20 @@ def test_a_graph_cudagraph_trees_refuse_while_warming_up_runs_uncaptured(monkeyp
     assert plan.cuda_graph.startswith("not captured: cudagraph trees refused it"), plan.cuda_graph
 
 
-def _fake_tree(monkeypatch, calls, refuse):
-    """cudagraphify_impl replaced by a tree that runs the graph and then refuses when `refuse(kind, n)`."""
+def _capturable(monkeypatch, fake_cudagraphify):
+    """Graphs pass the capture checks on this GPU-less machine, and cudagraphify_impl is the fake."""
     from torch._inductor import cudagraph_trees
 
     from dynamo_nvf.runtime import cudagraphs
+
+    monkeypatch.setattr(cudagraph_trees, "cudagraphify_impl", fake_cudagraphify)
+    monkeypatch.setattr(cudagraphs, "skip_reason", lambda gm, static: None)
+    monkeypatch.setattr(cudagraphs, "_device_index", lambda gm: 0)
+
+
+def _fake_tree(monkeypatch, calls, refuse):
+    """cudagraphify_impl replaced by a tree that runs the graph and then refuses when `refuse(kind, n)`."""
+    from torch._inductor import cudagraph_trees
 
     def fake_cudagraphify(model, inputs, static_input_idxs, **kwargs):
         kind = "backward" if kwargs.get("is_backward") else "forward"
@@ -298,9 +290,7 @@ def _fake_tree(monkeypatch, calls, refuse):
             return out
         return call
 
-    monkeypatch.setattr(cudagraph_trees, "cudagraphify_impl", fake_cudagraphify)
-    monkeypatch.setattr(cudagraphs, "skip_reason", lambda gm, static: None)
-    monkeypatch.setattr(cudagraphs, "_device_index", lambda gm: 0)
+    _capturable(monkeypatch, fake_cudagraphify)
     monkeypatch.setattr(cudagraph_trees, "get_manager", lambda *a, **k: None)
 
 

@@ -104,6 +104,13 @@ def static_layout(t: torch.Tensor) -> bool:
     return all(isinstance(v, int) for v in (*t.shape, *t.stride(), t.storage_offset()))
 
 
+def static_sizes(t: torch.Tensor) -> Optional[list[int]]:
+    """A (fake) tensor's sizes when they are all plain ints; None where one is symbolic (a SymInt
+    can be neither hashed nor compared without adding a guard)."""
+    sizes = list(t.shape)
+    return sizes if all(isinstance(s, int) for s in sizes) else None
+
+
 def is_metadata(node: Node) -> bool:
     """True for a node that only changes metadata (including getitem of a split)."""
     if node.op != "call_function" or node.target not in METADATA_OPS:

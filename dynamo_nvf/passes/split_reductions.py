@@ -28,7 +28,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, reduced_dims
-from dynamo_nvf.ops.metadata import is_metadata
+from dynamo_nvf.ops.metadata import is_metadata, static_sizes
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, regions_of
 from dynamo_nvf.settings import Settings
 
@@ -44,7 +44,7 @@ def _symbolic(node: Node) -> bool:
     """True when a tensor value of `node` has a symbolic size (dynamic shapes)."""
     val = node.meta.get("val")
     vals = val if isinstance(val, (list, tuple)) else (val,)
-    return any(isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape) for v in vals)
+    return any(isinstance(v, torch.Tensor) and static_sizes(v) is None for v in vals)
 
 
 def _rows_and_cols(x: torch.Tensor) -> tuple[int, int]:

@@ -23,11 +23,13 @@ Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), Grap
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch.fx import GraphModule, Node
 
+from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS
+from dynamo_nvf.ops.metadata import static_sizes
 from dynamo_nvf.passes.partition import regions_of
 
 log = logging.getLogger("dynamo_nvf")
@@ -35,12 +37,9 @@ aten = torch.ops.aten
 
 #: Views that may merge dims (what a flatten or a `reshape` lowers to in an aten graph).
 FLATTENING_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
-#: Reductions over a list of dims whose result depends only on which elements are reduced together.
-DIM_LIST_REDUCTIONS = frozenset({aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default})
-
-
-def _static(shape: Sequence[Any]) -> Optional[list[int]]:
-    return list(shape) if all(isinstance(s, int) for s in shape) else None
+#: The region reductions (ops.lowerings' list) this pass rewrites: those over a list of dims whose result
+#: depends only on which elements are reduced together; var and var_mean are left as they are.
+DIM_LIST_REDUCTIONS = DIM_REDUCTIONS - {aten.var_mean.correction, aten.var.correction}
 
 
 def merge_groups(src: Sequence[int], dst: Sequence[int]) -> Optional[list[list[int]]]:
@@ -101,23 +100,19 @@ def _keepdim(node: Node) -> bool:
     return bool(node.kwargs.get("keepdim", False))
 
 
-def _fake_mode(val: Any) -> Any:
-    return getattr(val, "fake_mode", None)
-
-
 def _rewrite(gm: GraphModule, node: Node) -> bool:
     """Rewrites one reduction of a flattening view in place; False where it does not apply."""
-    view = node.args[0]
-    if not isinstance(view, Node) or view.op != "call_function" or view.target not in FLATTENING_VIEWS:
+    if not _reads_flattening_view(node):
         return False
+    view = node.args[0]
     base = view.args[0]
     if not isinstance(base, Node):
         return False
     base_val, view_val, out_val = base.meta.get("val"), view.meta.get("val"), node.meta.get("val")
     if not all(isinstance(v, torch.Tensor) for v in (base_val, view_val, out_val)):
         return False
-    mode = _fake_mode(base_val)
-    src, dst = _static(base_val.shape), _static(view_val.shape)
+    mode = getattr(base_val, "fake_mode", None)
+    src, dst = static_sizes(base_val), static_sizes(view_val)
     if mode is None or src is None or dst is None or len(src) == 0:
         return False
     groups = merge_groups(src, dst)
@@ -138,14 +133,15 @@ def _rewrite(gm: GraphModule, node: Node) -> bool:
         target = node.target
     with mode:
         new_val = target(base_val, *args[1:], **kwargs)
+    inherited = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}  # its region, ...
     with gm.graph.inserting_before(node):
         reduced_node = gm.graph.call_function(target, args, kwargs)
-        reduced_node.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
+        reduced_node.meta.update(inherited)
         reduced_node.meta["val"] = new_val
         result = reduced_node
         if list(new_val.shape) != list(out_val.shape):
             result = gm.graph.call_function(aten.view.default, (reduced_node, list(out_val.shape)))
-            result.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
+            result.meta.update(inherited)
             with mode:
                 result.meta["val"] = aten.view.default(new_val, list(out_val.shape))
     if result.meta["val"].dtype != out_val.dtype:  # never expected; keep the graph as it was
@@ -161,15 +157,14 @@ def _rewrite(gm: GraphModule, node: Node) -> bool:
 
 
 def _is_reduction(node: Node) -> bool:
-    return node.op == "call_function" and (node.target in DIM_LIST_REDUCTIONS or node.target is aten.sum.default
-                                           or node.target in (aten.var_mean.correction, aten.var.correction))
+    return node.op == "call_function" and (node.target in DIM_REDUCTIONS or node.target is aten.sum.default)
 
 
 def _input_shape(node: Node) -> Optional[tuple]:
     """The static shape of the tensor `node` reduces; None when unknown or symbolic (a SymInt cannot
     be hashed, nor compared without a guard)."""
     val = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], Node) else None
-    shape = _static(val.shape) if isinstance(val, torch.Tensor) else None
+    shape = static_sizes(val) if isinstance(val, torch.Tensor) else None
     return tuple(shape) if shape is not None else None
 
 
@@ -181,12 +176,11 @@ def _reads_flattening_view(node: Node) -> bool:
 def _makes_region_agree(node: Node, members: list[Node]) -> bool:
     """True when a reduction of the region that reads no flattening view reads a tensor shaped like
     the view's input (so reducing that input instead brings `node` in line with it)."""
-    view = node.args[0]
     if not _reads_flattening_view(node):
         return False
-    base = view.args[0]
+    base = node.args[0].args[0]
     base_val = base.meta.get("val") if isinstance(base, Node) else None
-    base_shape = _static(base_val.shape) if isinstance(base_val, torch.Tensor) else None
+    base_shape = static_sizes(base_val) if isinstance(base_val, torch.Tensor) else None
     if base_shape is None:  # dynamic shapes: left as they are
         return False
     plain = {_input_shape(n) for n in members if _is_reduction(n) and not _reads_flattening_view(n)}

@@ -26,6 +26,7 @@ import torch
 from torch.fx import GraphModule
 
 from dynamo_nvf.plan import GraphPlan
+from dynamo_nvf.runtime.region import _capturing
 
 log = logging.getLogger("dynamo_nvf")
 
@@ -66,11 +67,6 @@ class _CollectionPause:
 
 
 COLLECTION_PAUSE = _CollectionPause()
-
-
-def _capturing() -> bool:
-    """True while a CUDA graph is being captured on the current stream."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def boxed(fn: Callable[..., Any]) -> BoxedFn:
@@ -291,19 +287,19 @@ class CudaGraphs:
             placeholders=_placeholders(aten_gm),
             mutated_input_idxs=mutated_inputs(aten_gm),
         )
-        state: dict[str, Any] = {}
+        state: dict[str, Any] = {"fn": None, "ran": 0, "failed": False}
         uncaptured = self._backward_after_captured_forward(compiled) if kind == "backward" else compiled
         mutated = sorted(kwargs["mutated_input_idxs"])
 
         def run(args: list) -> Any:
-            if state.get("failed"):
+            if state["failed"]:
                 return uncaptured(args)
             if kind == "backward" and self.forward_refused:
                 return compiled(args)  # follows its forward, which runs uncaptured
-            fn = state.get("fn")
+            fn = state["fn"]
             if fn is None:
                 fn = state["fn"] = cudagraphify_impl(compiled, args, static, **kwargs)
-            if state.get("ran", 0) >= _GUARDED_CALLS:
+            if state["ran"] >= _GUARDED_CALLS:
                 with COLLECTION_PAUSE:  # it may record (a new shape or input address)
                     return fn(args)
             # The first calls warm up and record. cudagraph trees' own checks can still refuse the
@@ -325,15 +321,15 @@ class CudaGraphs:
                     for i, value in kept:
                         saved[i].copy_(value)
                 state["failed"] = True
-                plan.cuda_graph = f"not captured: cudagraph trees refused it on call {state.get('ran', 0) + 1}: {str(exc)[:200]}"
+                reason = f"cudagraph trees refused it on call {state['ran'] + 1}: {str(exc)[:200]}"
+                plan.cuda_graph = f"not captured: {reason}"
                 if kind != "backward":
-                    self.forward_skip = f"cudagraph trees refused it: {str(exc)[:120]}"
+                    self.forward_skip = reason
                     self.forward_refused = True
                     self.forward_captured_last = False
-                log.warning("dynamo_nvf: %s graph runs without CUDA graphs from now on: cudagraph trees refused "
-                            "it: %s", kind, str(exc)[:300])
+                log.warning("dynamo_nvf: %s graph runs without CUDA graphs from now on: %s", kind, reason)
                 return uncaptured(saved)
-            state["ran"] = state.get("ran", 0) + 1
+            state["ran"] += 1
             return out
 
         run._boxed_call = True  # type: ignore[attr-defined]
