@@ -11,6 +11,8 @@
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10     issue #10's criteria from interleaved rounds on the small-batch model workloads
+#   scripts/gpu_evidence.sh pooldiag convnext_train's pool-check failure under graphs; graph-mode host profile
+#   scripts/gpu_evidence.sh gradcheck loss and gradients of model training steps against a reference, graphs or not
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh unflat   bf16 test fixes; segments, kernels and steps with unflatten_reductions on/off
 #   scripts/gpu_evidence.sh splitdec split_norm_backward_rows (with unflatten_reductions) against the default, graphs or not
@@ -168,6 +170,33 @@ case "${1:-tests}" in
       --json /tmp/d3.json > "$OUT/drift3.log" 2>&1; echo "after two, no profile rc=$?"; grep -E "^\[" "$OUT/drift3.log" | cut -c1-160
     timeout 90 python3 -m perf.interleave vit_fwd_bf16_small --backends inductor,nvf_bookend,eager \
       > "$OUT/drift_il.log" 2>&1; echo "interleaved rc=$?"; tail -n 8 "$OUT/drift_il.log"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  pooldiag)
+    # Session 7: the convnext_train pool-check failure under CUDA graphs (diagnosed, with and without
+    # nvFuser's parallel compile), where graph-mode host time goes in training, ConvNeXt kernel tables.
+    timeout 150 python3 scripts/pool_diag.py convnext_train_bf16_small nvf_unflatten_cudagraphs > "$OUT/pool_diag.txt" 2>&1
+    echo "pool_diag rc=$?"; head -c 6000 "$OUT/pool_diag.txt"; tail -n 3 "$OUT/pool_diag.txt"
+    NVFUSER_DISABLE=parallel_compile timeout 150 python3 scripts/pool_diag.py convnext_train_bf16_small \
+      nvf_unflatten_cudagraphs > "$OUT/pool_diag_serial.txt" 2>&1
+    echo "pool_diag serial compile rc=$?"; grep -E "pool check failed|not at an allocated|steps;|WARNING" "$OUT/pool_diag_serial.txt" | head
+    timeout 150 python3 scripts/host_profile.py llama_train_bf16_small nvf_cudagraphs inductor_ro --steps 100 --top 45 \
+      > "$OUT/hp_llama_train.txt" 2>&1; echo "host_profile rc=$?"
+    for b in nvf_bookend inductor; do
+      timeout 90 python3 scripts/block_kernels.py convnext_train_bf16_small $b > "$OUT/k_convnext_$b.txt" 2>&1
+      echo "convnext $b: $(tail -n 1 "$OUT/k_convnext_$b.txt")"
+    done
+    echo "elapsed ${SECONDS}s"
+    ;;
+  gradcheck)
+    # Session 7: loss and gradients against a higher-precision reference, bounded by eager's own error
+    # (perf/grad_check.py), with and without CUDA graphs; then the old convnext_train repro alone.
+    timeout 260 python3 -m perf.grad_check convnext_train_bf16_small nvf_bookend,nvf_cudagraphs,nvf_unflatten_cudagraphs \
+      > "$OUT/grad_convnext.txt" 2>&1; echo "grad convnext rc=$?"; grep -v Warning "$OUT/grad_convnext.txt" | tail -n 25
+    timeout 200 python3 -m perf.grad_check llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small \
+      nvf_cudagraphs > "$OUT/grad_models.txt" 2>&1; echo "grad models rc=$?"; grep -v Warning "$OUT/grad_models.txt" | tail -n 25
+    timeout 100 python3 scripts/graphs_repro.py convnext_train_bf16_small nvf_unflatten_cudagraphs > "$OUT/repro.txt" 2>&1
+    echo "repro rc=$?"; grep -E "steps ok|FAILED|Error|refused" "$OUT/repro.txt" | head
     echo "elapsed ${SECONDS}s"
     ;;
   hostdiag)
