@@ -27,6 +27,12 @@ class Settings:
     max_region_io: int = 128
     #: Raise instead of falling back to eager on an nvFuser error (for tests).
     strict: bool = False
+    #: On each definition's first run, also run the region in eager PyTorch on the same inputs and
+    #: compare: values within the outputs' dtype tolerance (relative to each output's norm), and
+    #: strides equal to eager's. A region that differs warns once, naming the output and the error,
+    #: and runs in eager from then on. A debugging aid (one extra eager run per definition); off by
+    #: default.
+    verify_regions: bool = False
     #: Also trim leading broadcasts (`expand`). Off: kept inside, where nvFuser broadcasts for free;
     #: moving them out hands nvFuser stride-0 inputs, the pattern that split Thunder's var_mean
     #: backward into extra kernels.
@@ -77,17 +83,18 @@ class Settings:
     #: costs no host time per region, so there the GPU time decides. The loss: a GPT-2-style step
     #: (256 rows) measured 3% more GPU time cut; LLaMA-style RMSNorm regions are not cut (0% if cut).
     #: Those measurements had unflatten_reductions on, which puts the bias gradients into the norm
-    #: backwards' regions; under graphs it is off by default, and the cut then finds few regions.
+    #: backwards' regions; it is off by default, and the cut then finds few regions.
     split_norm_backward_rows: int = -1
     #: Reduce the tensor a flattening view was taken of, over the dims the view merged, instead of the
     #: view (`sum(view(dy, [B*T, C]), [0])` becomes `sum(dy, [0, 1])`; passes/unflatten_reductions.py):
     #: a reshape between reductions makes nvFuser segment the region (every segmented region of a
-    #: BERT-style training step on an H100 was one). None (the default) rewrites without CUDA graphs
-    #: and not under them: on an H100 (2026-11-23) ConvNeXt-T's training backward, whose head region
-    #: this rewrite lets nvFuser compile, failed cudagraph trees' check after the warm-up ("storage
-    #: data ptrs are not allocated in pool"; root cause not found) wherever that region first ran
-    #: inside the warm-up. True or False force it either way.
-    unflatten_reductions: Optional[bool] = None
+    #: BERT-style training step on an H100 was one). Off by default: on an H100 (2026-11-24,
+    #: perf.grad_check) ConvNeXt's training step with it on gave wrong gradients for its last block
+    #: (relative error 0.8 against eager's 0.005), graphs or not: the rewrite lets nvFuser compile the
+    #: head's backward region, which otherwise fails "Can not find a scheduler" and runs in eager. The
+    #: same configuration failed cudagraph trees' pool check on 2026-11-23. Its gains were small
+    #: (no GPU time alone; 9-10% with the norm split under graphs on BERT/ViT training steps).
+    unflatten_reductions: bool = False
     #: Run each view left between regions (around matmuls and attention) as one `_reinterpret_tensor`
     #: of the tensor its chain starts from, where that tensor's layout is known (passes/lean_views.py):
     #: less host time per call. False keeps the aten view calls (for measuring the difference).
@@ -116,8 +123,8 @@ class Settings:
     fuse_attention: bool = True
 
     def unflattens(self) -> bool:
-        """Whether the unflatten pass runs: the option, or the automatic choice for None."""
-        return (not self.cuda_graphs) if self.unflatten_reductions is None else self.unflatten_reductions
+        """Whether the unflatten pass runs."""
+        return self.unflatten_reductions
 
     def norm_backward_split_rows(self) -> int:
         """The row limit split_norm_backward applies: the option, or the automatic choice for -1."""

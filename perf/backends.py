@@ -139,16 +139,28 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
-            "nvf_flat_reductions",
-            _nvf({"unflatten_reductions": False}),
-            'dynamo_nvf with unflatten_reductions off (reductions of flattening views kept as they are; '
-            'the default rewrites them without CUDA graphs); opt-in',
+            "nvf_verify",
+            _nvf({"verify_regions": True}),
+            "dynamo_nvf checking each region's first nvFuser run against eager (verify_regions); a debugging aid",
+            nvf=True,
+        ),
+        Backend(
+            "nvf_unflatten_verify",
+            _nvf({"unflatten_reductions": True, "verify_regions": True}),
+            "nvf_unflatten checking each region's first nvFuser run against eager (verify_regions)",
+            nvf=True,
+        ),
+        Backend(
+            "nvf_unflatten",
+            _nvf({"unflatten_reductions": True}),
+            'dynamo_nvf with unflatten_reductions on (reductions of flattening views reduce the unflattened '
+            'tensor; off by default: it gave ConvNeXt wrong gradients on an H100); opt-in',
             nvf=True,
         ),
         Backend(
             "nvf_unflatten_cudagraphs",
             _nvf({"unflatten_reductions": True, "cuda_graphs": True}),
-            'nvf_cudagraphs with unflatten_reductions forced on (off under graphs by default); opt-in',
+            'nvf_cudagraphs with unflatten_reductions on (off by default); opt-in',
             cuda_graphs=True,
             nvf=True,
         ),

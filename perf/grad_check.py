@@ -80,8 +80,10 @@ def compare(ref: Sequence[Optional[torch.Tensor]], eager: Sequence[Optional[torc
 
 
 def check_workload(name: str, backend_names: Sequence[str], steps: int = 3,
-                   report: Callable[[str], None] = print, device: str = "cuda", tiny: bool = False) -> bool:
+                   report: Callable[[str], None] = print, device: str = "cuda", tiny: bool = False,
+                   show_regions: bool = False) -> bool:
     """True when every backend's loss and gradients on `name` pass (after `steps` steps each)."""
+    from dynamo_nvf.backend import recording
     from perf.backends import get_backend, reset_compile_state
     from perf.measure import backend_step
     from perf.workloads import REGISTRY
@@ -100,8 +102,9 @@ def check_workload(name: str, backend_names: Sequence[str], steps: int = 3,
         reset_compile_state()
         inst = workload.instantiate(device, tiny=tiny, seed=0)
         step = backend_step(get_backend(backend_name), inst)
-        for _ in range(steps):
-            loss = step()
+        with recording() as recorder:
+            for _ in range(steps):
+                loss = step()
         if device != "cpu":
             torch.cuda.synchronize()
         loss = loss.detach().clone()
@@ -116,6 +119,14 @@ def check_workload(name: str, backend_names: Sequence[str], steps: int = 3,
             report(f"   FAIL {c.name}: err {c.backend_err:.3g}, eager's {c.eager_err:.3g}, limit {c.limit:.3g}, "
                    f"|ref| {c.ref_norm:.3g}")
         all_ok &= not bad
+        for plan in recorder.plans:
+            for region in plan.regions:
+                reason = region.executor_reason or ""
+                if region.executor == "eager" and "nvFuser" in reason:
+                    report(f"   region fell back: {plan.kind} {region.name}: {reason[:300]}")
+                    if show_regions:
+                        report(region.fx_code)
+                        report(region.definition or "(no definition)")
     return all_ok
 
 
@@ -125,12 +136,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("backends", help="comma-separated perf backends")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--tiny", action="store_true", help="the workloads' tiny configs")
+    parser.add_argument("--show-regions", action="store_true",
+                        help="print the FX code and nvFuser definition of each region that fell back")
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     ok = True
     for name in args.workloads.split(","):
         ok &= check_workload(name, args.backends.split(","), args.steps, device=device,
-                             tiny=args.tiny or device == "cpu")
+                             tiny=args.tiny or device == "cpu", show_regions=args.show_regions)
     print("grad check:", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -13,6 +13,7 @@
 #   scripts/gpu_evidence.sh il10     issue #10's criteria from interleaved rounds on the small-batch model workloads
 #   scripts/gpu_evidence.sh pooldiag convnext_train's pool-check failure under graphs; graph-mode host profile
 #   scripts/gpu_evidence.sh gradcheck loss and gradients of model training steps against a reference, graphs or not
+#   scripts/gpu_evidence.sh unflatdiag which region gives ConvNeXt wrong gradients under unflatten (verify_regions)
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh unflat   bf16 test fixes; segments, kernels and steps with unflatten_reductions on/off
 #   scripts/gpu_evidence.sh splitdec split_norm_backward_rows (with unflatten_reductions) against the default, graphs or not
@@ -197,6 +198,15 @@ case "${1:-tests}" in
       nvf_cudagraphs > "$OUT/grad_models.txt" 2>&1; echo "grad models rc=$?"; grep -v Warning "$OUT/grad_models.txt" | tail -n 25
     timeout 100 python3 scripts/graphs_repro.py convnext_train_bf16_small nvf_unflatten_cudagraphs > "$OUT/repro.txt" 2>&1
     echo "repro rc=$?"; grep -E "steps ok|FAILED|Error|refused" "$OUT/repro.txt" | head
+    echo "elapsed ${SECONDS}s"
+    ;;
+  unflatdiag)
+    # Session 7: which region gives ConvNeXt's wrong gradients with unflatten_reductions (verify_regions
+    # names it and runs it in eager), no false alarms with the defaults; GPU tests of both options.
+    timeout 300 python3 -m perf.grad_check convnext_train_bf16_small nvf_unflatten_verify,nvf_verify --show-regions \
+      > "$OUT/grad_verify.txt" 2>&1; echo "grad verify rc=$?"; grep -v Warning "$OUT/grad_verify.txt" | grep -E "within|FAIL|fell back|grad check" | head -30
+    timeout 200 python3 -m pytest -q -m gpu tests/test_verify_regions.py tests/test_unflatten_reductions.py -p no:cacheprovider \
+      --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 3 "$OUT/tests.log"
     echo "elapsed ${SECONDS}s"
     ;;
   hostdiag)

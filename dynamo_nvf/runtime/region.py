@@ -173,6 +173,38 @@ def _validate_outputs(outputs: Sequence[torch.Tensor], expected: Sequence[tuple[
             )
 
 
+#: Relative error (norm of the difference over the norm of eager's output) a region output may have
+#: against eager's under `verify_regions`: both compute in the output's dtype, in different orders.
+VERIFY_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 1e-2}
+
+
+def _strides_that_matter(t: torch.Tensor) -> list[int]:
+    """Strides of the dims longer than 1 (a size-1 dim's stride is never used)."""
+    return [st for st, n in zip(t.stride(), t.shape) if n > 1]
+
+
+def verify_against_eager(outputs: Sequence[torch.Tensor], eager: Sequence[Any]) -> str:
+    """'' when nvFuser's outputs match eager's (values within VERIFY_TOLERANCE of each output's
+    dtype, the same strides on dims longer than 1), else what differs."""
+    for i, (got, want) in enumerate(zip(outputs, eager)):
+        if not isinstance(want, torch.Tensor):
+            continue
+        if _strides_that_matter(got) != _strides_that_matter(want):
+            return f"output {i}: strides {got.stride()}, eager's {want.stride()}"
+        if not want.is_floating_point():
+            if not torch.equal(got, want):
+                return f"output {i}: {want.dtype} values differ"
+            continue
+        diff = (got.double() - want.double()).nan_to_num(0.0).norm().item()
+        scale = want.double().nan_to_num(0.0).norm().item()
+        tol = VERIFY_TOLERANCE.get(want.dtype, 1e-2)
+        nan_mismatch = not torch.equal(got.isnan(), want.isnan())
+        if nan_mismatch or diff > tol * scale + 1e-30:
+            return (f"output {i} {want.dtype}{list(want.shape)}: relative error {diff / max(scale, 1e-30):.3g} "
+                    f"(tolerance {tol:g}){', NaNs differ' if nan_mismatch else ''}")
+    return ""
+
+
 def _validate_devices(outputs: Sequence[torch.Tensor], home: Optional[torch.device]) -> None:
     """Once per definition: nvFuser's outputs must be on eager's GPU (several GPUs per host)."""
     if home is None:
@@ -403,9 +435,23 @@ class RegionRuntime:
             entry.fec = entry.fd.fec
             if entry.fixups or aliased:
                 outputs = self._materialize_outputs(entry, args, outputs, aliased)
+            if self.settings.verify_regions:
+                self._verify(entry, args, outputs)
         self.plan.executor = "nvfuser"
         self.plan.executor_reason = ""
         return outputs
+
+    def _verify(self, entry: _Entry, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> None:
+        """verify_regions: nvFuser's first outputs (after the per-call relayouts) against eager's."""
+        shown = list(outputs)
+        for index, order in entry.fixups:
+            shown[index] = _relayout(shown[index], order)
+        problem = verify_against_eager(shown, self._eager_forward(*args))
+        if problem:
+            entry.eager_reason = f"verify_regions: {problem}"
+            SHARED_FUSIONS.discard(entry)
+            raise RuntimeError(f"nvFuser's result differs from eager's: {problem}")
+        log.debug("%s: verified against eager", self.plan.name)
 
     def _aliased_outputs(self, outputs: Sequence[torch.Tensor], args: Sequence[Any]) -> frozenset[int]:
         """Outputs sharing storage with a region input where eager's would not (eager's output is not
