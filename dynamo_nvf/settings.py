@@ -28,8 +28,8 @@ class Settings:
     #: Raise instead of falling back to eager on an nvFuser error (for tests).
     strict: bool = False
     #: On each definition's first run, also run the region in eager PyTorch on the same inputs and
-    #: compare: values within the outputs' dtype tolerance (relative to each output's norm), and
-    #: strides equal to eager's. A region that differs warns once, naming the output and the error,
+    #: compare: values within 5% of each output's norm (gross errors, not rounding), and strides
+    #: equal to eager's. A region that differs warns once, naming the output and the error,
     #: and runs in eager from then on. A debugging aid (one extra eager run per definition); off by
     #: default.
     verify_regions: bool = False

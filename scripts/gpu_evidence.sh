@@ -14,6 +14,7 @@
 #   scripts/gpu_evidence.sh pooldiag convnext_train's pool-check failure under graphs; graph-mode host profile
 #   scripts/gpu_evidence.sh gradcheck loss and gradients of model training steps against a reference, graphs or not
 #   scripts/gpu_evidence.sh unflatdiag which region gives ConvNeXt wrong gradients under unflatten (verify_regions)
+#   scripts/gpu_evidence.sh defaults7 the nvFuser wrong-result repro; default backend's gradients on 5 model steps
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh unflat   bf16 test fixes; segments, kernels and steps with unflatten_reductions on/off
 #   scripts/gpu_evidence.sh splitdec split_norm_backward_rows (with unflatten_reductions) against the default, graphs or not
@@ -207,6 +208,15 @@ case "${1:-tests}" in
       > "$OUT/grad_verify.txt" 2>&1; echo "grad verify rc=$?"; grep -v Warning "$OUT/grad_verify.txt" | grep -E "within|FAIL|fell back|grad check" | head -30
     timeout 200 python3 -m pytest -q -m gpu tests/test_verify_regions.py tests/test_unflatten_reductions.py -p no:cacheprovider \
       --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 3 "$OUT/tests.log"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  defaults7)
+    # Session 7: the nvFuser wrong-result repro (standalone); the default backend's loss and gradients
+    # on every small bf16 model training step, without and with CUDA graphs.
+    timeout 120 python3 scripts/repros/nvfuser_convnext_head_backward.py > "$OUT/repro_head.txt" 2>&1
+    echo "repro rc=$?"; grep -v Warning "$OUT/repro_head.txt" | tail -n 8
+    timeout 400 python3 -m perf.grad_check llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small \
+      nvf_bookend > "$OUT/grad_default.txt" 2>&1; echo "grad default rc=$?"; grep -E "within|FAIL|fell back|grad check" "$OUT/grad_default.txt" | head -30
     echo "elapsed ${SECONDS}s"
     ;;
   hostdiag)

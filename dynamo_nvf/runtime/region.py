@@ -174,8 +174,11 @@ def _validate_outputs(outputs: Sequence[torch.Tensor], expected: Sequence[tuple[
 
 
 #: Relative error (norm of the difference over the norm of eager's output) a region output may have
-#: against eager's under `verify_regions`: both compute in the output's dtype, in different orders.
-VERIFY_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 1e-2}
+#: against eager's under `verify_regions`. It is there to catch gross errors (wrong elements, layouts,
+#: broadcasts: a ConvNeXt head's backward region gave 0.86 on an H100), not rounding: an f32 mean
+#: that cancels to almost nothing (a LayerNorm's saved mean) differs by up to 0.008 in norm between
+#: two correct summation orders (H100, 2026-11-24).
+VERIFY_TOLERANCE = {torch.float64: 1e-6, torch.float32: 5e-2, torch.bfloat16: 5e-2, torch.float16: 5e-2}
 
 
 def _strides_that_matter(t: torch.Tensor) -> list[int]:
@@ -197,7 +200,7 @@ def verify_against_eager(outputs: Sequence[torch.Tensor], eager: Sequence[Any]) 
             continue
         diff = (got.double() - want.double()).nan_to_num(0.0).norm().item()
         scale = want.double().nan_to_num(0.0).norm().item()
-        tol = VERIFY_TOLERANCE.get(want.dtype, 1e-2)
+        tol = VERIFY_TOLERANCE.get(want.dtype, 5e-2)
         nan_mismatch = not torch.equal(got.isnan(), want.isnan())
         if nan_mismatch or diff > tol * scale + 1e-30:
             return (f"output {i} {want.dtype}{list(want.shape)}: relative error {diff / max(scale, 1e-30):.3g} "
