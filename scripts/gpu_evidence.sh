@@ -15,6 +15,7 @@
 #   scripts/gpu_evidence.sh gradcheck loss and gradients of model training steps against a reference, graphs or not
 #   scripts/gpu_evidence.sh unflatdiag which region gives ConvNeXt wrong gradients under unflatten (verify_regions)
 #   scripts/gpu_evidence.sh defaults7 the nvFuser wrong-result repro; default backend's gradients on 5 model steps
+#   scripts/gpu_evidence.sh suite7   the minimised nvFuser repro, then the GPU suite
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh unflat   bf16 test fixes; segments, kernels and steps with unflatten_reductions on/off
 #   scripts/gpu_evidence.sh splitdec split_norm_backward_rows (with unflatten_reductions) against the default, graphs or not
@@ -217,6 +218,15 @@ case "${1:-tests}" in
     echo "repro rc=$?"; grep -v Warning "$OUT/repro_head.txt" | tail -n 8
     timeout 400 python3 -m perf.grad_check llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small \
       nvf_bookend > "$OUT/grad_default.txt" 2>&1; echo "grad default rc=$?"; grep -E "within|FAIL|fell back|grad check" "$OUT/grad_default.txt" | head -30
+    echo "elapsed ${SECONDS}s"
+    ;;
+  suite7)
+    # Session 7: the minimised nvFuser repro, then the whole GPU suite under the current defaults.
+    timeout 60 python3 scripts/repros/nvfuser_convnext_head_backward.py > "$OUT/repro_head.txt" 2>&1
+    echo "repro rc=$?"; grep -E "^outputs|^minimal" "$OUT/repro_head.txt"
+    timeout 520 python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfs --durations=10 \
+      --deselect tests/test_gpu_opinfo.py::test_opinfo_sweep > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
+    tail -n 16 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -30
     echo "elapsed ${SECONDS}s"
     ;;
   hostdiag)
