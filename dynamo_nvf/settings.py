@@ -146,10 +146,7 @@ class Settings:
         values: dict[str, Any] = {}
         for name, value in options.items():
             default = getattr(cls, name)
-            if default is None:  # a tri-state option: None chooses automatically
-                if value is not None and not isinstance(value, bool):
-                    raise TypeError(f"option {name!r} takes a bool or None, got {value!r}")
-            elif isinstance(default, bool):
+            if isinstance(default, bool):
                 if not isinstance(value, bool):
                     raise TypeError(f"option {name!r} takes a bool, got {value!r}")
             elif isinstance(default, int) and (not isinstance(value, int) or isinstance(value, bool)):

@@ -327,7 +327,9 @@ class WithLoss(nn.Module):
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         *args, targets = inputs
         logits = self.model(*args)
-        return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten())
+        # At least f32 (bf16 logits are upcast, as in real training); f64 stays f64 (perf.grad_check's reference).
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        return F.cross_entropy(logits.flatten(0, -2), targets.flatten())
 
 
 # ----------------------------------------------------------------------------------- configs

@@ -104,14 +104,14 @@ case "${1:-tests}" in
       tests/test_unflatten_reductions.py -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"
     tail -n 3 "$OUT/tests.log"
     for w in bert_train_bf16_small vit_train_bf16_small convnext_train_bf16_small; do
-      timeout 200 python3 scripts/segments.py $w '{}' '{"unflatten_reductions": false}' >> "$OUT/segments.txt" 2>&1
+      timeout 200 python3 scripts/segments.py $w '{}' '{"unflatten_reductions": true}' >> "$OUT/segments.txt" 2>&1
     done
     cat "$OUT/segments.txt"
-    for b in nvf_bookend nvf_flat_reductions inductor; do
+    for b in nvf_bookend nvf_unflatten inductor; do
       echo "== bert_train_bf16_small $b"; timeout 90 python3 scripts/block_kernels.py bert_train_bf16_small $b > "$OUT/k_$b.txt" 2>&1; tail -n 1 "$OUT/k_$b.txt"
     done
     timeout 200 python3 -m perf.interleave bert_train_bf16_small,vit_train_bf16_small \
-      --backends inductor,nvf_bookend,nvf_flat_reductions,inductor_ro,nvf_cudagraphs,nvf_unflatten_cudagraphs \
+      --backends inductor,nvf_bookend,nvf_unflatten,inductor_ro,nvf_cudagraphs,nvf_unflatten_cudagraphs \
       --rounds 5 --json "$OUT/il_unflat.json" > "$OUT/il_unflat.log" 2>&1; echo "interleave rc=$?"
     grep -v "^\[" "$OUT/il_unflat.log" | tail -n 40
     echo "elapsed ${SECONDS}s"

@@ -3,7 +3,7 @@ process (so first-call and compile times are cold for the process): which region
 with which schedulers, and what the first call cost. For judging planning rules against nvFuser's
 segmenter (issues #11 and #12).
 
-    python scripts/segments.py bert_train_bf16_small '{}' '{"unflatten_reductions": false}'
+    python scripts/segments.py bert_train_bf16_small '{}' '{"unflatten_reductions": true}'
     python scripts/segments.py convnext_train_bf16_small '{}' --regions   # every region, not only segmented
 
 One line per option set with the totals, then (with --regions, or for segmented regions) one line

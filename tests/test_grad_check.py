@@ -38,3 +38,29 @@ def test_eager_backend_passes_on_a_tiny_model_on_the_cpu():
     assert grad_check.check_workload("gpt_train_f32_small", ["eager"], steps=1, report=lines.append,
                                      device="cpu", tiny=True)
     assert "within bound" in lines[0]
+
+
+def test_a_backend_with_wrong_gradients_fails_on_the_cpu(monkeypatch):
+    """A backend whose loss is scaled by 1.1 (every gradient 10% off) is caught, with the tensors named."""
+    import perf.backends
+    from perf.backends import get_backend
+
+    eager = get_backend("eager")
+
+    class Scaled:
+        cuda_graphs = False
+
+        def wrap(self, fn):
+            compiled = eager.wrap(fn)
+            return lambda *args: compiled(*args) * 1.1
+
+    monkeypatch.setattr(perf.backends, "get_backend", lambda name: Scaled() if name == "scaled" else get_backend(name))
+    lines = []
+    assert not grad_check.check_workload("gpt_train_f32_small", ["scaled"], steps=1, report=lines.append,
+                                         device="cpu", tiny=True)
+    assert "FAIL grad" in "\n".join(lines)
+
+
+def test_a_missing_gradient_that_eager_has_fails():
+    (check,) = grad_check.compare([None], [torch.ones(2)], [None], torch.float32, ["w"])
+    assert not check.ok
