@@ -16,6 +16,7 @@
 #   scripts/gpu_evidence.sh unflatdiag which region gives ConvNeXt wrong gradients under unflatten (verify_regions)
 #   scripts/gpu_evidence.sh defaults7 the nvFuser wrong-result repro; default backend's gradients on 5 model steps
 #   scripts/gpu_evidence.sh suite7   the minimised nvFuser repro, then the GPU suite
+#   scripts/gpu_evidence.sh segdump  nvFuser's segments of ConvNeXt's and BERT's training regions (#11)
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh unflat   bf16 test fixes; segments, kernels and steps with unflatten_reductions on/off
 #   scripts/gpu_evidence.sh splitdec split_norm_backward_rows (with unflatten_reductions) against the default, graphs or not
@@ -227,6 +228,15 @@ case "${1:-tests}" in
     timeout 520 python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfs --durations=10 \
       --deselect tests/test_gpu_opinfo.py::test_opinfo_sweep > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
     tail -n 16 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -30
+    echo "elapsed ${SECONDS}s"
+    ;;
+  segdump)
+    # Session 7, issue #11: nvFuser's segments of ConvNeXt's and BERT's training regions (definition,
+    # schedulers, which expressions went to which segment).
+    for w in ${SEGDUMP_WORKLOADS:-convnext_train_bf16_small bert_train_bf16_small}; do
+      timeout 200 python3 scripts/region_segments_dump.py $w > "$OUT/segdump_$w.txt" 2>&1; echo "$w rc=$?"
+      grep "^== " "$OUT/segdump_$w.txt" | head -40
+    done
     echo "elapsed ${SECONDS}s"
     ;;
   hostdiag)
