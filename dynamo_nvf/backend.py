@@ -29,6 +29,7 @@ from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.passes.split_reductions import split_norm_backward
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
+from dynamo_nvf.passes.unpermute_reductions import unpermute_reductions
 from dynamo_nvf.plan import GraphPlan
 from dynamo_nvf.plan_text import render_plan_text
 from dynamo_nvf.runtime.cudagraphs import CudaGraphs, boxed
@@ -48,6 +49,8 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     gm = partition_regions(gm, settings)
     if settings.unflattens():
         gm = unflatten_reductions(gm)
+    if settings.unpermute_reductions:
+        gm = unpermute_reductions(gm)
     gm = split_norm_backward(gm, settings)
     gm = bookend_regions(gm, settings)
     gm = fuse_regions(gm, kind, graph_id)

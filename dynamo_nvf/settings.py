@@ -95,6 +95,11 @@ class Settings:
     #: same configuration failed cudagraph trees' pool check on 2026-11-23. Its gains were small
     #: (no GPU time alone; 9-10% with the norm split under graphs on BERT/ViT training steps).
     unflatten_reductions: bool = False
+    #: Sum a permute's input instead of the permute (`sum(permute(dx, [0, 3, 1, 2]), [0, 2, 3])` becomes
+    #: `sum(dx, [0, 1, 2])`; passes/unpermute_reductions.py) where that makes a region's reductions
+    #: agree: ConvNeXt's channels-last LayerNorm backward regions, which nvFuser otherwise segments
+    #: with f32 intermediates in between. Off until measured (opt-in).
+    unpermute_reductions: bool = False
     #: Run each view left between regions (around matmuls and attention) as one `_reinterpret_tensor`
     #: of the tensor its chain starts from, where that tensor's layout is known (passes/lean_views.py):
     #: less host time per call. False keeps the aten view calls (for measuring the difference).

@@ -139,6 +139,18 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_unpermute",
+            _nvf({"unpermute_reductions": True}),
+            "dynamo_nvf summing permutes' inputs (unpermute_reductions; ConvNeXt's norm backwards); opt-in",
+            nvf=True,
+        ),
+        Backend(
+            "nvf_unpermute_split",
+            _nvf({"unpermute_reductions": True, "split_norm_backward_rows": 1 << 40}),
+            "nvf_unpermute with norm backwards' column sums cut at any size; opt-in",
+            nvf=True,
+        ),
+        Backend(
             "nvf_verify",
             _nvf({"verify_regions": True}),
             "dynamo_nvf checking each region's first nvFuser run against eager (verify_regions); a debugging aid",

@@ -17,6 +17,7 @@
 #   scripts/gpu_evidence.sh defaults7 the nvFuser wrong-result repro; default backend's gradients on 5 model steps
 #   scripts/gpu_evidence.sh suite7   the minimised nvFuser repro, then the GPU suite
 #   scripts/gpu_evidence.sh segdump  nvFuser's segments of ConvNeXt's and BERT's training regions (#11)
+#   scripts/gpu_evidence.sh unpermute ConvNeXt's norm backwards with unpermute_reductions: correctness, GPU time
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh unflat   bf16 test fixes; segments, kernels and steps with unflatten_reductions on/off
 #   scripts/gpu_evidence.sh splitdec split_norm_backward_rows (with unflatten_reductions) against the default, graphs or not
@@ -237,6 +238,18 @@ case "${1:-tests}" in
       timeout 200 python3 scripts/region_segments_dump.py $w > "$OUT/segdump_$w.txt" 2>&1; echo "$w rc=$?"
       grep "^== " "$OUT/segdump_$w.txt" | head -40
     done
+    echo "elapsed ${SECONDS}s"
+    ;;
+  unpermute)
+    # Session 7, issue #11: ConvNeXt's channels-last norm backwards with unpermute_reductions (and the
+    # column-sum split at any size): correctness against the reference, GPU tests, GPU time per step.
+    timeout 200 python3 -m pytest -q -m gpu tests/test_unpermute_reductions.py -p no:cacheprovider --tb=short 2>&1 | tail -n 2
+    timeout 200 python3 -m perf.grad_check convnext_train_bf16_small nvf_unpermute,nvf_unpermute_split > "$OUT/grad_unpermute.txt" 2>&1
+    echo "grad rc=$?"; grep -E "within|FAIL|fell back|grad check" "$OUT/grad_unpermute.txt" | head -20
+    timeout 330 python3 -m perf.interleave convnext_train_bf16_small,convnext_train_bf16_large \
+      --backends inductor,nvf_bookend,nvf_unpermute,nvf_unpermute_split --rounds 3 \
+      --json "$OUT/il_unpermute.json" > "$OUT/il_unpermute.log" 2>&1; echo "il rc=$?"
+    grep -E "^\| convnext" "$OUT/il_unpermute.log" | head -12
     echo "elapsed ${SECONDS}s"
     ;;
   hostdiag)

@@ -1,0 +1,56 @@
+"""unpermute_reductions: a region's sum of a permute sums the permute's input (ConvNeXt's channels-last
+norm backward), so that the region's reductions agree for nvFuser's schedulers."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+from dynamo_nvf.passes.unpermute_reductions import unpermuted_dims
+from helpers import DEVICES, check_training, cuda_plans, device_options
+
+ON = {"unpermute_reductions": True}
+
+
+def test_dims_map_through_the_permute_when_the_kept_order_holds():
+    assert unpermuted_dims([0, 3, 1, 2], [0, 2, 3]) == [0, 1, 2]   # NCHW view of NHWC: keep C
+    assert unpermuted_dims([0, 2, 1], [0]) is None                 # kept dims come out swapped
+    assert unpermuted_dims([0, 2, 1], [1, 2]) == [1, 2]             # one kept dim: any order
+    assert unpermuted_dims([1, 0], [-1]) == [0]                     # the permuted last dim is x's first
+
+
+class ChannelsLastNormBlock(nn.Module):
+    """ConvNeXt's pattern: a depthwise conv, then a LayerNorm over channels in NHWC."""
+
+    def __init__(self, c: int, dtype=torch.float32, device=None):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c, dtype=dtype, device=device)
+        self.norm = nn.LayerNorm(c, dtype=dtype, device=device)
+
+    def forward(self, x):
+        return self.norm(self.dw(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def _sum_lines(plans):
+    backward = next(p for p in plans if p.kind == "backward")
+    return [line for r in backward.regions for line in r.fx_code.splitlines() if "sum.dim_IntList" in line]
+
+
+@pytest.mark.parametrize("options, permuted_sum", [({}, True), (ON, False)])
+def test_the_conv_bias_gradient_sums_the_unpermuted_dx(options, permuted_sum):
+    plans = cuda_plans(ChannelsLastNormBlock(16), (2, 16, 8, 8), train=True, fake=False, options=options)
+    sums = _sum_lines(plans)
+    # The conv bias's gradient: a sum of the permuted dx over [0, 2, 3], or of dx itself over [0, 1, 2]
+    # (the norm's bias gradient sums the tangent permuted to NHWC over [0, 1, 2] either way).
+    assert any("dim_IntList(permute" in s and "[0, 2, 3]" in s for s in sums) is permuted_sum, sums
+    assert sum("[0, 1, 2]" in s for s in sums) == (2 if permuted_sum else 3), sums
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_training_matches_eager(device, dtype):
+    block = ChannelsLastNormBlock(32, dtype=dtype, device=device)
+    x = torch.randn(2, 32, 14, 14, dtype=dtype, device=device)
+    check_training(block, [x], {**device_options(device, strict=True), **ON}, params=list(block.parameters()),
+                   reference=copy.deepcopy(block).float())
