@@ -28,6 +28,7 @@ from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.passes.split_reductions import split_norm_backward
+from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.passes.unpermute_reductions import unpermute_reductions
 from dynamo_nvf.plan import GraphPlan
@@ -52,6 +53,7 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     if settings.unpermute_reductions:
         gm = unpermute_reductions(gm)
     gm = split_norm_backward(gm, settings)
+    gm = keep_known_bugs_eager(gm)
     gm = bookend_regions(gm, settings)
     gm = fuse_regions(gm, kind, graph_id)
     return gm

@@ -18,6 +18,7 @@
 #   scripts/gpu_evidence.sh suite7   the minimised nvFuser repro, then the GPU suite
 #   scripts/gpu_evidence.sh segdump  nvFuser's segments of ConvNeXt's and BERT's training regions (#11)
 #   scripts/gpu_evidence.sh unpermute ConvNeXt's norm backwards with unpermute_reductions: correctness, GPU time
+#   scripts/gpu_evidence.sh guard    the known-bug guard; unpermute + split on ConvNeXt: gradients and GPU time
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh unflat   bf16 test fixes; segments, kernels and steps with unflatten_reductions on/off
 #   scripts/gpu_evidence.sh splitdec split_norm_backward_rows (with unflatten_reductions) against the default, graphs or not
@@ -250,6 +251,18 @@ case "${1:-tests}" in
       --backends inductor,nvf_bookend,nvf_unpermute,nvf_unpermute_split --rounds 3 \
       --json "$OUT/il_unpermute.json" > "$OUT/il_unpermute.log" 2>&1; echo "il rc=$?"
     grep -E "^\| convnext" "$OUT/il_unpermute.log" | head -12
+    echo "elapsed ${SECONDS}s"
+    ;;
+  guard)
+    # Session 7: the known-bug guard keeps ConvNeXt's head backward in eager; then unpermute + the
+    # column-sum split at any size is checked against the reference and timed (GPU ms per step).
+    timeout 120 python3 -m pytest -q -m gpu tests/test_unpermute_reductions.py -p no:cacheprovider --tb=line -x 2>&1 | grep -v Warn | tail -n 6
+    timeout 200 python3 -m perf.grad_check convnext_train_bf16_small nvf_bookend,nvf_unpermute_split > "$OUT/grad_guard.txt" 2>&1
+    echo "grad rc=$?"; grep -E "within|FAIL|fell back|grad check" "$OUT/grad_guard.txt" | cut -c1-300 | head -12
+    timeout 300 python3 -m perf.interleave convnext_train_bf16_small,convnext_train_bf16_large \
+      --backends inductor,nvf_bookend,nvf_unpermute_split --rounds 2 \
+      --json "$OUT/il_guard.json" > "$OUT/il_guard.log" 2>&1; echo "il rc=$?"
+    grep -E "^\| convnext" "$OUT/il_guard.log" | head -6
     echo "elapsed ${SECONDS}s"
     ;;
   hostdiag)
