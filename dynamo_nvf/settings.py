@@ -98,7 +98,12 @@ class Settings:
     #: Sum a permute's input instead of the permute (`sum(permute(dx, [0, 3, 1, 2]), [0, 2, 3])` becomes
     #: `sum(dx, [0, 1, 2])`; passes/unpermute_reductions.py) where that makes a region's reductions
     #: agree: ConvNeXt's channels-last LayerNorm backward regions, which nvFuser otherwise segments
-    #: with f32 intermediates in between. Off until measured (opt-in).
+    #: with f32 intermediates in between. Opt-in. On an H100 (perf.interleave, 2026-11-24), GPU time per
+    #: ConvNeXt training step, default -> this alone -> this with the column-sum split at any size
+    #: (perf backend nvf_unpermute_split), inductor: 0.937 -> 0.965 -> 0.741 ms, 0.615 (small batch);
+    #: 10.57 -> 9.32 -> 7.48 ms, 6.44 (large). The split run gave wrong gradients: the split let
+    #: nvFuser compile ConvNeXt's head backward, which passes/known_bugs.py now keeps in eager; that
+    #: configuration has not been run on a GPU since.
     unpermute_reductions: bool = False
     #: Run each view left between regions (around matmuls and attention) as one `_reinterpret_tensor`
     #: of the tensor its chain starts from, where that tensor's layout is known (passes/lean_views.py):
