@@ -48,12 +48,12 @@ _recorder_stack: list["_Recorder"] = []
 def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", graph_id: int = 0) -> GraphModule:
     """Partition, bookend and fuse passes; the GraphPlan ends up in `gm.meta["nvf_plan"]`."""
     gm = partition_regions(gm, settings)
+    gm = keep_known_bugs_eager(gm)
     if settings.unflattens():
         gm = unflatten_reductions(gm)
     if settings.unpermute_reductions:
         gm = unpermute_reductions(gm)
     gm = split_norm_backward(gm, settings)
-    gm = keep_known_bugs_eager(gm)
     gm = bookend_regions(gm, settings)
     gm = fuse_regions(gm, kind, graph_id)
     return gm

@@ -55,3 +55,29 @@ def test_pattern_needs_an_output_of_the_broadcast():
         gm = make_fx(fn)(*args)
         members = [n for n in gm.graph.nodes if n.op == "call_function"]
         assert (expand_permute_reduction(members) is not None) is found
+
+
+def _flagged(fn, options=None) -> bool:
+    from helpers import cuda_plans
+
+    return bool(_kept_eager(cuda_plans(fn, (2, 3), (2, 4, 3), options=options or {}, fake=False)))
+
+
+def test_planned_programs_through_plan_graph():
+    def writes_it(x, y):
+        e = (x * 2)[:, :, None].expand(2, 3, 4) / 4
+        return e, (e.permute(0, 2, 1) * y).sum([0, 1])
+
+    def writes_only_the_view(x, y):
+        e = (x * 2)[:, :, None].expand(2, 3, 4)
+        return e, (e.permute(0, 2, 1) * y).sum([0, 1])
+
+    def through_transpose(x, y):
+        e = (x * 2)[:, :, None].expand(2, 3, 4) / 4
+        return e, (e.transpose(1, 2) * y).sum([0, 1])
+
+    assert _flagged(writes_it)
+    assert not _flagged(writes_only_the_view)  # a trimmed alias: the sum alone runs, and that was right
+    assert _flagged(through_transpose)
+    # The check runs before unpermute_reductions could remove the permute it looks for.
+    assert _flagged(writes_it, options={"unpermute_reductions": True})

@@ -14,6 +14,11 @@ gradient. nvFuser returned the sum (and outputs beside it) wrong by 90-100% of t
 Such a region otherwise reaches nvFuser only after a planning rewrite (`unflatten_reductions`, or the
 norm split at any size). Without one, nvFuser refuses it ("Can not find a scheduler").
 
+The check runs on the regions as partitioned, before the rewrites (which could remove the permute
+it looks for, or cut the region in two) and the split; a flagged region's nodes are eager from then
+on, so no later pass hands them to nvFuser. A `transpose` or `t` counts as a permute (nvFuser lowers
+them to one); a broadcast view left at the region's end (trimmed to an eager alias) is not an output.
+
 Pure on annotations: GraphModule in (partitioned), GraphModule out.
 """
 
@@ -26,6 +31,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS
+from dynamo_nvf.ops.metadata import alias_violation, is_metadata
 from dynamo_nvf.passes.partition import regions_of, set_eager
 
 log = logging.getLogger("dynamo_nvf")
@@ -37,24 +43,31 @@ EXPAND_PERMUTE_REDUCTION = (
 )
 
 
+#: Ops nvFuser lowers to its `permute` (ops/lowerings.py).
+PERMUTES = frozenset({aten.permute.default, aten.transpose.int, aten.t.default})
+
+
 def _is_reduction(node: Node) -> bool:
     return node.op == "call_function" and (node.target in DIM_REDUCTIONS or node.target is aten.sum.default)
 
 
-def _downstream(start: Node, members: set[Node]) -> list[Node]:
-    seen: list[Node] = []
+def _downstream(start: Node, members: set[Node]) -> set[Node]:
+    """Nodes of the region that read `start`, directly or not."""
+    seen: set[Node] = set()
     stack = [u for u in start.users if u in members]
     while stack:
         node = stack.pop()
         if node in seen:
             continue
-        seen.append(node)
+        seen.add(node)
         stack.extend(u for u in node.users if u in members)
     return seen
 
 
-def _leaves_region(node: Node, members: set[Node]) -> bool:
-    return any(u not in members for u in node.users)
+def _written_out(node: Node, members: set[Node]) -> bool:
+    """A value the region hands to the rest of the graph that nvFuser computes: a zero-copy view left
+    at the region's end is trimmed to an eager alias by the bookend pass, so it does not count."""
+    return any(u not in members for u in node.users) and not (is_metadata(node) and alias_violation(node) is None)
 
 
 def expand_permute_reduction(members: list[Node]) -> Optional[Node]:
@@ -64,13 +77,17 @@ def expand_permute_reduction(members: list[Node]) -> Optional[Node]:
         if node.op != "call_function" or node.target is not aten.expand.default:
             continue
         below = _downstream(node, inside)
-        reduced = {n for r in below if _is_reduction(r) for n in [r, *_downstream(r, inside)]}
+        reduced: set[Node] = set()
+        for r in below:
+            if _is_reduction(r) and r not in reduced:
+                reduced |= {r} | _downstream(r, inside)
         # An output of the broadcast itself (or of what it feeds before any reduction): the sum's own
         # result leaving the region is fine (a region that only sums was computed right).
-        if not any(_leaves_region(n, inside) for n in [node, *below] if n not in reduced):
+        if not any(_written_out(n, inside) for n in [node, *below] if n not in reduced):
             continue
         for permute in below:
-            if permute.target is aten.permute.default and any(_is_reduction(n) for n in _downstream(permute, inside)):
+            if permute.op == "call_function" and permute.target in PERMUTES and \
+                    any(_is_reduction(n) for n in _downstream(permute, inside)):
                 return node
     return None
 

@@ -11,7 +11,7 @@ persistent kernel. Inductor ran about 10 us for the same work.
 `sum(dx, [0, 1, 2])` is the same sum: the permute only renames the dims. The rewrite applies where
 the sum keeps its dims in the order the permute's input has them (no permute of the result is
 needed; keepdim=False), and where a reduction of the region that reads no permute reads a tensor
-shaped like the permute's input (taken before any rewrite): the rewrite then makes the region's
+shaped like the permute's input and computed from it (taken before any rewrite): the rewrite then makes the region's
 reductions agree. A norm's bias gradient of a tangent permuted into the norm's layout already agrees
 and is left alone. Values
 are the same up to the order of the summation.
@@ -52,6 +52,8 @@ def unpermuted_dims(perm: list[int], reduced: list[int]) -> Optional[list[int]]:
     """For `sum(permute(x, perm), reduced)`: the dims of x to sum instead, when the dims the sum keeps
     come out in x's order (so the two results are equal, element for element); else None."""
     rank = len(perm)
+    if rank == 0:
+        return None
     reduced = sorted({d % rank for d in reduced})
     kept_in_result = [perm[i] for i in range(rank) if i not in reduced]
     if kept_in_result != sorted(kept_in_result):
@@ -82,16 +84,33 @@ def _reads_permute(node: Node) -> bool:
     return isinstance(arg, Node) and _permute_dims(arg) is not None
 
 
-def _plain_shapes(members: list[Node]) -> set[tuple]:
-    """Shapes the region's reductions read directly (not through a permute): the layout the rewrite
-    brings the other sums to. Taken once per region, before any rewrite."""
-    shapes = {_input_shape(n) for n in members if n.op == "call_function" and not _reads_permute(n)
-              and n.target in (aten.sum.dim_IntList, aten.var_mean.correction, aten.amax.default)}
-    shapes.discard(None)
-    return shapes
+def _plain_reductions(members: list[Node]) -> list[Node]:
+    """The region's reductions that read no permute: the layout the rewrite brings the other sums to.
+    Taken once per region, before any rewrite."""
+    return [n for n in members if n.op == "call_function" and not _reads_permute(n)
+            and n.target in (aten.sum.dim_IntList, aten.var_mean.correction, aten.amax.default)]
 
 
-def _rewrite(gm: GraphModule, node: Node, members: list[Node], plain: set[tuple]) -> bool:
+def _agrees(base: Node, base_shape: list, plain: list[Node], members: list[Node]) -> bool:
+    """True when a permute-free reduction reads a tensor shaped like `base` in `base`'s own dim order:
+    one connected to `base` (upstream or downstream, inside the region) without a permute between.
+    Shape alone could match another layout where C == H == W (a tangent's NCHW next to NHWC sums)."""
+    inside = set(members)
+    related: set[Node] = set()
+    stack = [base]
+    while stack:
+        node = stack.pop()
+        if node in related:
+            continue
+        related.add(node)
+        if node is not base and _permute_dims(node) is not None:
+            continue  # a permute changes the dim order: what lies beyond it is another layout
+        stack.extend(n for n in node.all_input_nodes if n in inside and _permute_dims(n) is None)
+        stack.extend(u for u in node.users if u in inside and _permute_dims(u) is None)
+    return any(_input_shape(n) == tuple(base_shape) and n.args[0] in related for n in plain)
+
+
+def _rewrite(gm: GraphModule, node: Node, members: list[Node], plain: list[Node]) -> bool:
     dims = _sum_dims(node)
     permute = node.args[0] if node.args else None
     perm = _permute_dims(permute) if isinstance(permute, Node) and permute in members else None
@@ -102,7 +121,7 @@ def _rewrite(gm: GraphModule, node: Node, members: list[Node], plain: set[tuple]
     base_shape = static_sizes(base_val) if isinstance(base_val, torch.Tensor) else None
     if base_shape is None:  # dynamic shapes: left as they are
         return False
-    if tuple(base_shape) not in plain:
+    if not _agrees(base, base_shape, plain, members):
         return False  # nothing to agree with
     new_dims = unpermuted_dims(perm, dims)
     if new_dims is None:
@@ -132,7 +151,7 @@ def unpermute_reductions(gm: GraphModule) -> GraphModule:
     """Rewrites each region's sums of permutes where that makes the region's reductions agree."""
     changed = 0
     for members in regions_of(gm).values():
-        plain = _plain_shapes(members)
+        plain = _plain_reductions(members)
         for node in list(members):
             if getattr(node, "_erased", False):
                 continue
