@@ -410,6 +410,11 @@ DIM_REDUCTIONS = frozenset({aten.sum.dim_IntList, aten.amax.default, aten.amin.d
                             aten.var_mean.correction, aten.var.correction})
 
 
+def is_reduction(node: Node) -> bool:
+    """A reduction over dims (DIM_REDUCTIONS) or a full `sum`."""
+    return node.op == "call_function" and (node.target in DIM_REDUCTIONS or node.target is aten.sum.default)
+
+
 def reduced_dims(node: Node) -> list[int]:
     """The dims a `DIM_REDUCTIONS` node reduces, normalized (None or [] is every dim, as in aten)."""
     return _norm_dims(_arg(node, 1, "dim"), _rank(node.args[0]))

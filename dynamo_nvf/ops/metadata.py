@@ -111,6 +111,13 @@ def static_sizes(t: torch.Tensor) -> Optional[list[int]]:
     return sizes if all(isinstance(s, int) for s in sizes) else None
 
 
+def static_shape(node: object) -> Optional[tuple[int, ...]]:
+    """The static shape of an FX node's tensor value; None for anything else or a symbolic size."""
+    val = node.meta.get("val") if isinstance(node, Node) else None
+    sizes = static_sizes(val) if isinstance(val, torch.Tensor) else None
+    return tuple(sizes) if sizes is not None else None
+
+
 def is_metadata(node: Node) -> bool:
     """True for a node that only changes metadata (including getitem of a split)."""
     if node.op != "call_function" or node.target not in METADATA_OPS:

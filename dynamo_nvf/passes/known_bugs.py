@@ -30,9 +30,9 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS
+from dynamo_nvf.ops.lowerings import is_reduction
 from dynamo_nvf.ops.metadata import alias_violation, is_metadata
-from dynamo_nvf.passes.partition import regions_of, set_eager
+from dynamo_nvf.passes.partition import reach, regions_of, set_eager
 
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
@@ -47,23 +47,6 @@ EXPAND_PERMUTE_REDUCTION = (
 PERMUTES = frozenset({aten.permute.default, aten.transpose.int, aten.t.default})
 
 
-def _is_reduction(node: Node) -> bool:
-    return node.op == "call_function" and (node.target in DIM_REDUCTIONS or node.target is aten.sum.default)
-
-
-def _downstream(start: Node, members: set[Node]) -> set[Node]:
-    """Nodes of the region that read `start`, directly or not."""
-    seen: set[Node] = set()
-    stack = [u for u in start.users if u in members]
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.extend(u for u in node.users if u in members)
-    return seen
-
-
 def _written_out(node: Node, members: set[Node]) -> bool:
     """A value the region hands to the rest of the graph that nvFuser computes: a zero-copy view left
     at the region's end is trimmed to an eager alias by the bookend pass, so it does not count."""
@@ -76,18 +59,18 @@ def expand_permute_reduction(members: list[Node]) -> Optional[Node]:
     for node in members:
         if node.op != "call_function" or node.target is not aten.expand.default:
             continue
-        below = _downstream(node, inside)
+        below = reach(node, inside)
         reduced: set[Node] = set()
         for r in below:
-            if _is_reduction(r) and r not in reduced:
-                reduced |= {r} | _downstream(r, inside)
+            if is_reduction(r) and r not in reduced:
+                reduced |= {r} | reach(r, inside)
         # An output of the broadcast itself (or of what it feeds before any reduction): the sum's own
         # result leaving the region is fine (a region that only sums was computed right).
         if not any(_written_out(n, inside) for n in [node, *below] if n not in reduced):
             continue
         for permute in below:
             if permute.op == "call_function" and permute.target in PERMUTES and \
-                    any(_is_reduction(n) for n in _downstream(permute, inside)):
+                    any(is_reduction(n) for n in reach(permute, inside)):
                 return node
     return None
 

@@ -190,6 +190,19 @@ def regions_of(gm: GraphModule) -> dict[int, list[Node]]:
     return regions
 
 
+def reach(start: Node, members: Collection[Node], upstream: bool = False) -> set[Node]:
+    """The nodes of a region that `start` feeds (or, upstream, that feed it), directly or not."""
+    neighbours = (lambda n: n.all_input_nodes) if upstream else (lambda n: n.users)
+    seen: set[Node] = set()
+    stack = [n for n in neighbours(start) if n in members]
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(n for n in neighbours(node) if n in members)
+    return seen
+
+
 def set_eager(nodes: Iterable[Node], reason: str) -> None:
     for node in nodes:
         node.meta.pop(REGION_KEY, None)

@@ -29,7 +29,7 @@ from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, reduced_dims
 from dynamo_nvf.ops.metadata import is_metadata, static_sizes
-from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, regions_of
+from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of
 from dynamo_nvf.settings import Settings
 
 aten = torch.ops.aten
@@ -125,17 +125,7 @@ def _tail(node: Node, members: set[Node]) -> Optional[list[Node]]:
 
 def _reads_row_reduction(node: Node, members: set[Node]) -> bool:
     """True when `node` depends, inside its region, on a row reduction (a column sum of dx)."""
-    seen: set[Node] = set()
-    stack = [p for p in node.all_input_nodes if p in members]
-    while stack:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        if _is_row_reduction(current):
-            return True
-        stack.extend(p for p in current.all_input_nodes if p in members)
-    return False
+    return any(_is_row_reduction(n) for n in reach(node, members, upstream=True))
 
 
 def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:

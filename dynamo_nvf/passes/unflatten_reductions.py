@@ -28,8 +28,8 @@ from typing import Optional, Sequence
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS
-from dynamo_nvf.ops.metadata import static_sizes
+from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_reduction
+from dynamo_nvf.ops.metadata import static_shape, static_sizes
 from dynamo_nvf.passes.partition import regions_of
 
 log = logging.getLogger("dynamo_nvf")
@@ -156,36 +156,27 @@ def _rewrite(gm: GraphModule, node: Node) -> bool:
     return True
 
 
-def _is_reduction(node: Node) -> bool:
-    return node.op == "call_function" and (node.target in DIM_REDUCTIONS or node.target is aten.sum.default)
-
-
-def _input_shape(node: Node) -> Optional[tuple]:
-    """The static shape of the tensor `node` reduces; None when unknown or symbolic (a SymInt cannot
-    be hashed, nor compared without a guard)."""
-    val = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], Node) else None
-    shape = static_sizes(val) if isinstance(val, torch.Tensor) else None
-    return tuple(shape) if shape is not None else None
-
-
 def _reads_flattening_view(node: Node) -> bool:
     view = node.args[0] if node.args else None
     return isinstance(view, Node) and view.op == "call_function" and view.target in FLATTENING_VIEWS
 
 
-def _makes_region_agree(node: Node, members: list[Node]) -> bool:
+def _plain_shapes(members: list[Node]) -> set[tuple]:
+    """Static shapes the region's reductions that read no flattening view reduce (symbolic ones,
+    which cannot be hashed nor compared without a guard, left out). A rewrite only adds the shape it
+    checked was here already, so this is taken once per region."""
+    shapes = {static_shape(n.args[0]) for n in members if is_reduction(n) and not _reads_flattening_view(n)}
+    shapes.discard(None)
+    return shapes
+
+
+def _makes_region_agree(node: Node, plain: set[tuple]) -> bool:
     """True when a reduction of the region that reads no flattening view reads a tensor shaped like
     the view's input (so reducing that input instead brings `node` in line with it)."""
     if not _reads_flattening_view(node):
         return False
-    base = node.args[0].args[0]
-    base_val = base.meta.get("val") if isinstance(base, Node) else None
-    base_shape = static_sizes(base_val) if isinstance(base_val, torch.Tensor) else None
-    if base_shape is None:  # dynamic shapes: left as they are
-        return False
-    plain = {_input_shape(n) for n in members if _is_reduction(n) and not _reads_flattening_view(n)}
-    plain.discard(None)
-    return tuple(base_shape) in plain
+    base_shape = static_shape(node.args[0].args[0])
+    return base_shape is not None and base_shape in plain  # dynamic shapes: left as they are
 
 
 def unflatten_reductions(gm: GraphModule) -> GraphModule:
@@ -193,11 +184,12 @@ def unflatten_reductions(gm: GraphModule) -> GraphModule:
     reductions agree (see the module docstring)."""
     changed = 0
     for members in regions_of(gm).values():
+        plain = _plain_shapes(members)
         for node in members:
             if getattr(node, "_erased", False):  # a view an earlier rewrite of this region removed
                 continue
             if node.op == "call_function" and (node.target in DIM_LIST_REDUCTIONS or node.target is aten.sum.default):
-                if _makes_region_agree(node, members):
+                if _makes_region_agree(node, plain):
                     changed += _rewrite(gm, node)
     if changed:
         gm.graph.lint()

@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import static_sizes
+from dynamo_nvf.ops.metadata import static_shape, static_sizes
 from dynamo_nvf.passes.partition import regions_of
 
 log = logging.getLogger("dynamo_nvf")
@@ -72,13 +72,6 @@ def _sum_dims(node: Node) -> Optional[list[int]]:
     return list(dims)
 
 
-def _input_shape(node: Node) -> Optional[tuple]:
-    arg = node.args[0] if node.args else None
-    val = arg.meta.get("val") if isinstance(arg, Node) else None
-    shape = static_sizes(val) if isinstance(val, torch.Tensor) else None
-    return tuple(shape) if shape is not None else None
-
-
 def _reads_permute(node: Node) -> bool:
     arg = node.args[0] if node.args else None
     return isinstance(arg, Node) and _permute_dims(arg) is not None
@@ -107,7 +100,7 @@ def _agrees(base: Node, base_shape: list, plain: list[Node], members: list[Node]
             continue  # a permute changes the dim order: what lies beyond it is another layout
         stack.extend(n for n in node.all_input_nodes if n in inside and _permute_dims(n) is None)
         stack.extend(u for u in node.users if u in inside and _permute_dims(u) is None)
-    return any(_input_shape(n) == tuple(base_shape) and n.args[0] in related for n in plain)
+    return any(static_shape(n.args[0]) == tuple(base_shape) and n.args[0] in related for n in plain)
 
 
 def _rewrite(gm: GraphModule, node: Node, members: list[Node], plain: list[Node]) -> bool:
