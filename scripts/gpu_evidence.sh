@@ -253,6 +253,30 @@ case "${1:-tests}" in
     grep -E "^\| convnext" "$OUT/il_unpermute.log" | head -12
     echo "elapsed ${SECONDS}s"
     ;;
+  s8a)
+    # Session 8, call 1: under the known-bug guard, which opt-in planning options give correct gradients
+    # (ConvNeXt: unpermute + split, split alone, unflatten; BERT/ViT: unflatten, split at any size).
+    timeout 150 python3 -m pytest -q -m gpu tests/test_unpermute_reductions.py tests/test_known_bugs.py -p no:cacheprovider --tb=short -rfs 2>&1 | grep -v Warn | tail -n 8
+    timeout 260 python3 -m perf.grad_check convnext_train_bf16_small nvf_bookend,nvf_unpermute_split,nvf_split_norm_bwd,nvf_unflatten \
+      --show-regions > "$OUT/grad_convnext.txt" 2>&1
+    echo "grad convnext rc=$?"; grep -E "within|FAIL|fell back|grad check|nvf_region" "$OUT/grad_convnext.txt" | cut -c1-250 | head -30
+    timeout 200 python3 -m perf.grad_check bert_train_bf16_small,vit_train_bf16_small nvf_unflatten,nvf_unpermute_split \
+      --show-regions > "$OUT/grad_tf.txt" 2>&1
+    echo "grad tf rc=$?"; grep -E "within|FAIL|fell back|grad check|nvf_region" "$OUT/grad_tf.txt" | cut -c1-250 | head -30
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s8b)
+    # Session 8, call 2: GPU time and step time of the opt-in planning options that s8a found correct.
+    timeout 300 python3 -m perf.interleave convnext_train_bf16_small,convnext_train_bf16_large \
+      --backends inductor,nvf_bookend,nvf_split_norm_bwd,nvf_unpermute_split,nvf_unflatten --rounds 2 \
+      --json "$OUT/il_convnext.json" > "$OUT/il_convnext.log" 2>&1; echo "il convnext rc=$?"
+    grep -E "^\| convnext" "$OUT/il_convnext.log" | head -10
+    timeout 270 python3 -m perf.interleave bert_train_bf16_small,vit_train_bf16_small,bert_train_bf16_large \
+      --backends inductor,nvf_bookend,nvf_unflatten,nvf_split_norm_bwd --rounds 2 \
+      --json "$OUT/il_tf.json" > "$OUT/il_tf.log" 2>&1; echo "il tf rc=$?"
+    grep -E "^\| (bert|vit)" "$OUT/il_tf.log" | head -12
+    echo "elapsed ${SECONDS}s"
+    ;;
   guard)
     # Session 7: the known-bug guard keeps ConvNeXt's head backward in eager; then unpermute + the
     # column-sum split at any size is checked against the reference and timed (GPU ms per step).
