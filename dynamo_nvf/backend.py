@@ -51,8 +51,9 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     gm = keep_known_bugs_eager(gm)
     if settings.unflattens():
         gm = unflatten_reductions(gm)
-    if settings.unpermute_reductions:
-        gm = unpermute_reductions(gm)
+    unpermute_rows = settings.unpermute_min_rows()
+    if unpermute_rows is not None:
+        gm = unpermute_reductions(gm, unpermute_rows)
     gm = split_norm_backward(gm, settings)
     gm = bookend_regions(gm, settings)
     gm = fuse_regions(gm, kind, graph_id)
@@ -186,7 +187,7 @@ def nvf_bookend(
         inference_compiler=functools.partial(compiler, kind="inference"),
         partition_fn=min_cut_rematerialization_partition,
         decompositions=decomposition_table(settings.plan_cpu_as_cuda, settings.fuse_cross_entropy,
-                                           settings.fuse_data_movement),
+                                           settings.fuse_data_movement, settings.atomic_embedding_backward),
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
     if compiler.needs_no_fusion():

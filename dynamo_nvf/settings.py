@@ -69,6 +69,12 @@ class Settings:
     #: kernels and a full write; RoPE's halves, a ViT's class token) a zero pad, and `stack` (an
     #: unbind's gradient) a cat. On by default (measured with fuse_cross_entropy, above).
     fuse_data_movement: bool = True
+    #: An embedding's weight gradient over more than 3072 indices (where ATen sorts them) as atomic
+    #: adds into f32 zeros (`index_add`), as inductor computes it; rounded to the weight's dtype once,
+    #: at the end. Off, or under `torch.use_deterministic_algorithms(True)`, ATen's sort-based
+    #: kernels run (deterministic). Why: on an H100 a BERT-style training step at 4096 tokens spent
+    #: 112 us of GPU time in the sort's 12 kernels, against 30 us for inductor's atomic adds.
+    atomic_embedding_backward: bool = True
     #: Cut a region that reduces one tensor over its rows (a norm's dx) and over its columns (the
     #: norm's weight and bias gradients) in two when the tensor has at most this many rows: the column
     #: sums, with recomputed copies of what feeds them, become a region of their own
@@ -82,29 +88,36 @@ class Settings:
     #: steps are bound by (BERT-style small step 1.07x -> 1.16x inductor's). Under graphs a replay
     #: costs no host time per region, so there the GPU time decides. The loss: a GPT-2-style step
     #: (256 rows) measured 3% more GPU time cut; LLaMA-style RMSNorm regions are not cut (0% if cut).
-    #: Those measurements had unflatten_reductions on, which puts the bias gradients into the norm
-    #: backwards' regions; it is off by default, and the cut then finds few regions.
+    #: Those measurements had unflatten_reductions on (the default), which puts the bias gradients
+    #: into the norm backwards' regions. A region unpermute_reductions rewrote is cut at any size,
+    #: graphs or not, unless this is 0.
     split_norm_backward_rows: int = -1
     #: Reduce the tensor a flattening view was taken of, over the dims the view merged, instead of the
     #: view (`sum(view(dy, [B*T, C]), [0])` becomes `sum(dy, [0, 1])`; passes/unflatten_reductions.py):
     #: a reshape between reductions makes nvFuser segment the region (every segmented region of a
-    #: BERT-style training step on an H100 was one). Off by default: on an H100 (2026-11-24,
-    #: perf.grad_check) ConvNeXt's training step with it on gave wrong gradients for its last block
-    #: (relative error 0.8 against eager's 0.005), graphs or not: the rewrite lets nvFuser compile the
-    #: head's backward region, which otherwise fails "Can not find a scheduler" and runs in eager. The
-    #: same configuration failed cudagraph trees' pool check on 2026-11-23. Its gains were small
-    #: (no GPU time alone; 9-10% with the norm split under graphs on BERT/ViT training steps).
-    unflatten_reductions: bool = False
+    #: BERT-style training step on an H100 was one). On an H100 (perf.interleave, 2026-11-24, session
+    #: 8), against it off: GPU time per training step 1.758 against 1.839 ms (BERT-style, large batch),
+    #: equal within 3% on BERT, ViT and ConvNeXt small batches; step time 0.95x (BERT large), 0.91x
+    #: (ConvNeXt large), 0.98x (ConvNeXt small), 1.0x (BERT, ViT small); fewer kernels everywhere.
+    #: It was off for a session: it let nvFuser compile ConvNeXt's head backward, which nvFuser 0.2.36
+    #: computes wrongly (scripts/repros/); passes/known_bugs.py now keeps that pattern in eager, and
+    #: perf.grad_check found ConvNeXt's, BERT's and ViT's gradients within bound with it on.
+    unflatten_reductions: bool = True
     #: Sum a permute's input instead of the permute (`sum(permute(dx, [0, 3, 1, 2]), [0, 2, 3])` becomes
     #: `sum(dx, [0, 1, 2])`; passes/unpermute_reductions.py) where that makes a region's reductions
-    #: agree: ConvNeXt's channels-last LayerNorm backward regions, which nvFuser otherwise segments
-    #: with f32 intermediates in between. Opt-in. On an H100 (perf.interleave, 2026-11-24), GPU time per
-    #: ConvNeXt training step, default -> this alone -> this with the column-sum split at any size
-    #: (perf backend nvf_unpermute_split), inductor: 0.937 -> 0.965 -> 0.741 ms, 0.615 (small batch);
-    #: 10.57 -> 9.32 -> 7.48 ms, 6.44 (large). The split run gave wrong gradients: the split let
-    #: nvFuser compile ConvNeXt's head backward, which passes/known_bugs.py now keeps in eager; that
-    #: configuration has not been run on a GPU since.
-    unpermute_reductions: bool = False
+    #: agree, and then give that region's column sums a region of their own (split_norm_backward, at
+    #: any size unless split_norm_backward_rows is 0): ConvNeXt's channels-last LayerNorm backward
+    #: regions, which nvFuser otherwise segments with f32 intermediates in between. The value is the
+    #: fewest rows (N*H*W) a rewritten region sums over; 0 never rewrites; -1 (the default) rewrites at
+    #: every size under CUDA graphs and from `AUTO_UNPERMUTE_ROWS` rows without. Why: on an H100
+    #: (perf.interleave, 2026-11-24, session 8), ConvNeXt training step, default then rewritten at
+    #: every size (perf backend nvf_unpermute_split), inductor: GPU ms 10.53 -> 7.67, 6.45 and step ms
+    #: 12.14 -> 9.37, 8.51 at the large batch (50176 to 200704 rows); GPU ms 0.934 -> 0.787, 0.617 but
+    #: step ms 6.80 -> 7.21, 5.29 at the small batch (1568 to 6272 rows), where the extra regions' host
+    #: time costs more than the GPU time saved (without graphs a step at that size is host-bound).
+    #: The rewrite without the split measured +3% GPU time at the small batch, and one of its regions
+    #: failed to compile ("Vectorized dim for producer has to be from an inner most position").
+    unpermute_reductions: int = -1
     #: Run each view left between regions (around matmuls and attention) as one `_reinterpret_tensor`
     #: of the tensor its chain starts from, where that tensor's layout is known (passes/lean_views.py):
     #: less host time per call. False keeps the aten view calls (for measuring the difference).
@@ -135,6 +148,14 @@ class Settings:
     def unflattens(self) -> bool:
         """Whether the unflatten pass runs."""
         return self.unflatten_reductions
+
+    def unpermute_min_rows(self) -> Optional[int]:
+        """The fewest rows a region needs for unpermute_reductions to rewrite it; None: never."""
+        if self.unpermute_reductions == 0:
+            return None
+        if self.unpermute_reductions > 0:
+            return self.unpermute_reductions
+        return 1 if self.cuda_graphs else AUTO_UNPERMUTE_ROWS
 
     def norm_backward_split_rows(self) -> int:
         """The row limit split_norm_backward applies: the option, or the automatic choice for -1."""
@@ -170,6 +191,8 @@ class Settings:
             raise ValueError("max_region_io must be at least 2")
         if values.get("split_norm_backward_rows", 0) < -1:
             raise ValueError("split_norm_backward_rows must be -1 (auto), 0 (never) or a number of rows")
+        if values.get("unpermute_reductions", 0) < -1:
+            raise ValueError("unpermute_reductions must be -1 (auto), 0 (never) or a number of rows")
         if values.get("cuda_graph_max_shapes", 1) < 1:
             raise ValueError("cuda_graph_max_shapes must be at least 1")
         return cls(**values)
@@ -192,6 +215,12 @@ class Settings:
 #: `Settings.split_norm_backward_rows`): between the 512 rows where cutting measured 9% less GPU time
 #: and the 4096 where it measured 4% more.
 AUTO_SPLIT_ROWS = 1024
+
+#: Rows (N*H*W) from which unpermute_reductions rewrites a region without CUDA graphs (see
+#: `Settings.unpermute_reductions`): between ConvNeXt's 6272 rows (small batch, stage 1), where the
+#: rewrite and its split cost more host time than they saved GPU time, and 50176 (large batch, stage 2),
+#: where they saved 27% of the step's GPU time.
+AUTO_UNPERMUTE_ROWS = 16384
 
 #: torch.compile's documented modes -> (settings they set, a note logged when part of the mode has no
 #: meaning here). Inductor's autotuning has no counterpart: nvFuser picks its schedules itself.

@@ -125,55 +125,49 @@ BACKENDS: dict[str, Backend] = {
         ),
         Backend(
             "nvf_split_norm_bwd_cudagraphs",
-            _nvf({"split_norm_backward_rows": 1 << 40, "cuda_graphs": True, "unflatten_reductions": True}),
+            _nvf({"split_norm_backward_rows": 1 << 40, "cuda_graphs": True}),
             'nvf_split_norm_bwd with CUDA graphs; opt-in',
             cuda_graphs=True,
             nvf=True,
         ),
         Backend(
             "nvf_fused_norm_bwd_cudagraphs",
-            _nvf({"split_norm_backward_rows": 0, "cuda_graphs": True, "unflatten_reductions": True}),
-            'nvf_unflatten_cudagraphs with norm backwards never cut (split_norm_backward_rows=0; the default '
-            'cuts at up to 1024 rows under graphs); opt-in',
+            _nvf({"split_norm_backward_rows": 0, "cuda_graphs": True}),
+            'nvf_cudagraphs with norm backwards never cut (split_norm_backward_rows=0; the default '
+            'cuts at up to 1024 rows under graphs, and unpermuted ones at any size); opt-in',
             cuda_graphs=True,
             nvf=True,
         ),
         Backend(
-            "nvf_unpermute",
-            _nvf({"unpermute_reductions": True}),
-            "dynamo_nvf summing permutes' inputs (unpermute_reductions; ConvNeXt's norm backwards); opt-in",
+            "nvf_unpermute_split",
+            _nvf({"unpermute_reductions": 1}),
+            "dynamo_nvf with unpermute_reductions (sums of permutes, then their regions' column sums cut) at "
+            "every size; the default does so under CUDA graphs, and from 16384 rows without; opt-in",
             nvf=True,
         ),
         Backend(
-            "nvf_unpermute_split",
-            _nvf({"unpermute_reductions": True, "split_norm_backward_rows": 1 << 40}),
-            "nvf_unpermute with norm backwards' column sums cut at any size; opt-in",
+            "nvf_no_unpermute",
+            _nvf({"unpermute_reductions": 0}),
+            "dynamo_nvf with unpermute_reductions off (ConvNeXt's norm backwards left to nvFuser's segmenter); opt-in",
+            nvf=True,
+        ),
+        Backend(
+            "nvf_no_unflatten",
+            _nvf({"unflatten_reductions": False}),
+            "dynamo_nvf with unflatten_reductions off (reductions of flattening views left as they are); opt-in",
+            nvf=True,
+        ),
+        Backend(
+            "nvf_session7",
+            _nvf({"unflatten_reductions": False, "unpermute_reductions": 0, "atomic_embedding_backward": False}),
+            "dynamo_nvf with the defaults of session 7 (unflatten, unpermute and atomic embedding gradients off), "
+            "to compare; opt-in",
             nvf=True,
         ),
         Backend(
             "nvf_verify",
             _nvf({"verify_regions": True}),
             "dynamo_nvf checking each region's first nvFuser run against eager (verify_regions); a debugging aid",
-            nvf=True,
-        ),
-        Backend(
-            "nvf_unflatten_verify",
-            _nvf({"unflatten_reductions": True, "verify_regions": True}),
-            "nvf_unflatten checking each region's first nvFuser run against eager (verify_regions)",
-            nvf=True,
-        ),
-        Backend(
-            "nvf_unflatten",
-            _nvf({"unflatten_reductions": True}),
-            'dynamo_nvf with unflatten_reductions on (reductions of flattening views reduce the unflattened '
-            'tensor; off by default: it gave ConvNeXt wrong gradients on an H100); opt-in',
-            nvf=True,
-        ),
-        Backend(
-            "nvf_unflatten_cudagraphs",
-            _nvf({"unflatten_reductions": True, "cuda_graphs": True}),
-            'nvf_cudagraphs with unflatten_reductions on (off by default); opt-in',
-            cuda_graphs=True,
             nvf=True,
         ),
         Backend(

@@ -11,18 +11,12 @@
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10     issue #10's criteria from interleaved rounds on the small-batch model workloads
-#   scripts/gpu_evidence.sh pooldiag convnext_train's pool-check failure under graphs; graph-mode host profile
-#   scripts/gpu_evidence.sh gradcheck loss and gradients of model training steps against a reference, graphs or not
-#   scripts/gpu_evidence.sh unflatdiag which region gives ConvNeXt wrong gradients under unflatten (verify_regions)
 #   scripts/gpu_evidence.sh defaults7 the nvFuser wrong-result repro; default backend's gradients on 5 model steps
 #   scripts/gpu_evidence.sh suite7   the minimised nvFuser repro, then the GPU suite
 #   scripts/gpu_evidence.sh segdump  nvFuser's segments of ConvNeXt's and BERT's training regions (#11)
-#   scripts/gpu_evidence.sh unpermute ConvNeXt's norm backwards with unpermute_reductions: correctness, GPU time
-#   scripts/gpu_evidence.sh guard    the known-bug guard; unpermute + split on ConvNeXt: gradients and GPU time
+#   scripts/gpu_evidence.sh s8c      new planning defaults: pass GPU tests, 5 models' gradients, BERT-large kernels
+#   scripts/gpu_evidence.sh s8d      atomic embedding gradients: tests, large LM gradients, BERT-large kernels, times
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
-#   scripts/gpu_evidence.sh unflat   bf16 test fixes; segments, kernels and steps with unflatten_reductions on/off
-#   scripts/gpu_evidence.sh splitdec split_norm_backward_rows (with unflatten_reductions) against the default, graphs or not
-#   scripts/gpu_evidence.sh gptllama GPU tests of the changed planning; the graphs' norm split on GPT/LLaMA training
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
 #                                    models in fresh processes; wrapper cost per region with paired batches
@@ -100,45 +94,6 @@ case "${1:-tests}" in
     echo "bert_train_bf16_large repro rc=$?"; grep -E "^## |^warning|Error" "$OUT/repro_bert_large.log" | cut -c1-300 | head -12
     echo "elapsed ${SECONDS}s"
     ;;
-  unflat)
-    # The bf16 tests corrected last session; then what unflatten_reductions changes on the training
-    # models nvFuser segmented: segments and first calls (fresh processes), kernels, interleaved steps.
-    timeout 200 python3 -m pytest -q -m gpu tests/test_embedding_saved_rows.py tests/test_split_norm_backward.py \
-      tests/test_unflatten_reductions.py -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"
-    tail -n 3 "$OUT/tests.log"
-    for w in bert_train_bf16_small vit_train_bf16_small convnext_train_bf16_small; do
-      timeout 200 python3 scripts/segments.py $w '{}' '{"unflatten_reductions": true}' >> "$OUT/segments.txt" 2>&1
-    done
-    cat "$OUT/segments.txt"
-    for b in nvf_bookend nvf_unflatten inductor; do
-      echo "== bert_train_bf16_small $b"; timeout 90 python3 scripts/block_kernels.py bert_train_bf16_small $b > "$OUT/k_$b.txt" 2>&1; tail -n 1 "$OUT/k_$b.txt"
-    done
-    timeout 200 python3 -m perf.interleave bert_train_bf16_small,vit_train_bf16_small \
-      --backends inductor,nvf_bookend,nvf_unflatten,inductor_ro,nvf_cudagraphs,nvf_unflatten_cudagraphs \
-      --rounds 5 --json "$OUT/il_unflat.json" > "$OUT/il_unflat.log" 2>&1; echo "interleave rc=$?"
-    grep -v "^\[" "$OUT/il_unflat.log" | tail -n 40
-    echo "elapsed ${SECONDS}s"
-    ;;
-  splitdec)
-    # With BERT's bias gradients now inside its LayerNorm backwards (unflatten_reductions), nvFuser's
-    # inner-outer persistent kernel takes 20 us a call at 512 rows: split against fused, per size.
-    timeout 560 python3 -m perf.interleave ${SPLIT_WORKLOADS:-bert_train_bf16_small,vit_train_bf16_small,bert_train_bf16_large,layernorm_train_f32} \
-      --backends inductor,nvf_bookend,nvf_split_norm_bwd,inductor_ro,nvf_unflatten_cudagraphs,nvf_split_norm_bwd_cudagraphs \
-      --rounds 5 --json "$OUT/il_split.json" > "$OUT/il_split.log" 2>&1; echo "interleave rc=$?"
-    grep -v "^\[" "$OUT/il_split.log" | grep "^| " | sort -u | head -n 40
-    echo "elapsed ${SECONDS}s"
-    ;;
-  gptllama)
-    timeout 300 python3 -m pytest -q -m gpu tests/test_split_norm_backward.py tests/test_unflatten_reductions.py \
-      tests/test_gpu_cuda_graphs.py tests/test_cross_entropy.py tests/test_training_extras.py -p no:cacheprovider \
-      --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 3 "$OUT/tests.log"
-    grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head -20
-    timeout 280 python3 -m perf.interleave gpt_train_bf16_small,llama_train_bf16_small \
-      --backends inductor_ro,nvf_unflatten_cudagraphs,nvf_fused_norm_bwd_cudagraphs,inductor,nvf_bookend \
-      --rounds 5 --json "$OUT/il_gl.json" > "$OUT/il_gl.log" 2>&1; echo "interleave rc=$?"
-    grep "^| " "$OUT/il_gl.log" | sort -u | head -n 20
-    echo "elapsed ${SECONDS}s"
-    ;;
   il10k)
     IL10_ROUNDS=${IL10_ROUNDS:-7} OUT="$OUT" bash "$0" il10
     timeout 90 python3 scripts/host_latency.py --only regions > "$OUT/host_regions.log" 2>&1; echo "host regions rc=$?"
@@ -178,42 +133,6 @@ case "${1:-tests}" in
       > "$OUT/drift_il.log" 2>&1; echo "interleaved rc=$?"; tail -n 8 "$OUT/drift_il.log"
     echo "elapsed ${SECONDS}s"
     ;;
-  pooldiag)
-    # Session 7: the convnext_train pool-check failure under CUDA graphs (diagnosed, with and without
-    # nvFuser's parallel compile), where graph-mode host time goes in training, ConvNeXt kernel tables.
-    timeout 150 python3 scripts/pool_diag.py convnext_train_bf16_small nvf_unflatten_cudagraphs > "$OUT/pool_diag.txt" 2>&1
-    echo "pool_diag rc=$?"; head -c 6000 "$OUT/pool_diag.txt"; tail -n 3 "$OUT/pool_diag.txt"
-    NVFUSER_DISABLE=parallel_compile timeout 150 python3 scripts/pool_diag.py convnext_train_bf16_small \
-      nvf_unflatten_cudagraphs > "$OUT/pool_diag_serial.txt" 2>&1
-    echo "pool_diag serial compile rc=$?"; grep -E "pool check failed|not at an allocated|steps;|WARNING" "$OUT/pool_diag_serial.txt" | head
-    timeout 150 python3 scripts/host_profile.py llama_train_bf16_small nvf_cudagraphs inductor_ro --steps 100 --top 45 \
-      > "$OUT/hp_llama_train.txt" 2>&1; echo "host_profile rc=$?"
-    for b in nvf_bookend inductor; do
-      timeout 90 python3 scripts/block_kernels.py convnext_train_bf16_small $b > "$OUT/k_convnext_$b.txt" 2>&1
-      echo "convnext $b: $(tail -n 1 "$OUT/k_convnext_$b.txt")"
-    done
-    echo "elapsed ${SECONDS}s"
-    ;;
-  gradcheck)
-    # Session 7: loss and gradients against a higher-precision reference, bounded by eager's own error
-    # (perf/grad_check.py), with and without CUDA graphs; then the old convnext_train repro alone.
-    timeout 260 python3 -m perf.grad_check convnext_train_bf16_small nvf_bookend,nvf_cudagraphs,nvf_unflatten_cudagraphs \
-      > "$OUT/grad_convnext.txt" 2>&1; echo "grad convnext rc=$?"; grep -v Warning "$OUT/grad_convnext.txt" | tail -n 25
-    timeout 200 python3 -m perf.grad_check llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small \
-      nvf_cudagraphs > "$OUT/grad_models.txt" 2>&1; echo "grad models rc=$?"; grep -v Warning "$OUT/grad_models.txt" | tail -n 25
-    timeout 100 python3 scripts/graphs_repro.py convnext_train_bf16_small nvf_unflatten_cudagraphs > "$OUT/repro.txt" 2>&1
-    echo "repro rc=$?"; grep -E "steps ok|FAILED|Error|refused" "$OUT/repro.txt" | head
-    echo "elapsed ${SECONDS}s"
-    ;;
-  unflatdiag)
-    # Session 7: which region gives ConvNeXt's wrong gradients with unflatten_reductions (verify_regions
-    # names it and runs it in eager), no false alarms with the defaults; GPU tests of both options.
-    timeout 300 python3 -m perf.grad_check convnext_train_bf16_small nvf_unflatten_verify,nvf_verify --show-regions \
-      > "$OUT/grad_verify.txt" 2>&1; echo "grad verify rc=$?"; grep -v Warning "$OUT/grad_verify.txt" | grep -E "within|FAIL|fell back|grad check" | head -30
-    timeout 200 python3 -m pytest -q -m gpu tests/test_verify_regions.py tests/test_unflatten_reductions.py -p no:cacheprovider \
-      --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 3 "$OUT/tests.log"
-    echo "elapsed ${SECONDS}s"
-    ;;
   defaults7)
     # Session 7: the nvFuser wrong-result repro (standalone); the default backend's loss and gradients
     # on every small bf16 model training step, without and with CUDA graphs.
@@ -241,52 +160,42 @@ case "${1:-tests}" in
     done
     echo "elapsed ${SECONDS}s"
     ;;
-  unpermute)
-    # Session 7, issue #11: ConvNeXt's channels-last norm backwards with unpermute_reductions (and the
-    # column-sum split at any size): correctness against the reference, GPU tests, GPU time per step.
-    timeout 200 python3 -m pytest -q -m gpu tests/test_unpermute_reductions.py -p no:cacheprovider --tb=short 2>&1 | tail -n 2
-    timeout 200 python3 -m perf.grad_check convnext_train_bf16_small nvf_unpermute,nvf_unpermute_split > "$OUT/grad_unpermute.txt" 2>&1
-    echo "grad rc=$?"; grep -E "within|FAIL|fell back|grad check" "$OUT/grad_unpermute.txt" | head -20
-    timeout 330 python3 -m perf.interleave convnext_train_bf16_small,convnext_train_bf16_large \
-      --backends inductor,nvf_bookend,nvf_unpermute,nvf_unpermute_split --rounds 3 \
-      --json "$OUT/il_unpermute.json" > "$OUT/il_unpermute.log" 2>&1; echo "il rc=$?"
-    grep -E "^\| convnext" "$OUT/il_unpermute.log" | head -12
+  s8c)
+    # Session 8, call 3: the new planning defaults (unflatten on; unpermute + split under graphs and
+    # from 16384 rows): GPU tests of the passes, gradients of all five training steps, graphs or not;
+    # then kernel tables of BERT's large training step (nvf_bookend 1.23x inductor's GPU time, #11).
+    timeout 200 python3 -m pytest -q -m gpu tests/test_unpermute_reductions.py tests/test_unflatten_reductions.py \
+      tests/test_split_norm_backward.py tests/test_gpu_model_grads.py -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1
+    echo "tests rc=$?"; tail -n 3 "$OUT/tests.log"; grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
+    timeout 200 python3 -m perf.grad_check llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small \
+      nvf_bookend --show-regions > "$OUT/grad_defaults.txt" 2>&1
+    echo "grad rc=$?"; grep -E "within|FAIL|fell back|grad check|nvf_region" "$OUT/grad_defaults.txt" | cut -c1-200 | head -30
+    timeout 130 python3 -m perf.grad_check convnext_train_bf16_small,bert_train_bf16_small nvf_cudagraphs --show-regions \
+      > "$OUT/grad_graphs.txt" 2>&1
+    echo "grad graphs rc=$?"; grep -E "within|FAIL|fell back|grad check|nvf_region" "$OUT/grad_graphs.txt" | cut -c1-200 | head -30
+    for be in nvf_bookend inductor; do
+      timeout 60 python3 scripts/block_kernels.py bert_train_bf16_large $be > "$OUT/kernels_bert_large_$be.txt" 2>&1
+      echo "kernels $be rc=$?"; tail -n 1 "$OUT/kernels_bert_large_$be.txt"
+    done
     echo "elapsed ${SECONDS}s"
     ;;
-  s8a)
-    # Session 8, call 1: under the known-bug guard, which opt-in planning options give correct gradients
-    # (ConvNeXt: unpermute + split, split alone, unflatten; BERT/ViT: unflatten, split at any size).
-    timeout 150 python3 -m pytest -q -m gpu tests/test_unpermute_reductions.py tests/test_known_bugs.py -p no:cacheprovider --tb=short -rfs 2>&1 | grep -v Warn | tail -n 8
-    timeout 260 python3 -m perf.grad_check convnext_train_bf16_small nvf_bookend,nvf_unpermute_split,nvf_split_norm_bwd,nvf_unflatten \
-      --show-regions > "$OUT/grad_convnext.txt" 2>&1
-    echo "grad convnext rc=$?"; grep -E "within|FAIL|fell back|grad check|nvf_region" "$OUT/grad_convnext.txt" | cut -c1-250 | head -30
-    timeout 200 python3 -m perf.grad_check bert_train_bf16_small,vit_train_bf16_small nvf_unflatten,nvf_unpermute_split \
-      --show-regions > "$OUT/grad_tf.txt" 2>&1
-    echo "grad tf rc=$?"; grep -E "within|FAIL|fell back|grad check|nvf_region" "$OUT/grad_tf.txt" | cut -c1-250 | head -30
-    echo "elapsed ${SECONDS}s"
-    ;;
-  s8b)
-    # Session 8, call 2: GPU time and step time of the opt-in planning options that s8a found correct.
-    timeout 300 python3 -m perf.interleave convnext_train_bf16_small,convnext_train_bf16_large \
-      --backends inductor,nvf_bookend,nvf_split_norm_bwd,nvf_unpermute_split,nvf_unflatten --rounds 2 \
-      --json "$OUT/il_convnext.json" > "$OUT/il_convnext.log" 2>&1; echo "il convnext rc=$?"
-    grep -E "^\| convnext" "$OUT/il_convnext.log" | head -10
-    timeout 270 python3 -m perf.interleave bert_train_bf16_small,vit_train_bf16_small,bert_train_bf16_large \
-      --backends inductor,nvf_bookend,nvf_unflatten,nvf_split_norm_bwd --rounds 2 \
-      --json "$OUT/il_tf.json" > "$OUT/il_tf.log" 2>&1; echo "il tf rc=$?"
-    grep -E "^\| (bert|vit)" "$OUT/il_tf.log" | head -12
-    echo "elapsed ${SECONDS}s"
-    ;;
-  guard)
-    # Session 7: the known-bug guard keeps ConvNeXt's head backward in eager; then unpermute + the
-    # column-sum split at any size is checked against the reference and timed (GPU ms per step).
-    timeout 120 python3 -m pytest -q -m gpu tests/test_unpermute_reductions.py -p no:cacheprovider --tb=line -x 2>&1 | grep -v Warn | tail -n 6
-    timeout 200 python3 -m perf.grad_check convnext_train_bf16_small nvf_bookend,nvf_unpermute_split > "$OUT/grad_guard.txt" 2>&1
-    echo "grad rc=$?"; grep -E "within|FAIL|fell back|grad check" "$OUT/grad_guard.txt" | cut -c1-300 | head -12
-    timeout 300 python3 -m perf.interleave convnext_train_bf16_small,convnext_train_bf16_large \
-      --backends inductor,nvf_bookend,nvf_unpermute_split --rounds 2 \
-      --json "$OUT/il_guard.json" > "$OUT/il_guard.log" 2>&1; echo "il rc=$?"
-    grep -E "^\| convnext" "$OUT/il_guard.log" | head -6
+  s8d)
+    # Session 8, call 4: embedding gradients as atomic adds (atomic_embedding_backward) and the bf16
+    # test fix; gradients of the large LM training steps (4096 tokens: ATen sorted them before);
+    # BERT-large kernels by default and with every norm backward split; step and GPU time against
+    # session 7's planning defaults.
+    timeout 120 python3 -m pytest -q -m gpu tests/test_embedding_backward.py tests/test_split_norm_backward.py \
+      -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 2 "$OUT/tests.log"
+    grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
+    timeout 150 python3 -m perf.grad_check bert_train_bf16_large,llama_train_bf16_large nvf_bookend --show-regions \
+      > "$OUT/grad_large.txt" 2>&1; echo "grad rc=$?"; grep -E "within|FAIL|fell back|grad check|nvf_region" "$OUT/grad_large.txt" | cut -c1-200 | head
+    for be in nvf_bookend nvf_split_norm_bwd; do
+      timeout 60 python3 scripts/block_kernels.py bert_train_bf16_large $be > "$OUT/kernels_bert_large_$be.txt" 2>&1
+      echo "kernels $be rc=$?"; tail -n 1 "$OUT/kernels_bert_large_$be.txt"
+    done
+    timeout 200 python3 -m perf.interleave bert_train_bf16_large,llama_train_bf16_large,gpt_train_bf16_large \
+      --backends inductor,nvf_bookend,nvf_session7 --rounds 2 --json "$OUT/il_large.json" > "$OUT/il_large.log" 2>&1
+    echo "il rc=$?"; grep -E "^\| (bert|llama|gpt)" "$OUT/il_large.log" | head -9
     echo "elapsed ${SECONDS}s"
     ;;
   hostdiag)

@@ -1,7 +1,7 @@
 """Where cudagraph trees' "storage data ptrs are not allocated in pool" comes from, and whether the
 graph's results still match eager's (the convnext_train failure of 2026-11-23).
 
-    python scripts/pool_diag.py convnext_train_bf16_small nvf_unflatten_cudagraphs
+    python scripts/pool_diag.py convnext_train_bf16_small nvf_cudagraphs
 
 Prints, for every failing pool check: which check (before or after a warm-up run), and for each
 pointer it names the segment holding it (pool id, block start or interior, block state) and the region

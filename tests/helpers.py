@@ -55,13 +55,18 @@ def assert_same(actual: Any, expected: Any, rtol: Optional[float] = None, atol: 
             assert a == e
             continue
         assert isinstance(a, torch.Tensor)
-        assert a.dtype == e.dtype, (a.dtype, e.dtype)
-        assert a.shape == e.shape, (a.shape, e.shape)
+        assert_same_layout(a, e)
         r, t = tolerance(e.dtype)
         torch.testing.assert_close(a, e, rtol=rtol if rtol is not None else r, atol=atol if atol is not None else t,
                                    equal_nan=True)
-        same, _ = check_significant_strides(a, e, only_cuda=False)
-        assert same, f"strides differ: compiled {a.stride()} vs eager {e.stride()} for shape {tuple(e.shape)}"
+
+
+def assert_same_layout(a: torch.Tensor, e: torch.Tensor) -> None:
+    """Same dtype, same shape, same significant strides."""
+    assert a.dtype == e.dtype, (a.dtype, e.dtype)
+    assert a.shape == e.shape, (a.shape, e.shape)
+    same, _ = check_significant_strides(a, e, only_cuda=False)
+    assert same, f"strides differ: compiled {a.stride()} vs eager {e.stride()} for shape {tuple(e.shape)}"
 
 
 def assert_as_close_as_eager(actual: torch.Tensor, eager: torch.Tensor, reference: torch.Tensor,
@@ -80,6 +85,17 @@ def assert_as_close_as_eager(actual: torch.Tensor, eager: torch.Tensor, referenc
     scale = ref.abs().max().item()
     assert err <= factor * eager_err + floor * max(scale, 1.0), (
         f"max error against the reference {err:.3g} > {factor} x eager's {eager_err:.3g} (scale {scale:.3g})")
+
+
+def _reference_inputs(inputs: Sequence[Any]) -> list[Any]:
+    """The inputs of an f32 reference module: floating tensors as f32 leaves (requiring grad where
+    the input did), anything else (ids, masks, Python values) as it is."""
+    return [x.detach().float().requires_grad_(x.requires_grad)
+            if isinstance(x, torch.Tensor) and x.dtype.is_floating_point else x for x in inputs]
+
+
+def _low_precision(value: Any) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.dtype in (torch.bfloat16, torch.float16) for t in _flatten(value))
 
 
 def clone_inputs(inputs: Sequence[Any], requires_grad: bool = False) -> list[Any]:
@@ -126,7 +142,18 @@ def check_training(fn: Callable[..., Any], inputs: Sequence[Any], options: Optio
     with recording() as rec:
         actual = compiled(*comp_inputs)
         expected = fn(*eager_inputs)
-        assert_same(actual, expected, **tol)
+        if reference is not None and _low_precision(expected):
+            # A low-precision output rounds f32 math computed in another order than ATen's: two ulps
+            # apart at times (bf16 LayerNorm output, H100), so it is judged against the f32 reference.
+            ref_out = reference(*_reference_inputs(eager_inputs))
+            for a, e, x in zip(_flatten(actual), _flatten(expected), _flatten(ref_out)):
+                if isinstance(e, torch.Tensor) and e.dtype in (torch.bfloat16, torch.float16):
+                    assert_same_layout(a, e)
+                    assert_as_close_as_eager(a, e, x.detach())
+                else:
+                    assert_same(a, e, **tol)
+        else:
+            assert_same(actual, expected, **tol)
         grads_out = [torch.randn_like(t) for t in _flatten(expected) if isinstance(t, torch.Tensor) and t.requires_grad]
         outs_a = [t for t in _flatten(actual) if isinstance(t, torch.Tensor) and t.requires_grad]
         outs_e = [t for t in _flatten(expected) if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -134,10 +161,11 @@ def check_training(fn: Callable[..., Any], inputs: Sequence[Any], options: Optio
         param_grads_a = torch.autograd.grad(outs_a, [x for x in comp_inputs if isinstance(x, torch.Tensor) and x.requires_grad] + list(params), grads_out, allow_unused=True)
     exact: Sequence[Optional[torch.Tensor]] = [None] * len(param_grads_e)
     if reference is not None:
-        ref_inputs = [x.detach().float().requires_grad_() for x in eager_inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+        ref_args = _reference_inputs(eager_inputs)
+        ref_inputs = [x for x in ref_args if isinstance(x, torch.Tensor) and x.requires_grad]
         ref_params = list(reference.parameters())
         assert len(ref_params) == len(params), "reference's parameters must match params"
-        ref_outs = [t for t in _flatten(reference(*ref_inputs)) if isinstance(t, torch.Tensor) and t.requires_grad]
+        ref_outs = [t for t in _flatten(reference(*ref_args)) if isinstance(t, torch.Tensor) and t.requires_grad]
         exact = torch.autograd.grad(ref_outs, ref_inputs + ref_params, [g.float() for g in grads_out],
                                     allow_unused=True)
     for ga, ge, gx in zip(param_grads_a, param_grads_e, exact):

@@ -107,12 +107,12 @@ def test_training_matches_eager(device, dtype):
 
 
 @pytest.mark.parametrize("options, unflattened", [
-    ({}, False),                                                  # off by default
-    ({"cuda_graphs": True}, False),
-    ({"unflatten_reductions": True}, True),
-    ({"cuda_graphs": True, "unflatten_reductions": True}, True),
+    ({}, True),                                                   # on by default
+    ({"cuda_graphs": True}, True),
+    ({"unflatten_reductions": False}, False),
+    ({"cuda_graphs": True, "unflatten_reductions": False}, False),
 ])
-def test_off_by_default_on_when_asked(options, unflattened):
+def test_on_by_default_off_when_asked(options, unflattened):
     block = BiasGeluNorm(64)
     plans = cuda_plans(block, (4, 16, 64), train=True, fake=False, options=options)
     backward = next(p for p in plans if p.kind == "backward")
@@ -124,8 +124,8 @@ def test_off_by_default_on_when_asked(options, unflattened):
 def test_option_takes_a_bool():
     from dynamo_nvf.settings import Settings
 
-    assert Settings.from_options({"unflatten_reductions": True}).unflattens()
-    assert not Settings.from_options({}).unflattens()
+    assert not Settings.from_options({"unflatten_reductions": False}).unflattens()
+    assert Settings.from_options({}).unflattens()
     with pytest.raises(TypeError):
         Settings.from_options({"unflatten_reductions": 1})
 

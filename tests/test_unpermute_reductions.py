@@ -10,7 +10,7 @@ import torch.nn as nn
 from dynamo_nvf.passes.unpermute_reductions import unpermuted_dims
 from helpers import DEVICES, check_training, cuda_plans, device_options
 
-ON = {"unpermute_reductions": True}
+ON = {"unpermute_reductions": 1}  # every size
 
 
 def test_dims_map_through_the_permute_when_the_kept_order_holds():
@@ -58,3 +58,55 @@ def test_training_matches_eager(device, dtype):
     x = torch.randn(2, 32, 14, 14, dtype=dtype, device=device)
     check_training(block, [x], {**device_options(device), **ON}, params=list(block.parameters()),
                    reference=copy.deepcopy(block).float())
+
+
+def _backward_regions(plans):
+    return next(p for p in plans if p.kind == "backward").regions
+
+
+def _conv_bias_sum_is_unpermuted(plans) -> bool:
+    return not any("dim_IntList(permute" in s and "[0, 2, 3]" in s for s in _sum_lines(plans))
+
+
+@pytest.mark.parametrize("options, shape, rewritten", [
+    ({}, (2, 8, 8, 8), False),                                  # 128 rows, no CUDA graphs: host time wins
+    ({}, (1, 8, 128, 128), True),                               # AUTO_UNPERMUTE_ROWS (16384) rows
+    ({"cuda_graphs": True}, (2, 8, 8, 8), True),                # under graphs: every size
+    ({"unpermute_reductions": 0, "cuda_graphs": True}, (1, 8, 128, 128), False),
+    ({"unpermute_reductions": 200}, (2, 8, 8, 8), False),       # 128 rows < 200
+    ({"unpermute_reductions": 100}, (2, 8, 8, 8), True),
+])
+def test_rewritten_by_rows_and_graphs(options, shape, rewritten):
+    plans = cuda_plans(ChannelsLastNormBlock(shape[1]), shape, train=True, fake=False, options=options)
+    assert _conv_bias_sum_is_unpermuted(plans) is rewritten, _sum_lines(plans)
+
+
+def test_a_rewritten_region_has_its_column_sums_cut_at_any_size():
+    """The norm's row reductions stay; the weight, bias and conv-bias gradients (sums over [0, 1, 2])
+    go to a region of their own, which explain() says was split off for an unpermuted sum."""
+    plans = cuda_plans(ChannelsLastNormBlock(16), (2, 16, 8, 8), train=True, fake=False, options=ON)
+    regions = _backward_regions(plans)
+    column = [r for r in regions if "[0, 1, 2]" in r.fx_code]
+    row = [r for r in regions if "[3], True" in r.fx_code]
+    assert len(column) == 1 and row and column[0] is not row[0], [r.fx_code for r in regions]
+    assert column[0].fx_code.count("[0, 1, 2]") == 3, column[0].fx_code
+    assert any("unpermuted sum" in note for note in column[0].boundary), column[0].boundary
+
+
+def test_split_rows_zero_keeps_even_a_rewritten_region_whole():
+    plans = cuda_plans(ChannelsLastNormBlock(16), (2, 16, 8, 8), train=True, fake=False,
+                       options={**ON, "split_norm_backward_rows": 0})
+    assert _conv_bias_sum_is_unpermuted(plans)
+    (region,) = [r for r in _backward_regions(plans) if "[0, 1, 2]" in r.fx_code]
+    assert "[3], True" in region.fx_code
+
+
+@pytest.mark.parametrize("value, error", [(True, TypeError), (-2, ValueError), ("1", TypeError)])
+def test_option_takes_a_row_count(value, error):
+    from dynamo_nvf.settings import Settings
+
+    with pytest.raises(error):
+        Settings.from_options({"unpermute_reductions": value})
+    assert Settings.from_options({}).unpermute_min_rows() == 16384
+    assert Settings.from_options({"cuda_graphs": True}).unpermute_min_rows() == 1
+    assert Settings.from_options({"unpermute_reductions": 0}).unpermute_min_rows() is None

@@ -9,7 +9,7 @@ per call there, where inductor ran a 1.5 us row kernel and a column reduction of
 (scripts/block_kernels.py, 2026-11-23). Inductor always splits like that.
 
 With a row limit (`split_norm_backward_rows`, by default 1024 rows under CUDA graphs and none
-without them), a region with both kinds of reduction over tensors of at most
+without them; any size for a region that unpermute_reductions rewrote), a region with both kinds of reduction over tensors of at most
 that many rows is cut in two: the column sums, with copies of the pointwise and view nodes that feed
 them (recomputed, so the new region reads the same inputs as the original and writes nothing extra),
 go to a new region; the row part stays. Nothing random or reducing is copied (a copied dropout would
@@ -30,6 +30,7 @@ from torch.fx import GraphModule, Node
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, reduced_dims
 from dynamo_nvf.ops.metadata import is_metadata, static_sizes
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of
+from dynamo_nvf.passes.unpermute_reductions import UNPERMUTED_KEY
 from dynamo_nvf.settings import Settings
 
 aten = torch.ops.aten
@@ -139,13 +140,18 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
     no such sum and stay whole (cut anyway, 0%).
     """
     limit = settings.norm_backward_split_rows()
-    if limit <= 0:
+    if settings.split_norm_backward_rows == 0:
         return gm
     only_reading_dx = settings.split_norm_backward_rows < 0
     regions = regions_of(gm)
     next_id = max(regions, default=-1) + 1
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     for region_id, nodes in list(regions.items()):
+        # A region unpermute_reductions rewrote is cut at any size (Settings.unpermute_reductions).
+        unpermuted = any(n.meta.get(UNPERMUTED_KEY) for n in nodes)
+        region_limit = math.inf if unpermuted else limit
+        if region_limit <= 0:
+            continue
         if any(_symbolic(n) or any(_symbolic(p) for p in n.all_input_nodes) for n in nodes):
             continue  # a row count to compare needs a guard: it would recompile for every size
         members = set(nodes)
@@ -155,13 +161,14 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
             if not _is_column_sum(n):
                 continue
             shape = _rows_and_cols(_val(n.args[0]))
-            if shape not in rows_of_row_reductions or shape[0] > limit:
+            if shape not in rows_of_row_reductions or shape[0] > region_limit:
                 continue
             tail = _tail(n, members)
             if tail is not None:  # else the rest of the region needs the sum
                 sums.append(n)
                 tails.extend(tail)
-        if not sums or (only_reading_dx and not any(_reads_row_reduction(n, members) for n in sums)):
+        if not sums or (only_reading_dx and not unpermuted
+                        and not any(_reads_row_reduction(n, members) for n in sums)):
             continue
         rows = _rows_and_cols(_val(sums[0].args[0]))[0]
         per_sum = {n: _feeders([n], members, rows) for n in sums}
@@ -189,7 +196,8 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
             node.meta[REGION_KEY] = next_id
             node.meta.setdefault(SPLIT_KEY, []).append(
                 (nodes[0].name, f"split from the region of {nodes[0].name}: its column sums over {rows} rows "
-                                f"(split_norm_backward_rows={limit}) run apart from its row reductions"))
+                                f"({'an unpermuted sum: any size' if unpermuted else f'split_norm_backward_rows={limit}'}) "
+                                f"run apart from its row reductions"))
         for node in reversed(feeders):  # originals now used by nothing (only the sums needed them)
             if not node.users:
                 gm.graph.erase_node(node)

@@ -16,12 +16,18 @@ reductions agree. A norm's bias gradient of a tangent permuted into the norm's l
 and is left alone. Values
 are the same up to the order of the summation.
 
+Only regions whose rewritten sum runs over at least `min_rows` rows (the product of the summed dims,
+N*H*W) are rewritten, and each rewritten sum carries `node.meta[UNPERMUTED_KEY]`: split_norm_backward
+then gives that region's column sums a region of their own at any size (Settings.unpermute_reductions
+says why both, and why not at small sizes without CUDA graphs).
+
 Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), GraphModule out.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Optional
 
 import torch
@@ -32,6 +38,9 @@ from dynamo_nvf.passes.partition import regions_of
 
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
+
+#: node.meta key of a sum this pass rewrote (split_norm_backward splits its region at any size).
+UNPERMUTED_KEY = "nvf_unpermuted"
 
 
 def _permute_dims(node: Node) -> Optional[list[int]]:
@@ -103,7 +112,7 @@ def _agrees(base: Node, base_shape: list, plain: list[Node], members: list[Node]
     return any(static_shape(n.args[0]) == tuple(base_shape) and n.args[0] in related for n in plain)
 
 
-def _rewrite(gm: GraphModule, node: Node, members: list[Node], plain: list[Node]) -> bool:
+def _rewrite(gm: GraphModule, node: Node, members: list[Node], plain: list[Node], min_rows: int) -> bool:
     dims = _sum_dims(node)
     permute = node.args[0] if node.args else None
     perm = _permute_dims(permute) if isinstance(permute, Node) and permute in members else None
@@ -117,7 +126,7 @@ def _rewrite(gm: GraphModule, node: Node, members: list[Node], plain: list[Node]
     if not _agrees(base, base_shape, plain, members):
         return False  # nothing to agree with
     new_dims = unpermuted_dims(perm, dims)
-    if new_dims is None:
+    if new_dims is None or math.prod(int(base_shape[d]) for d in new_dims) < min_rows:
         return False
     mode = getattr(base_val, "fake_mode", None)
     if mode is None:
@@ -133,6 +142,7 @@ def _rewrite(gm: GraphModule, node: Node, members: list[Node], plain: list[Node]
         summed = gm.graph.call_function(aten.sum.dim_IntList, (base, new_dims, False), kwargs)
     summed.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
     summed.meta["val"] = new_val
+    summed.meta[UNPERMUTED_KEY] = True
     node.replace_all_uses_with(summed)
     gm.graph.erase_node(node)
     if not permute.users:
@@ -140,15 +150,16 @@ def _rewrite(gm: GraphModule, node: Node, members: list[Node], plain: list[Node]
     return True
 
 
-def unpermute_reductions(gm: GraphModule) -> GraphModule:
-    """Rewrites each region's sums of permutes where that makes the region's reductions agree."""
+def unpermute_reductions(gm: GraphModule, min_rows: int = 1) -> GraphModule:
+    """Rewrites each region's sums of permutes, over at least `min_rows` rows, where that makes the
+    region's reductions agree."""
     changed = 0
     for members in regions_of(gm).values():
         plain = _plain_reductions(members)
         for node in list(members):
             if getattr(node, "_erased", False):
                 continue
-            changed += _rewrite(gm, node, members, plain)
+            changed += _rewrite(gm, node, members, plain, min_rows)
     if changed:
         gm.graph.lint()
         gm.recompile()
