@@ -29,6 +29,7 @@ from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.passes.split_reductions import split_norm_backward
 from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager
+from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.passes.unpermute_reductions import unpermute_reductions
 from dynamo_nvf.plan import GraphPlan
@@ -71,6 +72,11 @@ def install_runtimes(gm: GraphModule, plan: GraphPlan, settings: Settings) -> Gr
             node.target = runtime
     gm.recompile()
     return gm
+
+
+def partition_joint_graph(joint: GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
+    """aot_autograd's partition_fn: the joint-graph passes, then torch's min-cut partitioner."""
+    return min_cut_rematerialization_partition(simplify_one_hot_sums(joint), joint_inputs, **kwargs)
 
 
 class _Recorder:
@@ -185,7 +191,7 @@ def nvf_bookend(
         fw_compiler=functools.partial(compiler, kind="forward"),
         bw_compiler=functools.partial(compiler, kind="backward"),
         inference_compiler=functools.partial(compiler, kind="inference"),
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=partition_joint_graph,
         decompositions=decomposition_table(settings.plan_cpu_as_cuda, settings.fuse_cross_entropy,
                                            settings.fuse_data_movement, settings.atomic_embedding_backward),
         keep_inference_input_mutations=True,

@@ -16,6 +16,7 @@
 #   scripts/gpu_evidence.sh segdump  nvFuser's segments of ConvNeXt's and BERT's training regions (#11)
 #   scripts/gpu_evidence.sh s8c      new planning defaults: pass GPU tests, 5 models' gradients, BERT-large kernels
 #   scripts/gpu_evidence.sh s8d      atomic embedding gradients: tests, large LM gradients, BERT-large kernels, times
+#   scripts/gpu_evidence.sh s8e      CE backward without its one-hot row sum: tests, LM gradients, large-step kernels, times
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
@@ -195,6 +196,24 @@ case "${1:-tests}" in
     done
     timeout 200 python3 -m perf.interleave bert_train_bf16_large,llama_train_bf16_large,gpt_train_bf16_large \
       --backends inductor,nvf_bookend,nvf_session7 --rounds 2 --json "$OUT/il_large.json" > "$OUT/il_large.log" 2>&1
+    echo "il rc=$?"; grep -E "^\| (bert|llama|gpt)" "$OUT/il_large.log" | head -9
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s8e)
+    # Session 8, call 5: cross-entropy's backward without its one-hot row sum (joint-graph pass):
+    # GPU tests, gradients of the LM training steps, kernels of BERT's and LLaMA's large steps, times.
+    timeout 100 python3 -m pytest -q -m gpu tests/test_cross_entropy.py tests/test_one_hot_sums.py tests/test_embedding_backward.py \
+      -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 2 "$OUT/tests.log"
+    grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
+    timeout 170 python3 -m perf.grad_check llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,bert_train_bf16_large \
+      nvf_bookend --show-regions > "$OUT/grad.txt" 2>&1; echo "grad rc=$?"; grep -E "within|FAIL|fell back|grad check|nvf_region" "$OUT/grad.txt" | cut -c1-200 | head
+    for run in "bert_train_bf16_large nvf_bookend" "llama_train_bf16_large nvf_bookend" "llama_train_bf16_large inductor"; do
+      set -- $run
+      timeout 60 python3 scripts/block_kernels.py $1 $2 > "$OUT/kernels_$1_$2.txt" 2>&1
+      echo "kernels $run rc=$?"; tail -n 1 "$OUT/kernels_$1_$2.txt"
+    done
+    timeout 170 python3 -m perf.interleave bert_train_bf16_large,llama_train_bf16_large,gpt_train_bf16_large \
+      --backends inductor,nvf_bookend --rounds 2 --json "$OUT/il_large.json" > "$OUT/il_large.log" 2>&1
     echo "il rc=$?"; grep -E "^\| (bert|llama|gpt)" "$OUT/il_large.log" | head -9
     echo "elapsed ${SECONDS}s"
     ;;
