@@ -111,10 +111,16 @@ def static_sizes(t: torch.Tensor) -> Optional[list[int]]:
     return sizes if all(isinstance(s, int) for s in sizes) else None
 
 
+def tensor_val(node: object) -> Optional[torch.Tensor]:
+    """An FX node's (fake) tensor value; None for anything else (a non-node, a tuple value)."""
+    val = node.meta.get("val") if isinstance(node, Node) else None
+    return val if isinstance(val, torch.Tensor) else None
+
+
 def static_shape(node: object) -> Optional[tuple[int, ...]]:
     """The static shape of an FX node's tensor value; None for anything else or a symbolic size."""
-    val = node.meta.get("val") if isinstance(node, Node) else None
-    sizes = static_sizes(val) if isinstance(val, torch.Tensor) else None
+    val = tensor_val(node)
+    sizes = static_sizes(val) if val is not None else None
     return tuple(sizes) if sizes is not None else None
 
 

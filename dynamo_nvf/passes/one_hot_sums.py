@@ -26,15 +26,13 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
+from dynamo_nvf.ops.metadata import tensor_val
+
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
 
 _ARANGES = (aten.arange.default, aten.arange.start, aten.arange.start_step)
 
-
-def _val(node: object) -> Optional[torch.Tensor]:
-    val = node.meta.get("val") if isinstance(node, Node) else None
-    return val if isinstance(val, torch.Tensor) else None
 
 
 def _arange_length(node: Node) -> Optional[int]:
@@ -56,7 +54,7 @@ def _arange_length(node: Node) -> Optional[int]:
 def _classes_along(node: Node, dim: int, rank: int) -> Optional[int]:
     """C when `node` is `arange(C)` unsqueezed so that its values run along `dim` of a rank-`rank`
     broadcast (size 1 on every other dim), else None."""
-    val = _val(node)
+    val = tensor_val(node)
     if val is None or val.dim() > rank:
         return None
     shape = [1] * (rank - val.dim()) + list(val.shape)
@@ -73,7 +71,7 @@ def _constant_along(node: object, dim: int, rank: int) -> bool:
     """True when `node` broadcasts along `dim` of a rank-`rank` result (size 1 there, or absent)."""
     if not isinstance(node, Node):
         return isinstance(node, (int, float, bool))
-    val = _val(node)
+    val = tensor_val(node)
     if val is None or val.dim() > rank:
         return False
     offset = rank - val.dim()
@@ -95,7 +93,7 @@ def _match(node: Node) -> Optional[tuple[Node, object, int, int, bool]]:
     masked = node.args[0]
     dims = node.args[1] if len(node.args) > 1 else None
     keepdim = bool(node.args[2]) if len(node.args) > 2 else bool(node.kwargs.get("keepdim", False))
-    out, src = _val(node), _val(masked)
+    out, src = tensor_val(node), tensor_val(masked)
     if (not isinstance(masked, Node) or not isinstance(dims, (list, tuple)) or len(dims) != 1
             or out is None or src is None or "dtype" in node.kwargs or out.dtype != src.dtype):
         return None
@@ -108,7 +106,7 @@ def _match(node: Node) -> Optional[tuple[Node, object, int, int, bool]]:
         return None
     for classes, indices in (mask.args, tuple(reversed(mask.args))):
         length = _classes_along(classes, dim, rank) if isinstance(classes, Node) else None
-        index_val = _val(indices)
+        index_val = tensor_val(indices)
         if (length is not None and index_val is not None and not index_val.dtype.is_floating_point
                 and index_val.dtype != torch.bool and _constant_along(indices, dim, rank)
                 and _constant_along(value, dim, rank)):
@@ -118,7 +116,7 @@ def _match(node: Node) -> Optional[tuple[Node, object, int, int, bool]]:
 
 def _fake_mode(*nodes: object):
     for node in nodes:
-        val = _val(node)
+        val = tensor_val(node)
         if val is not None and getattr(val, "fake_mode", None) is not None:
             return val.fake_mode
     return None
@@ -129,7 +127,7 @@ def _call(gm: GraphModule, target, args: tuple, mode, made: list[Node]) -> Node:
     node = gm.graph.call_function(target, args)
     made.append(node)
     with mode:
-        node.meta["val"] = target(*[_val(a) if isinstance(a, Node) else a for a in args])
+        node.meta["val"] = target(*[tensor_val(a) if isinstance(a, Node) else a for a in args])
     return node
 
 
@@ -145,18 +143,18 @@ def simplify_one_hot_sums(gm: GraphModule) -> GraphModule:
         mode = _fake_mode(node, masked, indices, value)
         if mode is None:
             continue
-        zero, out, made = masked.args[2], _val(node), []
+        zero, out, made = masked.args[2], tensor_val(node), []
         with gm.graph.inserting_before(node):
             valid = _call(gm, aten.logical_and.default,
                           (_call(gm, aten.ge.Scalar, (indices, 0), mode, made),
                            _call(gm, aten.lt.Scalar, (indices, length), mode, made)), mode, made)
             picked = _call(gm, aten.where.self, (valid, value, zero), mode, made)
-            kept = list(_val(masked).shape)
+            kept = list(tensor_val(masked).shape)
             kept[dim] = 1
             result = _call(gm, aten.expand.default, (picked, kept), mode, made)
             if not keepdim:
                 result = _call(gm, aten.squeeze.dim, (result, dim), mode, made)
-        if list(_val(result).shape) != list(out.shape) or _val(result).dtype != out.dtype:
+        if list(tensor_val(result).shape) != list(out.shape) or tensor_val(result).dtype != out.dtype:
             for new in reversed(made):  # not the sum's shape or dtype after all: leave it as it was
                 gm.graph.erase_node(new)
             continue

@@ -22,23 +22,19 @@ Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), Grap
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, reduced_dims
-from dynamo_nvf.ops.metadata import is_metadata, static_sizes
+from dynamo_nvf.ops.metadata import is_metadata, static_sizes, tensor_val
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of
 from dynamo_nvf.passes.unpermute_reductions import UNPERMUTED_KEY
 from dynamo_nvf.settings import Settings
 
 aten = torch.ops.aten
 
-
-def _val(node: Any) -> Optional[torch.Tensor]:
-    val = node.meta.get("val") if isinstance(node, Node) else None
-    return val if isinstance(val, torch.Tensor) else None
 
 
 def _symbolic(node: Node) -> bool:
@@ -56,7 +52,7 @@ def _reduced_input(node: Node) -> Optional[torch.Tensor]:
     """The (rank >= 2) tensor a reduction over dims reads, or None for any other node."""
     if node.target is not aten.sum.default and node.target not in DIM_REDUCTIONS:
         return None
-    x = _val(node.args[0]) if node.args else None
+    x = tensor_val(node.args[0]) if node.args else None
     return x if x is not None and x.dim() >= 2 else None
 
 
@@ -98,7 +94,7 @@ def _feeders(sums: list[Node], members: set[Node], rows: int) -> Optional[list[N
         if node in need:
             continue
         if not _recomputable(node):
-            val = _val(node)
+            val = tensor_val(node)
             if val is None or val.numel() > rows:
                 return None
             continue  # read from the old region
@@ -155,12 +151,12 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
         if any(_symbolic(n) or any(_symbolic(p) for p in n.all_input_nodes) for n in nodes):
             continue  # a row count to compare needs a guard: it would recompile for every size
         members = set(nodes)
-        rows_of_row_reductions = {_rows_and_cols(_val(n.args[0])) for n in nodes if _is_row_reduction(n)}
+        rows_of_row_reductions = {_rows_and_cols(tensor_val(n.args[0])) for n in nodes if _is_row_reduction(n)}
         sums, tails = [], []
         for n in nodes:
             if not _is_column_sum(n):
                 continue
-            shape = _rows_and_cols(_val(n.args[0]))
+            shape = _rows_and_cols(tensor_val(n.args[0]))
             if shape not in rows_of_row_reductions or shape[0] > region_limit:
                 continue
             tail = _tail(n, members)
@@ -170,7 +166,8 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
         if not sums or (only_reading_dx and not unpermuted
                         and not any(_reads_row_reduction(n, members) for n in sums)):
             continue
-        rows = _rows_and_cols(_val(sums[0].args[0]))[0]
+        rows = _rows_and_cols(tensor_val(sums[0].args[0]))[0]
+        size_rule = "an unpermuted sum: any size" if unpermuted else f"split_norm_backward_rows={limit}"
         per_sum = {n: _feeders([n], members, rows) for n in sums}
         if any(f is None for f in per_sum.values()):
             continue
@@ -196,8 +193,7 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
             node.meta[REGION_KEY] = next_id
             node.meta.setdefault(SPLIT_KEY, []).append(
                 (nodes[0].name, f"split from the region of {nodes[0].name}: its column sums over {rows} rows "
-                                f"({'an unpermuted sum: any size' if unpermuted else f'split_norm_backward_rows={limit}'}) "
-                                f"run apart from its row reductions"))
+                                f"({size_rule}) run apart from its row reductions"))
         for node in reversed(feeders):  # originals now used by nothing (only the sums needed them)
             if not node.users:
                 gm.graph.erase_node(node)

@@ -33,7 +33,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import static_shape, static_sizes
+from dynamo_nvf.ops.metadata import static_shape, static_sizes, tensor_val
 from dynamo_nvf.passes.partition import regions_of
 
 log = logging.getLogger("dynamo_nvf")
@@ -119,8 +119,8 @@ def _rewrite(gm: GraphModule, node: Node, members: list[Node], plain: list[Node]
     if dims is None or perm is None:
         return False
     base = permute.args[0]
-    base_val = base.meta.get("val") if isinstance(base, Node) else None
-    base_shape = static_sizes(base_val) if isinstance(base_val, torch.Tensor) else None
+    base_val = tensor_val(base)
+    base_shape = static_sizes(base_val) if base_val is not None else None
     if base_shape is None:  # dynamic shapes: left as they are
         return False
     if not _agrees(base, base_shape, plain, members):
@@ -134,8 +134,8 @@ def _rewrite(gm: GraphModule, node: Node, members: list[Node], plain: list[Node]
     kwargs = {k: v for k, v in node.kwargs.items() if k == "dtype"}
     with mode:
         new_val = aten.sum.dim_IntList(base_val, new_dims, False, **kwargs)
-    out_val = node.meta.get("val")
-    if not isinstance(out_val, torch.Tensor) or list(new_val.shape) != list(out_val.shape) \
+    out_val = tensor_val(node)
+    if out_val is None or list(new_val.shape) != list(out_val.shape) \
             or new_val.dtype != out_val.dtype:
         return False
     with gm.graph.inserting_before(node):

@@ -82,18 +82,9 @@ def nvfuser_fusion(fd: FusionDefinition, keep=(0, 1, 2, 3, 4, 5)) -> None:
     tv49 = fd.ops.sum(tv48, dims=[0, 1, 2], dtype=DataType.Float)
     tv50 = fd.ops.broadcast(tv49, is_broadcast_dim=[True, True, True, False])
     tv60 = fd.ops.cast(tv50, dtype=DataType.BFloat16)
-    if 0 in keep:
-        fd.add_output(tv51)
-    if 1 in keep:
-        fd.add_output(tv52)
-    if 2 in keep:
-        fd.add_output(tv55)
-    if 3 in keep:
-        fd.add_output(tv58)
-    if 4 in keep:
-        fd.add_output(tv59)
-    if 5 in keep:
-        fd.add_output(tv60)
+    for i, out in enumerate((tv51, tv52, tv55, tv58, tv59, tv60)):
+        if i in keep:
+            fd.add_output(out)
 
 
 def reference(mm, mean, w_norm, rsqrt_6, mean_6, gamma, view_21):
