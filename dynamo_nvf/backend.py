@@ -26,6 +26,7 @@ from dynamo_nvf.passes.attention import REWRITES_KEY, fuse_attention
 from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.lean_views import reinterpret_views
+from dynamo_nvf.passes.reinplace import reinplace_fresh_accumulations
 from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.passes.split_reductions import split_norm_backward
 from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager
@@ -58,6 +59,7 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     gm = split_norm_backward(gm, settings)
     gm = bookend_regions(gm, settings)
     gm = fuse_regions(gm, kind, graph_id)
+    gm = reinplace_fresh_accumulations(gm)
     return gm
 
 

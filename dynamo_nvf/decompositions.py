@@ -95,7 +95,7 @@ _REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM = 0, 1, 2
 def _class_hits(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> torch.Tensor:
     """(N, C) bool: column c of row i is row i's target class (never for an ignored target).
 
-    The class indices come from one `arange` (a tiny ATen kernel; the comparison is the region's).
+    The class indices come from one `arange`, which the region computes in its kernel (nvFuser iota).
     """
     classes = torch.arange(logits.shape[1], device=logits.device)
     # -1 marks an ignored row, in int64 (a uint8 target would wrap it to 255, a real class).

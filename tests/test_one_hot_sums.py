@@ -10,7 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from dynamo_nvf.backend import recording
 from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
-from helpers import compile_fn
+from helpers import DEVICES, check_training, compile_fn, device_options
 
 aten = torch.ops.aten
 C = 7
@@ -82,3 +82,23 @@ def test_cross_entropy_backward_has_no_row_reduction(ignore_index):
     backward = next(p for p in rec.plans if p.kind == "backward")
     code = "\n".join(r.fx_code for r in backward.regions)
     assert "sum.dim_IntList" not in code, code  # only the tiny count of counted rows remains
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cross_entropy_backward_computes_the_class_index_in_its_kernel(device, dtype):
+    """`arange(C) == target` is computed in the region (nvFuser's iota): a [1, C] int64 index as a
+    region input would set the pointwise vector width by its 8 bytes (2 lanes of bf16 logits)."""
+    rows, classes = 16, 48
+
+    def loss_fn(logits, target):
+        return F.cross_entropy(logits.float(), target)
+
+    logits = torch.randn(rows, classes, device=device, dtype=dtype)
+    target = torch.randint(0, classes, (rows,), device=device)
+    plans = check_training(loss_fn, [logits, target], device_options(device))
+    backward = next(p for p in plans if p.kind == "backward")
+    region = next(r for r in backward.regions if any("exp" in op for op in r.ops))
+    assert any(op.startswith("aten.arange") for op in region.ops), region.ops
+    wide_index_inputs = [t for t in region.inputs if t.dtype == "int64" and len(t.shape) == 2]
+    assert not wide_index_inputs, region.inputs

@@ -13,6 +13,7 @@ import torch
 from torch.fx import Node
 
 from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS
+from dynamo_nvf.ops.metadata import ARANGES, arange_params
 from dynamo_nvf.ops.registry import register_lowering
 
 aten = torch.ops.aten
@@ -591,6 +592,32 @@ def _full_like(ctx, node: Node) -> Any:
     """ones_like / zeros_like / fill decompose to this."""
     dtype = node.meta["val"].dtype
     return ctx.ops.full(list(_val(node.args[0]).shape), ctx.constant(node.args[1], dtype), ctx.dtype(dtype))
+
+
+def _check_arange(node: Node) -> Optional[str]:
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dtype not in (torch.int32, torch.int64):
+        return "unsupported op: arange of a floating dtype (its rounding is ATen's own)"
+    if not _static(val.shape[0]):
+        return "unsupported op: arange with a symbolic length"
+    if not all(_static(a) for a in arange_params(node)):
+        return "unsupported op: arange with a symbolic start or step"
+    return None
+
+
+@register_lowering(*ARANGES, check=_check_arange)
+def _arange(ctx, node: Node) -> Any:
+    """Integer arange as nvFuser's iota, computed in the kernel.
+
+    As a region input, the [1, V] int64 column index of cross-entropy's backward (``arange(V) ==
+    target``) is the widest vectorizable tensor, and nvFuser's pointwise scheduler sizes its vector
+    width by the widest one: 2 elements, so the bf16 logits moved 4 bytes at a time (H100,
+    LLaMA-style 4096 x 8192: 81.6 us against inductor's 50.2, which computes the index in-kernel).
+    """
+    val = node.meta["val"]
+    start, _, step = arange_params(node)
+    length, start, step = (ctx.value(int(v)) for v in (val.shape[0], start, step))
+    return ctx.ops.iota(length, start, step, ctx.dtype(val.dtype))
 
 
 @register_lowering(aten.scalar_tensor.default)

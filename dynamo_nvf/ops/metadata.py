@@ -124,6 +124,23 @@ def static_shape(node: object) -> Optional[tuple[int, ...]]:
     return tuple(sizes) if sizes is not None else None
 
 
+ARANGES = (aten.arange.default, aten.arange.start, aten.arange.start_step)
+
+
+def arange_params(node: object) -> Optional[tuple[Any, Any, Any]]:
+    """(start, end, step) of an `aten.arange` node, whichever overload spells it; None for anything
+    else. `default` is (end), `start` (start, end), `start_step` (start, end, step)."""
+    if not isinstance(node, Node) or node.op != "call_function" or node.target not in ARANGES:
+        return None
+    args, kwargs = list(node.args), node.kwargs
+    if node.target is aten.arange.default:
+        return 0, args[0] if args else kwargs["end"], 1
+    start = args[0] if args else kwargs["start"]
+    end = args[1] if len(args) > 1 else kwargs["end"]
+    step = (args[2] if len(args) > 2 else kwargs.get("step", 1)) if node.target is aten.arange.start_step else 1
+    return start, end, step
+
+
 def is_metadata(node: Node) -> bool:
     """True for a node that only changes metadata (including getitem of a split)."""
     if node.op != "call_function" or node.target not in METADATA_OPS:

@@ -26,26 +26,17 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import tensor_val
+from dynamo_nvf.ops.metadata import arange_params, tensor_val
 
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
 
-_ARANGES = (aten.arange.default, aten.arange.start, aten.arange.start_step)
-
-
-
 def _arange_length(node: Node) -> Optional[int]:
     """C for an `arange(C)` (start 0, step 1, static length), else None."""
-    if node.op != "call_function" or node.target not in _ARANGES:
+    params = arange_params(node)
+    if params is None:
         return None
-    args = list(node.args)
-    if node.target is aten.arange.default:
-        start, end, step = 0, args[0], 1
-    elif node.target is aten.arange.start:
-        start, end, step = args[0], args[1], 1
-    else:
-        start, end, step = args[0], args[1], args[2] if len(args) > 2 else 1
+    start, end, step = params
     if start != 0 or step != 1 or not isinstance(end, int):
         return None
     return end

@@ -135,8 +135,10 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
             group = keep
 
     for node in [n for n in nodes if _gather_leaves_region(n, group_of)]:
-        group_of.pop(node).nodes.discard(node)
+        group = group_of.pop(node)
+        group.nodes.discard(node)
         node.meta[REASON_KEY] = GATHER_OUTPUT_REASON
+        _split_feeders(node, group, group_of, order)
 
     groups: list[_Group] = []
     seen: set[int] = set()
@@ -173,6 +175,41 @@ def _gather_leaves_region(node: Node, group_of: dict[Node, "_Group"]) -> bool:
         if is_metadata(user):
             stack.extend(user.users)
     return False
+
+
+def _linked(start: Node, order: dict[Node, int], lo: int, hi: int, upstream: bool) -> set[Node]:
+    """Every node that `start` feeds (or, upstream, that feeds it) through anything, within [lo, hi]
+    of graph order."""
+    neighbours = (lambda n: n.all_input_nodes) if upstream else (lambda n: n.users)
+    seen: set[Node] = set()
+    stack = list(neighbours(start))
+    while stack:
+        node = stack.pop()
+        if node in seen or not lo <= order.get(node, -1) <= hi:
+            continue
+        seen.add(node)
+        stack.extend(neighbours(node))
+    return seen
+
+
+def _split_feeders(removed: Node, group: "_Group", group_of: dict[Node, "_Group"], order: dict[Node, int]) -> None:
+    """After `removed` leaves `group` for eager: the members that feed it become a group of their own
+    when other members read its result, or the region would need a path out to `removed` and back
+    in (an `arange` of positions in the region of the LayerNorm after its embedding)."""
+    if not group.nodes:
+        return
+    lo, hi = min(order[n] for n in group.nodes), max(order[n] for n in group.nodes)
+    feeders = _linked(removed, order, lo, hi, upstream=True) & group.nodes
+    readers = _linked(removed, order, lo, hi, upstream=False) & group.nodes
+    if not feeders or not readers:
+        return
+    split = _Group(removed)
+    split.nodes = set(feeders)
+    group.nodes -= feeders
+    for n in feeders:
+        group_of[n] = split
+    reader = min(readers, key=order.__getitem__)
+    _note_split(reader, removed, f"cycle: the nodes that feed {removed.name}, which runs in eager, form their own region")
 
 
 def _note_split(node: Node, producer: Node, reason: str) -> None:
