@@ -17,6 +17,7 @@
 #   scripts/gpu_evidence.sh s8c      new planning defaults: pass GPU tests, 5 models' gradients, BERT-large kernels
 #   scripts/gpu_evidence.sh s8d      atomic embedding gradients: tests, large LM gradients, BERT-large kernels, times
 #   scripts/gpu_evidence.sh s8e      CE backward without its one-hot row sum: tests, LM gradients, large-step kernels, times
+#   scripts/gpu_evidence.sh s9a      arange as iota, in-place index_add: tests, gradients, kernel tables of losing workloads
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
@@ -215,6 +216,24 @@ case "${1:-tests}" in
     timeout 170 python3 -m perf.interleave bert_train_bf16_large,llama_train_bf16_large,gpt_train_bf16_large \
       --backends inductor,nvf_bookend --rounds 2 --json "$OUT/il_large.json" > "$OUT/il_large.log" 2>&1
     echo "il rc=$?"; grep -E "^\| (bert|llama|gpt)" "$OUT/il_large.log" | head -9
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s9a)
+    # Session 9, call 1: arange as iota, index_add in place, the gather split: GPU tests, gradients,
+    # the large LLaMA step's kernels; kernel tables of the small workloads that lose GPU time (#10, #11).
+    timeout 120 python3 -m pytest -q -m gpu tests/test_cross_entropy.py tests/test_one_hot_sums.py tests/test_embedding_backward.py \
+      tests/test_embedding_saved_rows.py -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 2 "$OUT/tests.log"
+    grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
+    timeout 120 python3 -m perf.grad_check llama_train_bf16_large,bert_train_bf16_small nvf_bookend > "$OUT/grad.txt" 2>&1
+    echo "grad rc=$?"; grep -E "within|FAIL|fell back|grad check" "$OUT/grad.txt" | cut -c1-200 | head
+    for run in "llama_train_bf16_large nvf_bookend" "bert_train_bf16_small nvf_bookend" "bert_train_bf16_small inductor" \
+               "convnext_fwd_bf16_small nvf_bookend" "convnext_fwd_bf16_small inductor" "bert_fwd_bf16_small nvf_bookend" \
+               "bert_fwd_bf16_small inductor" "llama_fwd_bf16_small nvf_bookend" "llama_fwd_bf16_small inductor"; do
+      set -- $run
+      timeout 60 python3 scripts/block_kernels.py $1 $2 > "$OUT/k_$1_$2.txt" 2>&1
+      echo "kernels $run rc=$? ${SECONDS}s"; tail -n 1 "$OUT/k_$1_$2.txt"
+      [ $SECONDS -gt 540 ] && break
+    done
     echo "elapsed ${SECONDS}s"
     ;;
   hostdiag)
