@@ -5,6 +5,7 @@ profiler see, for reading a block's GPU time against inductor's (issue #11).
     python scripts/block_kernels.py layernorm_train_f32 inductor    # torch.profiler kernel table
     python scripts/block_kernels.py layernorm_train_f32 nvf_bookend
     python scripts/block_kernels.py bert_train_bf16_small nvf_aten_glue    # any perf backend
+    python scripts/block_kernels.py convnext_fwd_bf16_small nvf_bookend:ops  # ATen ops behind kernels
 
 One mode per process: nvFuser's profiler and torch.profiler cannot share one (CUPTI).
 """
@@ -45,13 +46,27 @@ def kernel_table(fn, inst) -> None:
     print(f"{total:9.1f} {sum(c for c, _ in rows.values()):3d}  TOTAL")
 
 
+def op_table(fn, inst) -> None:
+    """Which ATen op launched each non-nvFuser kernel, with input shapes: finds eager glue kernels."""
+    for _ in range(3):
+        inst.call(fn)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
+                                record_shapes=True) as prof:
+        inst.call(fn)
+        torch.cuda.synchronize()
+    print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_device_time_total", row_limit=45,
+                                                             max_name_column_width=60, max_shapes_column_width=90))
+
+
 def main(name: str, mode: str) -> None:
     inst = REGISTRY[name].instantiate("cuda" if torch.cuda.is_available() else "cpu", tiny=not torch.cuda.is_available())
     if mode == "explain":
         print(dynamo_nvf.explain(inst.fn, *inst.inputs, profiler="nvfuser"))
         return
-    fn = get_backend(mode).wrap(inst.fn)  # any perf backend (nvf_aten_glue, inductor_ro, ...)
-    kernel_table(fn, inst)
+    backend, _, what = mode.partition(":")
+    fn = get_backend(backend).wrap(inst.fn)  # any perf backend (nvf_aten_glue, inductor_ro, ...)
+    (op_table if what == "ops" else kernel_table)(fn, inst)
 
 
 if __name__ == "__main__":

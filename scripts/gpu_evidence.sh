@@ -18,6 +18,7 @@
 #   scripts/gpu_evidence.sh s8d      atomic embedding gradients: tests, large LM gradients, BERT-large kernels, times
 #   scripts/gpu_evidence.sh s8e      CE backward without its one-hot row sum: tests, LM gradients, large-step kernels, times
 #   scripts/gpu_evidence.sh s9a      arange as iota, in-place index_add: tests, gradients, kernel tables of losing workloads
+#   scripts/gpu_evidence.sh s9b      segments per region and eager ops of the small models that lose GPU time
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
@@ -232,6 +233,19 @@ case "${1:-tests}" in
       set -- $run
       timeout 60 python3 scripts/block_kernels.py $1 $2 > "$OUT/k_$1_$2.txt" 2>&1
       echo "kernels $run rc=$? ${SECONDS}s"; tail -n 1 "$OUT/k_$1_$2.txt"
+      [ $SECONDS -gt 540 ] && break
+    done
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s9b)
+    # Session 9, call 2: where small models' GPU time goes: nvFuser's segments per region (explain),
+    # the ATen ops behind ConvNeXt's eager kernels, the large LLaMA step's kernels.
+    for run in "llama_train_bf16_large nvf_bookend" "convnext_fwd_bf16_small nvf_bookend:ops" "convnext_fwd_bf16_small explain" \
+               "llama_fwd_bf16_small explain" "bert_train_bf16_small explain" "llama_fwd_bf16_small nvf_bookend"; do
+      set -- $run
+      echo "=== $run" >> "$OUT/kernels.txt"
+      timeout 90 python3 scripts/block_kernels.py $1 $2 > /tmp/k.txt 2>&1
+      echo "kernels $run rc=$? ${SECONDS}s"; tail -n 1 /tmp/k.txt; grep -v "_warn_once\|UserWarning" /tmp/k.txt >> "$OUT/kernels.txt"
       [ $SECONDS -gt 540 ] && break
     done
     echo "elapsed ${SECONDS}s"
