@@ -57,7 +57,7 @@ def _define_input(ctx: LoweringContext, arg: Any) -> tuple[Any, Any]:
             is_cpu=arg.device.type == "cpu",
         )
         if arg.dtype in LOW_PRECISION_FLOATS:
-            return tv, ctx.ops.cast(tv, ctx.dtype(torch.float32))
+            return tv, ctx.cast(tv, torch.float32)
         return tv, tv
     if isinstance(arg, (bool, int, float)):
         scalar = ctx.fd.define_scalar(dtype=getattr(ctx.nvf.DataType, python_scalar_dtype_name(arg)))

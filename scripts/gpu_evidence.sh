@@ -19,6 +19,7 @@
 #   scripts/gpu_evidence.sh s8e      CE backward without its one-hot row sum: tests, LM gradients, large-step kernels, times
 #   scripts/gpu_evidence.sh s9a      arange as iota, in-place index_add: tests, gradients, kernel tables of losing workloads
 #   scripts/gpu_evidence.sh s9b      segments per region and eager ops of the small models that lose GPU time
+#   scripts/gpu_evidence.sh s9c      kernel-less segments: which output spellings add them; the cast round trip removed
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
@@ -247,6 +248,23 @@ case "${1:-tests}" in
       timeout 90 python3 scripts/block_kernels.py $1 $2 > /tmp/k.txt 2>&1
       echo "kernels $run rc=$? ${SECONDS}s"; tail -n 1 /tmp/k.txt; grep -v "_warn_once\|UserWarning" /tmp/k.txt >> "$OUT/kernels.txt"
       [ $SECONDS -gt 540 ] && break
+    done
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s9c)
+    # Session 9, call 3: which output spellings add nvFuser's kernel-less segments (and their host
+    # cost); the cast round trip removed: tests of lowering and aliasing, segments of two models.
+    timeout 120 python3 scripts/repros/alias_segments.py > "$OUT/alias_segments.txt" 2>&1; echo "alias rc=$?"
+    cat "$OUT/alias_segments.txt" | grep -v Warn | tail -14
+    timeout 200 python3 -m pytest -q -m gpu tests/test_gpu_backend.py tests/test_output_aliasing.py tests/test_cross_entropy.py \
+      -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 2 "$OUT/tests.log"
+    grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
+    for run in "convnext_fwd_bf16_small explain" "llama_fwd_bf16_small explain"; do
+      set -- $run
+      echo "=== $run" >> "$OUT/kernels.txt"
+      timeout 90 python3 scripts/block_kernels.py $1 $2 > /tmp/k.txt 2>&1
+      echo "kernels $run rc=$? ${SECONDS}s"; grep -v "_warn_once\|UserWarning" /tmp/k.txt >> "$OUT/kernels.txt"
+      grep -c "no kernel" /tmp/k.txt
     done
     echo "elapsed ${SECONDS}s"
     ;;

@@ -29,6 +29,8 @@ class LoweringContext:
         self.values: dict[Node, Any] = {}
         #: Region inputs as defined, before the f32 upcast of half/bfloat16 ones (for gathers).
         self.raw_inputs: dict[Node, Any] = {}
+        #: id(f32 value) -> (that value, the half/bfloat16 value it is an exact upcast of).
+        self._upcasts: dict[int, tuple[Any, Any]] = {}
 
     def dtype(self, dtype: torch.dtype) -> Any:
         return nvf_dtype(self.nvf, dtype)
@@ -73,9 +75,21 @@ class LoweringContext:
         return out
 
     def cast(self, value: Any, dtype: torch.dtype) -> Any:
-        if isinstance(value, self.nvf.TensorView) and value.dtype() == self.dtype(dtype):
+        """`value` as `dtype`. Casting an f32 upcast of a half/bfloat16 value back to that dtype gives
+        the value itself: the round trip is exact, and nvFuser would see a meta-op chain where an
+        output is one (an explicit cast to bf16, computed in f32, leaving as bf16), which it turns
+        into a kernel-less host segment (`scripts/repros/alias_segments.py`)."""
+        target = self.dtype(dtype)
+        if isinstance(value, self.nvf.TensorView) and value.dtype() == target:
             return value
-        return self.ops.cast(value, self.dtype(dtype))
+        upcast = self._upcasts.get(id(value))
+        if upcast is not None and upcast[0] is value and upcast[1].dtype() == target:
+            return upcast[1]
+        result = self.ops.cast(value, target)
+        if dtype == torch.float32 and isinstance(value, self.nvf.TensorView) and value.dtype() in (
+                self.dtype(torch.bfloat16), self.dtype(torch.float16)):
+            self._upcasts[id(result)] = (result, value)
+        return result
 
     def broadcast_to(self, value: Any, src: torch.Tensor, out_shape: Sequence[Any]) -> Any:
         """Broadcasts `value` (eager value `src`) to `out_shape`, aligning trailing dims like aten."""
