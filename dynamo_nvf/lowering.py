@@ -114,18 +114,18 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
         ctx.values[node] = _match_dtype(ctx, node, result)
     assert output_node is not None
     layouts: list[Optional[list[int]]] = []
-    # With row-major inputs nvFuser allocates outputs row-major, so only other layouts are pinned:
-    # a stride_order on every output adds a copy segment nvFuser evaluates on the host (seen as
-    # kernel-less segments in explain() on an H200). A layout nvFuser still gets wrong is fixed by
-    # the runtime's one-time check.
-    row_major_inputs = all(a.is_contiguous() for a in args if isinstance(a, torch.Tensor))
+    # Only outputs whose eager layout is not row-major are pinned (`stride_order`) up front. nvFuser
+    # gives an output the stride order of the input it follows (allocation order inference), which
+    # for a row-major eager output is row-major nearly always, with row-major inputs or not (a
+    # channels-last convolution output permuted to NHWC and normalised over C: row-major). Pinning
+    # such an output anyway made nvFuser add a kernel-less host segment to persistent regions:
+    # 20.0 against 13.1 us of host time per call for ConvNeXt's LayerNorm region (H100,
+    # scripts/repros/alias_segments.py). An output nvFuser still lays out unlike eager is found by
+    # the runtime's first-run check and pinned by a rebuild (`pin`).
     for index, out in enumerate(output_node.args[0]):
         value = ctx.values[out]
         val = out.meta.get("val")
         order = _stride_order(val) if isinstance(val, torch.Tensor) and _is_dense(val) else None
-        # A stride_order on an output adds a kernel-less segment (nvFuser makes the output an alias
-        # of a compact intermediate, ~20 us of host time), so it is pinned only where needed: a layout
-        # other than row-major, or one a first run showed nvFuser getting wrong (`materialize`).
         pinned = order is not None and index in pin
         dense_wanted = order is not None and ctx.is_expanded(value)
         if index in materialize or dense_wanted or (isinstance(val, torch.Tensor) and copies_an_input(out)):
@@ -135,7 +135,7 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
         if id(value) in inputs:
             value = ctx.ops.set(value)  # nvFuser returns fresh tensors, never its inputs
         row_major = order is not None and order == list(range(val.dim() - 1, -1, -1))
-        if order is not None and val.dim() > 1 and (pinned or not (row_major and row_major_inputs)):
+        if order is not None and val.dim() > 1 and (pinned or not row_major):
             value = ctx.ops.stride_order(value, order)
         layouts.append(order)
         fd.add_output(value)

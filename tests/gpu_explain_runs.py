@@ -44,6 +44,19 @@ def main(scenario: str) -> None:
         wl = REGISTRY["llama_fwd_bf16_small" if scenario == "llama" else "llama_train_bf16_small"]
         inst = wl.instantiate("cuda")
         report = dynamo_nvf.explain(inst.fn, *inst.inputs, profiler="nvfuser")
+    elif scenario == "channels_last_layer_norm":
+        # ConvNeXt's LayerNorm region: a channels-last convolution output plus its bias, permuted to
+        # NHWC and normalised over C, in bf16.
+        torch.manual_seed(0)
+        x = torch.randn(2, 96, 56, 56, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        bias, w, b = (torch.randn(96, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        report = dynamo_nvf.explain(programs.bias_permute_layer_norm, x, bias, w, b, profiler="nvfuser",
+                                    options={"strict": True})
+        out = programs.bias_permute_layer_norm(x, bias, w, b)
+        compiled = torch.compile(programs.bias_permute_layer_norm, backend="nvf_bookend", options={"strict": True})
+        got = compiled(x, bias, w, b)
+        torch.testing.assert_close(got, out, rtol=1e-2, atol=2e-2)
+        assert got.stride() == out.stride(), (got.stride(), out.stride())
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     print(report)

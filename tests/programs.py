@@ -52,6 +52,12 @@ def metadata_only(x: torch.Tensor) -> torch.Tensor:
     return x.view(x.shape[0], -1, 4).permute(2, 0, 1).unsqueeze(0).transpose(1, 2)
 
 
+def bias_permute_layer_norm(x: torch.Tensor, bias: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """ConvNeXt's LayerNorm: a convolution's bias added, NCHW permuted to NHWC, normalised over C."""
+    y = (x + bias.view(-1, 1, 1)).permute(0, 2, 3, 1)
+    return torch.nn.functional.layer_norm(y, (y.shape[-1],), w, b, 1e-6)
+
+
 class MLPGelu(nn.Module):
     def __init__(self, dim: int = 32, hidden: int = 64) -> None:
         super().__init__()

@@ -66,3 +66,15 @@ def test_gpt_block_forward_and_backward():
     assert regions and all(r["executor"] == "nvfuser" for r in regions), [r["executor_reason"] for r in regions]
     assert all(r["segments"] and len(r["kernels"]) == r["segments"] for r in regions)
     assert report["totals"]["kernels_nvfuser_profiled"] == sum(r["launched_kernels"] for r in regions) > 0
+
+
+def test_channels_last_layer_norm_region_is_one_kernel_and_no_host_segment():
+    """A row-major output of a region with a channels-last input is not pinned with a stride_order,
+    and a bf16 output is not a bf16 -> f32 -> bf16 cast chain: either made nvFuser add a kernel-less
+    host segment (scripts/repros/alias_segments.py). The scenario also checks values and strides."""
+    report = run_scenario("channels_last_layer_norm")
+    (graph,) = report["graphs"]
+    (region,) = graph["regions"]
+    assert region["executor"] == "nvfuser"
+    assert region["segments"] == 1, region["kernels"]
+    assert [k["scheduler"] for k in region["kernels"]] == ["inner_persistent"], region["kernels"]
