@@ -20,6 +20,7 @@
 #   scripts/gpu_evidence.sh s9a      arange as iota, in-place index_add: tests, gradients, kernel tables of losing workloads
 #   scripts/gpu_evidence.sh s9b      segments per region and eager ops of the small models that lose GPU time
 #   scripts/gpu_evidence.sh s9c      kernel-less segments: which output spellings add them; the cast round trip removed
+#   scripts/gpu_evidence.sh rest9    the GPU suite's files after test_gpu_fusion_sharing (suite560 ran out of time)
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
@@ -267,6 +268,16 @@ case "${1:-tests}" in
       grep -c "no kernel" /tmp/k.txt
     done
     echo "elapsed ${SECONDS}s"
+    ;;
+  rest9)
+    # Session 9: the GPU suite's last files (suite560 ran out of time after test_gpu_fusion_sharing).
+    timeout 560 python3 -m pytest -q -m gpu tests/test_gpu_explain.py::test_channels_last_layer_norm_region_is_one_kernel_and_no_host_segment \
+      tests/test_gpu_kernel_cache.py tests/test_gpu_model_grads.py tests/test_gpu_stability.py tests/test_lean_views.py \
+      tests/test_notebook.py tests/test_one_hot_sums.py tests/test_output_aliasing.py tests/test_perf_models.py \
+      tests/test_split_norm_backward.py tests/test_training_extras.py tests/test_unflatten_reductions.py \
+      tests/test_unpermute_reductions.py tests/test_verify_regions.py tests/test_embedding_backward.py tests/test_embedding_saved_rows.py \
+      -p no:cacheprovider --tb=short -rfs --durations=8 > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
+    tail -n 15 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -30
     ;;
   hostdiag)
     # Issue #10/#12: where the host time of a step goes (cProfile per backend), and nvFuser's own
