@@ -13,6 +13,7 @@ One mode per process: nvFuser's profiler and torch.profiler cannot share one (CU
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import sys
 
@@ -59,7 +60,20 @@ def op_table(fn, inst) -> None:
                                                              max_name_column_width=60, max_shapes_column_width=90))
 
 
+class _RebuildLines(logging.Filter):
+    """Passes dynamo_nvf's log lines about first-run layout rebuilds and per-call copies."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return any(k in text for k in ("rebuild", "copied per call", "written by the kernel"))
+
+
 def main(name: str, mode: str) -> None:
+    if os.environ.get("BLOCK_KERNELS_REBUILDS"):  # print the regions whose layouts the first run fixed
+        handler = logging.StreamHandler(sys.stdout)
+        handler.addFilter(_RebuildLines())
+        logging.getLogger("dynamo_nvf").addHandler(handler)
+        logging.getLogger("dynamo_nvf").setLevel(logging.DEBUG)
     inst = REGISTRY[name].instantiate("cuda" if torch.cuda.is_available() else "cpu", tiny=not torch.cuda.is_available())
     if mode == "explain":
         print(dynamo_nvf.explain(inst.fn, *inst.inputs, profiler="nvfuser"))

@@ -21,6 +21,7 @@
 #   scripts/gpu_evidence.sh s9b      segments per region and eager ops of the small models that lose GPU time
 #   scripts/gpu_evidence.sh s9c      kernel-less segments: which output spellings add them; the cast round trip removed
 #   scripts/gpu_evidence.sh rest9    the GPU suite's files after test_gpu_fusion_sharing (suite560 ran out of time)
+#   scripts/gpu_evidence.sh s9d      layout rebuilds of ConvNeXt training after the row-major pin was dropped; tests
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
@@ -278,6 +279,25 @@ case "${1:-tests}" in
       tests/test_unpermute_reductions.py tests/test_verify_regions.py tests/test_embedding_backward.py tests/test_embedding_saved_rows.py \
       -p no:cacheprovider --tb=short -rfs --durations=8 > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
     tail -n 15 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -30
+    ;;
+  s9d)
+    # Session 9: layout rebuilds after the row-major pin was dropped: ConvNeXt training's regions
+    # whose first run was misplaced, and its kernels (147 before, 164 in call 6); tests; blocks.
+    export BLOCK_KERNELS_REBUILDS=1
+    for run in "convnext_train_bf16_small nvf_bookend" "convnext_train_bf16_small nvf_bookend:ops"; do
+      set -- $run
+      echo "=== $run" >> "$OUT/kernels.txt"
+      timeout 120 python3 scripts/block_kernels.py $1 $2 > /tmp/k.txt 2>&1
+      echo "kernels $run rc=$? ${SECONDS}s"; grep -v "_warn_once\|UserWarning" /tmp/k.txt >> "$OUT/kernels.txt"
+      grep -E "TOTAL|rebuild|copied per call|written by" /tmp/k.txt | cut -c1-160 | head -20
+    done
+    unset BLOCK_KERNELS_REBUILDS
+    timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_backend.py tests/test_output_aliasing.py tests/test_lean_views.py \
+      -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 2 "$OUT/tests.log"
+    grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
+    timeout 100 python3 -m perf.grad_check convnext_train_bf16_small nvf_bookend > "$OUT/grad.txt" 2>&1
+    echo "grad rc=$?"; grep -E "within|FAIL|fell back|grad check" "$OUT/grad.txt" | cut -c1-200 | head -4
+    echo "elapsed ${SECONDS}s"
     ;;
   hostdiag)
     # Issue #10/#12: where the host time of a step goes (cProfile per backend), and nvFuser's own
