@@ -114,14 +114,16 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
         ctx.values[node] = _match_dtype(ctx, node, result)
     assert output_node is not None
     layouts: list[Optional[list[int]]] = []
-    # Only outputs whose eager layout is not row-major are pinned (`stride_order`) up front. nvFuser
-    # gives an output the stride order of the input it follows (allocation order inference), which
-    # for a row-major eager output is row-major nearly always, with row-major inputs or not (a
-    # channels-last convolution output permuted to NHWC and normalised over C: row-major). Pinning
-    # such an output anyway made nvFuser add a kernel-less host segment to persistent regions:
-    # 20.0 against 13.1 us of host time per call for ConvNeXt's LayerNorm region (H100,
-    # scripts/repros/alias_segments.py). An output nvFuser still lays out unlike eager is found by
-    # the runtime's first-run check and pinned by a rebuild (`pin`).
+    # With row-major inputs nvFuser allocates outputs row-major, so only other layouts are pinned:
+    # a stride_order on an output can add a kernel-less host segment (ConvNeXt's LayerNorm region,
+    # channels-last input, row-major output: 20.0 us of host time per call pinned, 13.1 not, H100,
+    # scripts/repros/alias_segments.py). Not pinning row-major outputs of regions with other input
+    # layouts (session 9) left nvFuser to infer them, and where it got one wrong, the pinned rebuild
+    # of that one output hit an nvFuser scheduler error in a ConvNeXt backward region ("Vectorized
+    # dim for producer has to be from an inner most position"), which then ran in eager. So such
+    # regions still pin every output. A layout nvFuser gets wrong is fixed by the runtime's
+    # one-time check.
+    row_major_inputs = all(a.is_contiguous() for a in args if isinstance(a, torch.Tensor))
     for index, out in enumerate(output_node.args[0]):
         value = ctx.values[out]
         val = out.meta.get("val")
@@ -135,7 +137,7 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
         if id(value) in inputs:
             value = ctx.ops.set(value)  # nvFuser returns fresh tensors, never its inputs
         row_major = order is not None and order == list(range(val.dim() - 1, -1, -1))
-        if order is not None and val.dim() > 1 and (pinned or not row_major):
+        if order is not None and val.dim() > 1 and (pinned or not (row_major and row_major_inputs)):
             value = ctx.ops.stride_order(value, order)
         layouts.append(order)
         fd.add_output(value)

@@ -272,7 +272,7 @@ case "${1:-tests}" in
     ;;
   rest9)
     # Session 9: the GPU suite's last files (suite560 ran out of time after test_gpu_fusion_sharing).
-    timeout 560 python3 -m pytest -q -m gpu tests/test_gpu_explain.py::test_channels_last_layer_norm_region_is_one_kernel_and_no_host_segment \
+    timeout 560 python3 -m pytest -q -m gpu tests/test_gpu_explain.py::test_channels_last_layer_norm_region_is_one_kernel_without_a_cast_round_trip \
       tests/test_gpu_kernel_cache.py tests/test_gpu_model_grads.py tests/test_gpu_stability.py tests/test_lean_views.py \
       tests/test_notebook.py tests/test_one_hot_sums.py tests/test_output_aliasing.py tests/test_perf_models.py \
       tests/test_split_norm_backward.py tests/test_training_extras.py tests/test_unflatten_reductions.py \

@@ -126,11 +126,6 @@ def _relayout(t: torch.Tensor, order: Sequence[int]) -> torch.Tensor:
     return out
 
 
-def _has_expanded_dims(t: torch.Tensor) -> bool:
-    """A dim of size > 1 with stride 0: nvFuser kept an expanded broadcast where eager is dense."""
-    return any(st == 0 and sz > 1 for sz, st in zip(t.shape, t.stride()))
-
-
 def layout_fixups(outputs: Sequence[torch.Tensor], orders: Sequence[Optional[list[int]]]) -> list[tuple[int, list[int]]]:
     """Outputs nvFuser did not lay out as eager does (dense, in eager's dim order)."""
     return [(i, order) for i, (out, order) in enumerate(zip(outputs, orders))
@@ -543,20 +538,17 @@ class RegionRuntime:
         copied per call, and aliased ones make the region eager (a write to one tensor must never show
         in the other). Returns the outputs to hand back for this call."""
         pinned = frozenset(index for index, _ in entry.fixups)
-        # Only stride-0 (expanded) outputs need the product with ones to be dense; a misplaced dense
-        # output gets just its stride_order, the spelling the builder used to pin up front.
-        expanded = frozenset(index for index in pinned if _has_expanded_dims(outputs[index]))
-        wanted = expanded | aliased
+        wanted = pinned | aliased
         try:
             built = build_fusion(self._nvf, self.eager, args, materialize=wanted, pin=pinned)
             rebuilt = self._compiling_execute(built.fd, args)
             _validate_outputs(rebuilt, self._expected)
             remaining = layout_fixups(rebuilt, built.output_orders)
             still_aliased = self._aliased_outputs(rebuilt, args)
-            for index in wanted | pinned:
+            for index in wanted:
                 torch.testing.assert_close(rebuilt[index], outputs[index], rtol=0, atol=0, equal_nan=True)
         except Exception as exc:
-            log.debug("%s: rebuild of outputs %s failed: %s", self.plan.name, sorted(wanted | pinned), _short_error(exc))
+            log.debug("%s: rebuild of outputs %s failed: %s", self.plan.name, sorted(wanted), _short_error(exc))
             remaining, still_aliased, built = entry.fixups, aliased, None
         if built is None or still_aliased or len(remaining) > len(entry.fixups) or (
                 not aliased and len(remaining) == len(entry.fixups)):
@@ -569,7 +561,7 @@ class RegionRuntime:
                       self.plan.name, sorted(pinned))
             return outputs
         STATS.fusions_built += 1
-        log.debug("%s: outputs %s written by the kernel (no per-call copy, no alias)", self.plan.name, sorted(wanted | pinned))
+        log.debug("%s: outputs %s written by the kernel (no per-call copy, no alias)", self.plan.name, sorted(wanted))
         entry.fd, entry.fec, entry.output_orders = built.fd, built.fd.fec, built.output_orders
         entry.fixups = remaining
         entry.definition = self.plan.definition = built.definition

@@ -49,8 +49,7 @@ def layer_norm_region(round_trip: bool, stride_order: bool):
 def gqa_clone(upcast: bool, ones: bool, stride_order: bool):
     """clone(expand(k)) of LLaMA's repeat_kv, as a region output (eager gives it fresh storage)."""
     with FusionDefinition() as fd:
-        k = fd.define_tensor(shape=[1, -1, 1, -1, -1], contiguity=[None, None, True, True, True], dtype=BF16,
-                             stride_order=[4, 1, 3, 2, 0])
+        k = fd.define_tensor(shape=[1, -1, 1, -1, -1], contiguity=[None, True, None, True, True], dtype=BF16)
         v = fd.ops.cast(k, F32) if upcast else k
         v = fd.ops.expand(v, shape=[1, 2, 4, 256, 64])
         if ones:
