@@ -22,6 +22,7 @@
 #   scripts/gpu_evidence.sh s9c      kernel-less segments: which output spellings add them; the cast round trip removed
 #   scripts/gpu_evidence.sh rest9    the GPU suite's files after test_gpu_fusion_sharing (suite560 ran out of time)
 #   scripts/gpu_evidence.sh s9d      layout rebuilds of ConvNeXt training after the row-major pin was dropped; tests
+#   scripts/gpu_evidence.sh s9e      ConvNeXt training after the pin revert; changed tests; the block table (#11)
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
@@ -297,6 +298,22 @@ case "${1:-tests}" in
     grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
     timeout 100 python3 -m perf.grad_check convnext_train_bf16_small nvf_bookend > "$OUT/grad.txt" 2>&1
     echo "grad rc=$?"; grep -E "within|FAIL|fell back|grad check" "$OUT/grad.txt" | cut -c1-200 | head -4
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s9e)
+    # Session 9, last checks: ConvNeXt training after the pin rule's revert (no region in eager,
+    # kernels), its gradients; the changed tests; issue #11's block table.
+    timeout 100 python3 -m perf.grad_check convnext_train_bf16_small,llama_train_bf16_small nvf_bookend > "$OUT/grad.txt" 2>&1
+    echo "grad rc=$?"; grep -E "within|FAIL|fell back|grad check|runs in eager" "$OUT/grad.txt" | cut -c1-200 | head -6
+    timeout 60 python3 scripts/block_kernels.py convnext_train_bf16_small nvf_bookend > "$OUT/kernels.txt" 2>&1
+    echo "kernels rc=$?"; grep -E "TOTAL|runs in eager" "$OUT/kernels.txt" | cut -c1-200
+    timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_explain.py::test_channels_last_layer_norm_region_is_one_kernel_without_a_cast_round_trip \
+      tests/test_one_hot_sums.py tests/test_embedding_backward.py tests/test_output_aliasing.py tests/test_cross_entropy.py \
+      -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 2 "$OUT/tests.log"
+    grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
+    timeout 230 python3 -m perf --all --tag block --backends eager,inductor,nvf_bookend,nvf_untrimmed --no-host \
+      --time-budget 210 --json "$OUT/blocks11.json" > "$OUT/blocks11.log" 2>&1; echo "blocks11 rc=$?"
+    tail -n 8 "$OUT/blocks11.log"
     echo "elapsed ${SECONDS}s"
     ;;
   hostdiag)
