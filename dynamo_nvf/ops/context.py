@@ -86,8 +86,8 @@ class LoweringContext:
         if upcast is not None and upcast[0] is value and upcast[1].dtype() == target:
             return upcast[1]
         result = self.ops.cast(value, target)
-        if dtype == torch.float32 and isinstance(value, self.nvf.TensorView) and value.dtype() in (
-                self.dtype(torch.bfloat16), self.dtype(torch.float16)):
+        if dtype == torch.float32 and isinstance(value, self.nvf.TensorView) and any(
+                value.dtype() == self.dtype(low) for low in LOW_PRECISION_FLOATS):
             self._upcasts[id(result)] = (result, value)
         return result
 

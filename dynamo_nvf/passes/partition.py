@@ -177,18 +177,16 @@ def _gather_leaves_region(node: Node, group_of: dict[Node, "_Group"]) -> bool:
     return False
 
 
-def _linked(start: Node, order: dict[Node, int], lo: int, hi: int, upstream: bool) -> set[Node]:
-    """Every node that `start` feeds (or, upstream, that feeds it) through anything, within [lo, hi]
-    of graph order."""
+def _walk(start: Node, keep: Callable[[Node], bool], upstream: bool) -> set[Node]:
+    """Every node that `start` feeds (or, upstream, that feeds it) along nodes passing `keep`."""
     neighbours = (lambda n: n.all_input_nodes) if upstream else (lambda n: n.users)
     seen: set[Node] = set()
-    stack = list(neighbours(start))
+    stack = [n for n in neighbours(start) if keep(n)]
     while stack:
         node = stack.pop()
-        if node in seen or not lo <= order.get(node, -1) <= hi:
-            continue
-        seen.add(node)
-        stack.extend(neighbours(node))
+        if node not in seen:
+            seen.add(node)
+            stack.extend(n for n in neighbours(node) if keep(n))
     return seen
 
 
@@ -199,8 +197,9 @@ def _split_feeders(removed: Node, group: "_Group", group_of: dict[Node, "_Group"
     if not group.nodes:
         return
     lo, hi = min(order[n] for n in group.nodes), max(order[n] for n in group.nodes)
-    feeders = _linked(removed, order, lo, hi, upstream=True) & group.nodes
-    readers = _linked(removed, order, lo, hi, upstream=False) & group.nodes
+    within = lambda n: lo <= order.get(n, -1) <= hi  # noqa: E731  (paths through anything in that span)
+    feeders = _walk(removed, within, upstream=True) & group.nodes
+    readers = _walk(removed, within, upstream=False) & group.nodes
     if not feeders or not readers:
         return
     split = _Group(removed)
@@ -229,15 +228,7 @@ def regions_of(gm: GraphModule) -> dict[int, list[Node]]:
 
 def reach(start: Node, members: Collection[Node], upstream: bool = False) -> set[Node]:
     """The nodes of a region that `start` feeds (or, upstream, that feed it), directly or not."""
-    neighbours = (lambda n: n.all_input_nodes) if upstream else (lambda n: n.users)
-    seen: set[Node] = set()
-    stack = [n for n in neighbours(start) if n in members]
-    while stack:
-        node = stack.pop()
-        if node not in seen:
-            seen.add(node)
-            stack.extend(n for n in neighbours(node) if n in members)
-    return seen
+    return _walk(start, members.__contains__, upstream)
 
 
 def set_eager(nodes: Iterable[Node], reason: str) -> None:
