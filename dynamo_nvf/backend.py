@@ -32,6 +32,7 @@ from dynamo_nvf.passes.split_reductions import split_norm_backward
 from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager
 from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
+from dynamo_nvf.passes.unfuse_addmm import NOTES_KEY as UNFUSED_NOTES_KEY, unfuse_addmm_bias
 from dynamo_nvf.passes.unpermute_reductions import unpermute_reductions
 from dynamo_nvf.plan import GraphPlan
 from dynamo_nvf.plan_text import render_plan_text
@@ -49,6 +50,10 @@ _recorder_stack: list["_Recorder"] = []
 
 def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", graph_id: int = 0) -> GraphModule:
     """Partition, bookend and fuse passes; the GraphPlan ends up in `gm.meta["nvf_plan"]`."""
+    notes: list[str] = []
+    if settings.unfuse_addmm_bias:
+        gm = unfuse_addmm_bias(gm, settings.plan_cpu_as_cuda)
+        notes = gm.meta.pop(UNFUSED_NOTES_KEY, [])
     gm = partition_regions(gm, settings)
     gm = keep_known_bugs_eager(gm)
     if settings.unflattens():
@@ -60,6 +65,7 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     gm = bookend_regions(gm, settings)
     gm = fuse_regions(gm, kind, graph_id)
     gm = reinplace_fresh_accumulations(gm)
+    gm.meta[PLAN_KEY].rewrites.extend(notes)
     return gm
 
 
@@ -150,7 +156,7 @@ class _GraphCompiler:
         start = time.perf_counter()
         gm = plan_graph(gm, self.settings, kind, graph_id)
         plan: GraphPlan = gm.meta[PLAN_KEY]
-        plan.rewrites = list(self.rewrites)
+        plan.rewrites = list(self.rewrites) + plan.rewrites
         gm = install_runtimes(gm, plan, self.settings)
         forward: Callable[..., Any] = gm.forward
         if self.settings.lean_views:

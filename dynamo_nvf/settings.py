@@ -144,6 +144,10 @@ class Settings:
     #: of two matmuls around a softmax region. Only where SDPA computes the same function
     #: (`dynamo_nvf/passes/attention.py` lists the conditions); explain() shows each rewrite.
     fuse_attention: bool = True
+    #: Split a float32 `addmm` whose every use is pointwise into `mm` plus a bias add that joins the
+    #: pointwise region after it (inductor's unfuse_bias_add_to_pointwise, with its rule that half and
+    #: bfloat16 addmms stay fused; passes/unfuse_addmm.py says why). False keeps cuBLAS's bias epilogue.
+    unfuse_addmm_bias: bool = True
 
     def unflattens(self) -> bool:
         """Whether the unflatten pass runs."""

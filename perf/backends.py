@@ -165,6 +165,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_addmm_fused",
+            _nvf({"unfuse_addmm_bias": False}),
+            "dynamo_nvf with float32 addmm kept whole (cuBLAS's bias epilogue) instead of its bias add moved "
+            "into the next pointwise region (unfuse_addmm_bias); opt-in",
+            nvf=True,
+        ),
+        Backend(
             "nvf_verify",
             _nvf({"verify_regions": True}),
             "dynamo_nvf checking each region's first nvFuser run against eager (verify_regions); a debugging aid",

@@ -23,6 +23,7 @@
 #   scripts/gpu_evidence.sh rest9    the GPU suite's files after test_gpu_fusion_sharing (suite560 ran out of time)
 #   scripts/gpu_evidence.sh s9d      layout rebuilds of ConvNeXt training after the row-major pin was dropped; tests
 #   scripts/gpu_evidence.sh s9e      ConvNeXt training after the pin revert; changed tests; the block table (#11)
+#   scripts/gpu_evidence.sh s10a     host split of ConvNeXt training; LayerNorm/head kernels per stage; fp32 addmm unfuse
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
@@ -298,6 +299,23 @@ case "${1:-tests}" in
     grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
     timeout 100 python3 -m perf.grad_check convnext_train_bf16_small nvf_bookend > "$OUT/grad.txt" 2>&1
     echo "grad rc=$?"; grep -E "within|FAIL|fell back|grad check" "$OUT/grad.txt" | cut -c1-200 | head -4
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s10a)
+    # Session 10, call 1: where ConvNeXt's training step spends host time (regions against the rest;
+    # op tables of nvf_bookend, eager and inductor), LLaMA and ConvNeXt inference for contrast;
+    # ConvNeXt's LayerNorm and head kernels per stage; the float32 addmm unfuse on the MLP blocks.
+    timeout 150 python3 scripts/repros/ln_shapes.py > "$OUT/ln_shapes.txt" 2>&1; echo "ln rc=$?"
+    grep -v "Warn\|warn" "$OUT/ln_shapes.txt" | tail -n 14
+    for run in "convnext_train_bf16_small --ops" "convnext_train_bf16_small --backend eager --ops" \
+               "convnext_train_bf16_small --backend inductor --ops" "llama_fwd_bf16_small --ops" "convnext_fwd_bf16_small"; do
+      timeout 150 python3 scripts/step_host_split.py $run > /tmp/split.txt 2>&1; echo "split $run rc=$?"
+      grep -v "Warn\|warn\|USDT" /tmp/split.txt >> "$OUT/host_split.txt"
+      grep -E "^step wall|^region calls" /tmp/split.txt
+    done
+    timeout 200 python3 -m perf --only gpt_mlp_fwd_f32 gpt_mlp_train_f32 gpt_mlp_fwd_bf16 --backends inductor,nvf_bookend,nvf_addmm_fused \
+      --no-host --json "$OUT/addmm.json" > "$OUT/addmm.log" 2>&1; echo "addmm rc=$?"
+    sed -n '/GPU time/,/^$/p' "$OUT/addmm.log" | head -20
     echo "elapsed ${SECONDS}s"
     ;;
   s9e)

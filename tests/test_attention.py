@@ -258,14 +258,15 @@ def test_aten_plan_runs_sdpa_in_aten(name):
         assert any(n.op.endswith("_backward.default") for n in ops) == (plan.kind == "backward")
         assert not any(op in ("aten.amax.default", "aten._softmax.default", "aten._softmax_backward_data.default")
                        for op in _aten_ops([plan])), _aten_ops([plan])
-        assert len(plan.rewrites) == 1 and plan.rewrites[0].startswith("attention: ")
+        attention = [r for r in plan.rewrites if not r.startswith("addmm ")]  # a float32 bias may move too
+        assert len(attention) == 1 and attention[0].startswith("attention: "), plan.rewrites
 
 
 def test_explain_shows_the_rewrite():
     model, (x,) = _gpt_attention()
     report = dynamo_nvf.explain(model, x.requires_grad_())
     text = str(report)
-    assert "rewrites (Dynamo graph, before aot_autograd):" in text
+    assert "rewrites (before partitioning):" in text
     assert "became scaled_dot_product_attention(q=q, k=k, v=v, attn_mask=~getitem" in text
     assert SDPA_REASON + " (CPU flash)" in text
     graphs = report.to_dict()["graphs"]
