@@ -22,9 +22,11 @@ from torch.fx import GraphModule
 
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.decompositions import decomposition_table
+from dynamo_nvf.passes import NOTES_KEY
 from dynamo_nvf.passes.attention import REWRITES_KEY, fuse_attention
 from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
+from dynamo_nvf.passes.hoist_permutes import hoist_permutes
 from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.reinplace import reinplace_fresh_accumulations
 from dynamo_nvf.passes.partition import partition_regions
@@ -32,7 +34,7 @@ from dynamo_nvf.passes.split_reductions import split_norm_backward
 from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager
 from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
-from dynamo_nvf.passes.unfuse_addmm import NOTES_KEY as UNFUSED_NOTES_KEY, unfuse_addmm_bias
+from dynamo_nvf.passes.unfuse_addmm import unfuse_addmm_bias
 from dynamo_nvf.passes.unpermute_reductions import unpermute_reductions
 from dynamo_nvf.plan import GraphPlan
 from dynamo_nvf.plan_text import render_plan_text
@@ -50,10 +52,10 @@ _recorder_stack: list["_Recorder"] = []
 
 def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", graph_id: int = 0) -> GraphModule:
     """Partition, bookend and fuse passes; the GraphPlan ends up in `gm.meta["nvf_plan"]`."""
-    notes: list[str] = []
+    notes: list[str] = []  # what the rewriting passes noted, for the plan's rewrites
     if settings.unfuse_addmm_bias:
         gm = unfuse_addmm_bias(gm, settings.plan_cpu_as_cuda)
-        notes = gm.meta.pop(UNFUSED_NOTES_KEY, [])
+        notes += gm.meta.pop(NOTES_KEY, [])
     gm = partition_regions(gm, settings)
     gm = keep_known_bugs_eager(gm)
     if settings.unflattens():
@@ -62,6 +64,9 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     if unpermute_rows is not None:
         gm = unpermute_reductions(gm, unpermute_rows)
     gm = split_norm_backward(gm, settings)
+    if settings.hoist_permutes:
+        gm = hoist_permutes(gm)
+        notes += gm.meta.pop(NOTES_KEY, [])
     gm = bookend_regions(gm, settings)
     gm = fuse_regions(gm, kind, graph_id)
     gm = reinplace_fresh_accumulations(gm)

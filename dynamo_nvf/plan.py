@@ -130,9 +130,10 @@ class GraphPlan:
     cuda_graph: str = ""
     #: Host time of partitioning, bookend, fuse and runtime set-up for this graph.
     planning_ms: Optional[float] = None
-    #: What the passes before partitioning rewrote: on Dynamo's graph, before aot_autograd (attention
-    #: into SDPA, shared by the forward and backward plans of one graph, or why an attention-like chain
-    #: was left alone), and on this aten graph (a float32 addmm's bias moved into a region).
+    #: What the rewriting passes changed: on Dynamo's graph before aot_autograd (attention into SDPA,
+    #: shared by the forward and backward plans of one graph, or why an attention-like chain was left
+    #: alone), and on this aten graph (a float32 addmm's bias moved into a region, a permute hoisted
+    #: onto a region's inputs).
     rewrites: list[str] = field(default_factory=list)
 
     @property

@@ -57,7 +57,7 @@ def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
     if plan.cuda_graph:
         lines.append(f"CUDA graph: {plan.cuda_graph}")
     if plan.rewrites:
-        lines.append("rewrites (before partitioning):")
+        lines.append("rewrites:")
         lines.extend(f"  {r}" for r in plan.rewrites)
     node_rows = [[n.name, n.op, "" if n.region is None else f"region {n.region}",
                   n.reason if n.region is None else ""] for n in plan.nodes]

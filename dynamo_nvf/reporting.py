@@ -176,7 +176,7 @@ def render_html(report: Report) -> str:
         if plan.cuda_graph:
             parts.append(f"<p>CUDA graph: {esc(plan.cuda_graph)}</p>")
         if plan.rewrites:
-            parts.append("<p>rewrites (before partitioning):</p><ul>"
+            parts.append("<p>rewrites:</p><ul>"
                          + "".join(f"<li>{esc(r)}</li>" for r in plan.rewrites) + "</ul>")
         parts.append(f"<div class='dynamo-nvf-graph' style='overflow-x:auto'>{render_plan_svg(plan)}</div>")
         rows = []

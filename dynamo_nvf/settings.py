@@ -148,6 +148,10 @@ class Settings:
     #: pointwise region after it (inductor's unfuse_bias_add_to_pointwise, with its rule that half and
     #: bfloat16 addmms stay fused; passes/unfuse_addmm.py says why). False keeps cuBLAS's bias epilogue.
     unfuse_addmm_bias: bool = True
+    #: Move a permute inside a region above the pointwise ops that feed it, onto the region's inputs,
+    #: where that hands nvFuser row-major inputs (passes/hoist_permutes.py): ConvNeXt's channels-last
+    #: LayerNorms then run at about twice the speed (H100, bf16: 6.08 -> 2.85 us at [2, 96, 56, 56]).
+    hoist_permutes: bool = True
 
     def unflattens(self) -> bool:
         """Whether the unflatten pass runs."""

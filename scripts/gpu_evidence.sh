@@ -24,6 +24,7 @@
 #   scripts/gpu_evidence.sh s9d      layout rebuilds of ConvNeXt training after the row-major pin was dropped; tests
 #   scripts/gpu_evidence.sh s9e      ConvNeXt training after the pin revert; changed tests; the block table (#11)
 #   scripts/gpu_evidence.sh s10a     host split of ConvNeXt training; LayerNorm/head kernels per stage; fp32 addmm unfuse
+#   scripts/gpu_evidence.sh s10b     permutes hoisted onto region inputs: LayerNorm kernels, tests, gradients, ConvNeXt times
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
@@ -299,6 +300,28 @@ case "${1:-tests}" in
     grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
     timeout 100 python3 -m perf.grad_check convnext_train_bf16_small nvf_bookend > "$OUT/grad.txt" 2>&1
     echo "grad rc=$?"; grep -E "within|FAIL|fell back|grad check" "$OUT/grad.txt" | cut -c1-200 | head -4
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s10b)
+    # Session 10, call 3: permutes hoisted onto region inputs (ConvNeXt's channels-last LayerNorms
+    # read the NHWC view) and the float32 addmm unfuse: LayerNorm kernels per stage, GPU tests,
+    # gradients, ConvNeXt kernel tables, ConvNeXt step times interleaved.
+    timeout 150 python3 scripts/repros/ln_shapes.py > "$OUT/ln_shapes.txt" 2>&1; echo "ln rc=$?"
+    grep -v "Warn\|warn" "$OUT/ln_shapes.txt" | tail -n 10
+    timeout 200 python3 -m pytest -q -m gpu tests/test_gpu_explain.py tests/test_gpu_model_grads.py -p no:cacheprovider --tb=short -rfs \
+      > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 2 "$OUT/tests.log"; grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
+    timeout 200 python3 -m perf.grad_check convnext_train_bf16_small,convnext_train_f32_small,gpt_train_f32_small nvf_bookend \
+      > "$OUT/grad.txt" 2>&1; echo "grad rc=$?"; grep -E "within|FAIL|fell back|runs in eager" "$OUT/grad.txt" | cut -c1-200 | head -8
+    for wl in convnext_fwd_bf16_small convnext_train_bf16_small; do
+      echo "=== $wl" >> "$OUT/kernels.txt"
+      timeout 90 python3 scripts/block_kernels.py $wl nvf_bookend 2>&1 | grep -v "_warn_once\|UserWarning" >> "$OUT/kernels.txt"
+      grep -E "TOTAL" "$OUT/kernels.txt" | tail -n 1
+    done
+    timeout 240 python3 -m perf.interleave convnext_fwd_bf16_small,convnext_train_bf16_small \
+      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs --rounds 3 --acceptance \
+      --json "$OUT/il_cnx.json" > "$OUT/il_cnx.log" 2>&1; echo "il rc=$?"
+    sed -n '/^### Acceptance/,/^$/p' "$OUT/il_cnx.log" | head -8; grep "GPU kernel" -A0 "$OUT/il_cnx.log" | head -2
+    grep -E "convnext.*(nvf_bookend|inductor |nvf_cudagraphs|inductor_ro)" "$OUT/il_cnx.log" | tail -n 8
     echo "elapsed ${SECONDS}s"
     ;;
   s10a)

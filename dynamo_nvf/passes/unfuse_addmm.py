@@ -23,13 +23,12 @@ from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.metadata import is_metadata
 from dynamo_nvf.ops.registry import LOWERINGS
+from dynamo_nvf.passes import add_note
 
 aten = torch.ops.aten
 
 #: The note explain() shows for each rewritten addmm (graph plan's `rewrites`).
 NOTE = "addmm {name}: bias add moved out of the matmul into the pointwise region that reads it (float32)"
-#: Where the notes wait for the plan (fuse_regions builds it after this pass).
-NOTES_KEY = "nvf_unfused_addmm"
 #: Dtypes whose addmm is unfused; half and bfloat16 stay fused, as in inductor.
 UNFUSED_DTYPES = frozenset({torch.float32, torch.float64})
 
@@ -68,8 +67,8 @@ def _unfusable(node: Node, on_cuda: bool) -> Optional[tuple[Node, Node, Node]]:
 
 
 def unfuse_addmm_bias(gm: GraphModule, plan_cpu_as_cuda: bool = False) -> GraphModule:
-    """Rewrites each addmm whose uses are all pointwise into mm plus add; notes go to gm.meta[NOTES_KEY]."""
-    notes: list[str] = []
+    """Rewrites each addmm whose uses are all pointwise into mm plus add, with a note for the plan."""
+    rewritten = 0
     for node in list(gm.graph.nodes):
         found = _unfusable(node, plan_cpu_as_cuda)
         if found is None:
@@ -90,9 +89,9 @@ def unfuse_addmm_bias(gm: GraphModule, plan_cpu_as_cuda: bool = False) -> GraphM
                 new.meta["val"] = val
         node.replace_all_uses_with(total)
         gm.graph.erase_node(node)
-        notes.append(NOTE.format(name=node.name))
-    if notes:
+        add_note(gm, NOTE.format(name=node.name))
+        rewritten += 1
+    if rewritten:
         gm.graph.lint()
         gm.recompile()
-    gm.meta[NOTES_KEY] = notes
     return gm

@@ -1,0 +1,77 @@
+"""hoist_permutes: a permute fed by pointwise ops inside a region moves onto the region's inputs where
+that makes them row-major (ConvNeXt's channels-last LayerNorm), so the region reads the NHWC view;
+elsewhere (an NCHW input, a producer read twice, the option off) the region keeps its permute.
+Values and output strides match eager."""
+
+from __future__ import annotations
+
+import torch
+
+from helpers import assert_same_layout, check_inference, check_training
+from programs import bias_permute_layer_norm
+
+PLAN = {"plan_cpu_as_cuda": True}
+
+
+def _inputs(channels_last: bool = True, dtype: torch.dtype = torch.float32):
+    x = torch.randn(2, 8, 5, 5, dtype=dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    return [x, *(torch.randn(8, dtype=dtype) for _ in range(3))]
+
+
+def _region(plans):
+    (plan,) = plans
+    (region,) = plan.regions
+    return plan, region
+
+
+def test_channels_last_layer_norm_reads_the_nhwc_view():
+    inputs = _inputs()
+    plan, region = _region(check_inference(bias_permute_layer_norm, inputs, PLAN))
+    assert "aten.permute.default" not in region.ops, region.ops
+    (x_in,) = [t for t in region.inputs if len(t.shape) == 4 and t.shape[0] == 2]
+    assert list(x_in.shape) == [2, 5, 5, 8] and list(x_in.stride) == [200, 40, 8, 1]  # row-major NHWC
+    assert any(note.startswith("permute ") and "row-major" in note for note in plan.rewrites), plan.rewrites
+    compiled = torch.compile(bias_permute_layer_norm, backend="nvf_bookend", options=PLAN)
+    for _ in range(2):  # fresh inputs
+        fresh = _inputs()
+        got, want = compiled(*fresh), bias_permute_layer_norm(*fresh)
+        torch.testing.assert_close(got, want)
+        assert_same_layout(got, want)
+
+
+def test_a_cast_between_add_and_permute_is_crossed_too():
+    def f(x, bias, w, b):
+        y = (x + bias.view(-1, 1, 1)).float().permute(0, 2, 3, 1)
+        return torch.nn.functional.layer_norm(y, (y.shape[-1],), w.float(), b.float(), 1e-6)
+
+    _, region = _region(check_inference(f, _inputs(dtype=torch.bfloat16), PLAN, rtol=2e-2, atol=2e-2))
+    assert "aten.permute.default" not in region.ops, region.ops
+
+
+def test_nchw_input_keeps_the_permute():
+    _, region = _region(check_inference(bias_permute_layer_norm, _inputs(channels_last=False), PLAN))
+    assert "aten.permute.default" in region.ops
+
+
+def test_a_producer_read_twice_keeps_the_permute():
+    def f(x, bias, w, b):
+        y = x + bias.view(-1, 1, 1)
+        z = torch.nn.functional.layer_norm(y.permute(0, 2, 3, 1), (8,), w, b, 1e-6)
+        return z, y.sum()
+
+    plans = check_inference(f, _inputs(), PLAN)
+    assert any("aten.permute.default" in r.ops for p in plans for r in p.regions)
+    assert not any(n.startswith("permute ") for p in plans for n in p.rewrites)
+
+
+def test_option_off_keeps_the_permute():
+    _, region = _region(check_inference(bias_permute_layer_norm, _inputs(), {**PLAN, "hoist_permutes": False}))
+    assert "aten.permute.default" in region.ops
+
+
+def test_training_gradients_match():
+    torch.manual_seed(0)
+    x, bias, w, b = _inputs()
+    check_training(bias_permute_layer_norm, [x, bias, w, b], PLAN)
