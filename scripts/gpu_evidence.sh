@@ -25,6 +25,8 @@
 #   scripts/gpu_evidence.sh s9e      ConvNeXt training after the pin revert; changed tests; the block table (#11)
 #   scripts/gpu_evidence.sh s10a     host split of ConvNeXt training; LayerNorm/head kernels per stage; fp32 addmm unfuse
 #   scripts/gpu_evidence.sh s10b     permutes hoisted onto region inputs: LayerNorm kernels, tests, gradients, ConvNeXt times
+#   scripts/gpu_evidence.sh s10c     ConvNeXt training after hoisting was limited to forward graphs: gradients, tests
+#   scripts/gpu_evidence.sh s10d     issue #10's table (5 interleaved rounds), then issue #11's block table
 #   scripts/gpu_evidence.sh hostdiag cProfile of vit_fwd host time; nvFuser's own scopes per call/compile (NVFUSER_TRACE)
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
@@ -323,6 +325,28 @@ case "${1:-tests}" in
     sed -n '/^### Acceptance/,/^$/p' "$OUT/il_cnx.log" | head -8; grep "GPU kernel" -A0 "$OUT/il_cnx.log" | head -2
     grep -E "convnext.*(nvf_bookend|inductor |nvf_cudagraphs|inductor_ro)" "$OUT/il_cnx.log" | tail -n 8
     echo "elapsed ${SECONDS}s"
+    ;;
+  s10c)
+    # Session 10, call 4: permutes hoisted in forward graphs only: ConvNeXt training with no region in
+    # eager (gradients, GPU tests that now assert it), its kernels.
+    timeout 200 python3 -m perf.grad_check convnext_train_bf16_small,convnext_train_f32_small nvf_bookend,nvf_cudagraphs \
+      > "$OUT/grad.txt" 2>&1; echo "grad rc=$?"; grep -E "within|FAIL|fell back|runs in eager" "$OUT/grad.txt" | cut -c1-200 | head -8
+    timeout 90 python3 scripts/block_kernels.py convnext_train_bf16_small nvf_bookend 2>&1 | grep -v "_warn_once\|UserWarning" > "$OUT/kernels.txt"
+    grep -E "TOTAL|runs in eager" "$OUT/kernels.txt" | cut -c1-200
+    timeout 260 python3 -m pytest -q -m gpu tests/test_gpu_model_grads.py tests/test_gpu_explain.py -p no:cacheprovider --tb=short -rfs \
+      > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 2 "$OUT/tests.log"; grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s10d)
+    # Session 10, call 5: issue #10's table (5 interleaved rounds) and issue #11's block table.
+    timeout 330 python3 -m perf.interleave \
+      llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small,llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small \
+      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs --rounds ${IL10_ROUNDS:-5} --acceptance \
+      --json "$OUT/il10.json" > "$OUT/il10.log" 2>&1; echo "il10 rc=$?"
+    sed -n '/^### Acceptance/,$p' "$OUT/il10.log"
+    timeout $((585 - SECONDS)) python3 -m perf --all --tag block --backends inductor,nvf_bookend,nvf_untrimmed,eager --no-host \
+      --time-budget $((560 - SECONDS)) --json "$OUT/blocks11.json" > "$OUT/blocks11.log" 2>&1; echo "blocks11 rc=$?"
+    tail -n 8 "$OUT/blocks11.log"; echo "elapsed ${SECONDS}s"
     ;;
   s10a)
     # Session 10, call 1: where ConvNeXt's training step spends host time (regions against the rest;

@@ -71,7 +71,9 @@ def test_option_off_keeps_the_permute():
     assert "aten.permute.default" in region.ops
 
 
-def test_training_gradients_match():
+def test_training_gradients_match_and_only_forward_graphs_hoist():
     torch.manual_seed(0)
     x, bias, w, b = _inputs()
-    check_training(bias_permute_layer_norm, [x, bias, w, b], PLAN)
+    plans = check_training(bias_permute_layer_norm, [x, bias, w, b], PLAN)
+    hoisted = {p.kind: any(n.startswith("permute ") for n in p.rewrites) for p in plans}
+    assert hoisted == {"forward": True, "backward": False}, hoisted

@@ -16,6 +16,12 @@ is row-major once permuted (else the region would read a strided view instead, f
 smaller operands broadcast (they get leading size-1 dims, then the same permute). Elementwise math
 commutes with a permute, so values are unchanged; the region's outputs are the same nodes as before.
 
+Forward and inference graphs only: in ConvNeXt's training step (H100, session 10) two backward
+regions that the pass had rewritten (LayerNorm backwards with the forward's normalisation recomputed,
+several nvFuser segments) failed nvFuser 0.2.36's parallel segment compile (INTERNAL ASSERT,
+fusion_kernel_runtime.cpp:476) and ran in eager, as the same regions did in session 9 when only their
+output layouts changed.
+
 Pure on annotations: GraphModule in (partitioned), GraphModule out.
 """
 
