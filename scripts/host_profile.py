@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from perf.backends import get_backend, reset_compile_state  # noqa: E402
-from perf.measure import backend_step  # noqa: E402
+from perf.measure import backend_step, device_sync  # noqa: E402
 from perf.workloads import REGISTRY  # noqa: E402
 
 
@@ -30,10 +30,7 @@ def profile(workload: str, backend_name: str, steps: int, top: int) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     step = backend_step(backend, REGISTRY[workload].instantiate(device, tiny=device == "cpu"))
 
-    def sync() -> None:
-        if device == "cuda":
-            torch.cuda.synchronize()
-
+    sync = device_sync()
     for _ in range(10):
         step()
     sync()

@@ -28,26 +28,18 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from perf.backends import get_backend, reset_compile_state  # noqa: E402
-from perf.measure import backend_step  # noqa: E402
+from perf.measure import backend_step, device_sync, timed_batches  # noqa: E402
 from perf.workloads import REGISTRY  # noqa: E402
 
 
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+_sync = device_sync()
 
 
 def _wall_us(step, steps: int, rounds: int = 5) -> float:
-    """Median over rounds of the mean step time of `steps` back-to-back steps."""
-    per_round = []
-    for _ in range(rounds):
-        _sync()
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        _sync()
-        per_round.append((time.perf_counter() - start) / steps * 1e6)
-    return statistics.median(per_round)
+    """Median over rounds of the mean step time of `steps` back-to-back steps (perf's timed_batches:
+    each round starts and ends synchronized, the garbage collector off)."""
+    spans = timed_batches(step, rounds, steps, _sync, time.perf_counter)
+    return statistics.median((synced - start) / steps * 1e6 for start, _, synced in spans)
 
 
 def _kernels_of(runtime, args) -> str:

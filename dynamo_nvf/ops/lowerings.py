@@ -14,7 +14,7 @@ from torch.fx import Node
 
 from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS
 from dynamo_nvf.ops.metadata import ARANGES, arange_params
-from dynamo_nvf.ops.registry import register_lowering
+from dynamo_nvf.ops.registry import LOWERINGS, register_lowering
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -414,6 +414,12 @@ DIM_REDUCTIONS = frozenset({aten.sum.dim_IntList, aten.amax.default, aten.amin.d
 def is_reduction(node: Node) -> bool:
     """A reduction over dims (DIM_REDUCTIONS) or a full `sum`."""
     return node.op == "call_function" and (node.target in DIM_REDUCTIONS or node.target is aten.sum.default)
+
+
+def is_pointwise(node: Node) -> bool:
+    """An elementwise op (torch's `pointwise` tag) that has an nvFuser lowering."""
+    return node.op == "call_function" and node.target in LOWERINGS and \
+        torch.Tag.pointwise in getattr(node.target, "tags", ())
 
 
 def reduced_dims(node: Node) -> list[int]:

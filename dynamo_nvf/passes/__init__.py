@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
-from torch.fx import GraphModule
+from typing import Any
+
+from torch.fx import GraphModule, Node
 
 #: gm.meta key of the notes a rewriting pass leaves for the graph's plan (explain() lists them under
-#: "rewrites"); backend.plan_graph moves them into the plan.
+#: "rewrites"): the attention pass's on Dynamo's graph, the aten passes' on aot_autograd's graphs;
+#: backend.py moves them into the plans.
 NOTES_KEY = "nvf_rewrite_notes"
 
 
 def add_note(gm: GraphModule, note: str) -> None:
     """Records what a pass rewrote, for the plan of this graph."""
     gm.meta.setdefault(NOTES_KEY, []).append(note)
+
+
+def call_like(gm: GraphModule, target: Any, args: tuple, like: Node, mode: Any, kwargs: dict | None = None) -> Node:
+    """A new call_function node at the graph's insertion point, with `like`'s annotations (its region,
+    ...) and its fake value computed under `mode` (the graph's FakeTensorMode)."""
+    kwargs = kwargs or {}
+    node = gm.graph.call_function(target, args, kwargs)
+    node.meta.update({k: v for k, v in like.meta.items() if k not in ("val", "tensor_meta")})
+    vals = [a.meta["val"] if isinstance(a, Node) else a for a in args]
+    kvals = {k: (v.meta["val"] if isinstance(v, Node) else v) for k, v in kwargs.items()}
+    with mode:
+        node.meta["val"] = target(*vals, **kvals)
+    return node

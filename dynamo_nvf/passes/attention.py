@@ -41,10 +41,13 @@ import torch.nn.functional as F
 from torch.fx import GraphModule, Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from dynamo_nvf.passes import NOTES_KEY
+
 log = logging.getLogger("dynamo_nvf")
 
-#: gm.meta key: descriptions of what this pass rewrote (or declined to), for explain().
-REWRITES_KEY = "nvf_rewrites"
+#: gm.meta key: descriptions of what this pass rewrote (or declined to), for explain(); the key every
+#: rewriting pass leaves its notes under.
+REWRITES_KEY = NOTES_KEY
 ATTENTION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 #: Canonical names of the callables that spell the ops of an attention chain in Dynamo graphs.

@@ -34,25 +34,22 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.metadata import static_sizes, tensor_val
-from dynamo_nvf.ops.registry import LOWERINGS
-from dynamo_nvf.passes import add_note
+from dynamo_nvf.ops.lowerings import is_pointwise
+from dynamo_nvf.passes import add_note, call_like
 from dynamo_nvf.passes.partition import REGION_KEY
 
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
 
-#: node.meta key on each permute this pass created (explain and tests read it).
-HOISTED_KEY = "nvf_hoisted_permute"
 #: The note explain() shows for each hoist (graph plan's `rewrites`).
 NOTE = "permute {permute}: moved above {op} onto the region's inputs, which it makes row-major"
 
 
 def _pointwise(node: Node) -> bool:
-    if node.op != "call_function" or node.target not in LOWERINGS:
-        return False
-    if node.target is aten._to_copy.default:  # a dtype-only copy is elementwise
+    """is_pointwise, or a dtype-only copy (elementwise too, but not tagged pointwise)."""
+    if node.op == "call_function" and node.target is aten._to_copy.default:
         return set(node.kwargs) <= {"dtype"} and len(node.args) == 1
-    return torch.Tag.pointwise in getattr(node.target, "tags", ())
+    return is_pointwise(node)
 
 
 def _perm(node: Node) -> Optional[list[int]]:
@@ -92,16 +89,6 @@ def _can_hoist(node: Node, perm: list[int], region: Any) -> bool:
     return True
 
 
-def _new(gm: GraphModule, target: Any, args: tuple, kwargs: dict, like: Node, mode: Any) -> Node:
-    node = gm.graph.call_function(target, args, kwargs)
-    node.meta.update({k: v for k, v in like.meta.items() if k not in ("val", "tensor_meta", HOISTED_KEY)})
-    vals = [a.meta["val"] if isinstance(a, Node) else a for a in args]
-    kvals = {k: (v.meta["val"] if isinstance(v, Node) else v) for k, v in kwargs.items()}
-    with mode:
-        node.meta["val"] = target(*vals, **kvals)
-    return node
-
-
 def _hoist(gm: GraphModule, permute: Node, perm: list[int]) -> None:
     """Rewrites `permute(op(a, b, ...))` as `op(permute(a'), permute(b'), ...)`, a' ranked up with 1s."""
     op = permute.args[0]
@@ -114,15 +101,13 @@ def _hoist(gm: GraphModule, permute: Node, perm: list[int]) -> None:
         val = tensor_val(arg)
         src = arg
         if val.dim() < rank:
-            src = _new(gm, aten.view.default, (arg, [1] * (rank - val.dim()) + list(val.shape)), {}, permute, mode)
-        moved = _new(gm, aten.permute.default, (src, list(perm)), {}, permute, mode)
-        moved.meta[HOISTED_KEY] = True
-        return moved
+            src = call_like(gm, aten.view.default, (arg, [1] * (rank - val.dim()) + list(val.shape)), permute, mode)
+        return call_like(gm, aten.permute.default, (src, list(perm)), permute, mode)
 
     with gm.graph.inserting_before(op):
         args = tuple(permuted(a) for a in op.args)
         kwargs = {k: permuted(v) for k, v in op.kwargs.items()}
-        replacement = _new(gm, op.target, args, kwargs, op, mode)
+        replacement = call_like(gm, op.target, args, op, mode, kwargs)
     permute.replace_all_uses_with(replacement)
     gm.graph.erase_node(permute)
     gm.graph.erase_node(op)

@@ -22,8 +22,8 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.metadata import is_metadata
-from dynamo_nvf.ops.registry import LOWERINGS
-from dynamo_nvf.passes import add_note
+from dynamo_nvf.ops.lowerings import is_pointwise
+from dynamo_nvf.passes import add_note, call_like
 
 aten = torch.ops.aten
 
@@ -39,9 +39,7 @@ def _pointwise_use(node: Node) -> bool:
         return False
     if node.target is operator.getitem or is_metadata(node):
         return bool(node.users) and all(_pointwise_use(u) for u in node.users)
-    target = node.target
-    tags = getattr(target, "tags", ())
-    return torch.Tag.pointwise in tags and target in LOWERINGS
+    return is_pointwise(node)
 
 
 def _unfusable(node: Node, on_cuda: bool) -> Optional[tuple[Node, Node, Node]]:
@@ -55,7 +53,8 @@ def _unfusable(node: Node, on_cuda: bool) -> Optional[tuple[Node, Node, Node]]:
         return None
     val = node.meta.get("val")
     bias_val = bias.meta.get("val")
-    if not isinstance(val, torch.Tensor) or not isinstance(bias_val, torch.Tensor):
+    if not isinstance(val, torch.Tensor) or not isinstance(bias_val, torch.Tensor) \
+            or getattr(val, "fake_mode", None) is None:
         return None
     if val.dtype not in UNFUSED_DTYPES or bias_val.dtype != val.dtype:
         return None
@@ -74,19 +73,10 @@ def unfuse_addmm_bias(gm: GraphModule, plan_cpu_as_cuda: bool = False) -> GraphM
         if found is None:
             continue
         bias, mat1, mat2 = found
-        val = node.meta["val"]
-        mode = getattr(val, "fake_mode", None)
+        mode = node.meta["val"].fake_mode
         with gm.graph.inserting_before(node):
-            product = gm.graph.call_function(aten.mm.default, (mat1, mat2))
-            total = gm.graph.call_function(aten.add.Tensor, (product, bias))
-        for new, target, args in ((product, aten.mm.default, (mat1, mat2)), (total, aten.add.Tensor, (product, bias))):
-            new.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
-            if mode is not None:
-                with mode:
-                    vals = [a.meta["val"] if isinstance(a, Node) else a for a in args]
-                    new.meta["val"] = target(*vals)
-            else:
-                new.meta["val"] = val
+            product = call_like(gm, aten.mm.default, (mat1, mat2), node, mode)
+            total = call_like(gm, aten.add.Tensor, (product, bias), node, mode)
         node.replace_all_uses_with(total)
         gm.graph.erase_node(node)
         add_note(gm, NOTE.format(name=node.name))
