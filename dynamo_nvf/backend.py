@@ -24,6 +24,7 @@ from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.decompositions import decomposition_table
 from dynamo_nvf.passes import NOTES_KEY
 from dynamo_nvf.passes.attention import fuse_attention
+from dynamo_nvf.passes.gqa_attention import read_grouped_heads
 from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.hoist_permutes import hoist_permutes
@@ -199,7 +200,9 @@ def nvf_bookend(
     compiler = _GraphCompiler(settings, num_dynamo_inputs=len(example_inputs))
     if settings.fuse_attention:
         gm = fuse_attention(gm, strict=settings.strict)
-        compiler.rewrites = gm.meta.get(NOTES_KEY, [])
+    if settings.grouped_query_attention:
+        gm = read_grouped_heads(gm, strict=settings.strict)
+    compiler.rewrites = gm.meta.get(NOTES_KEY, [])
     compiled = aot_autograd(
         fw_compiler=functools.partial(compiler, kind="forward"),
         bw_compiler=functools.partial(compiler, kind="backward"),

@@ -144,6 +144,11 @@ class Settings:
     #: of two matmuls around a softmax region. Only where SDPA computes the same function
     #: (`dynamo_nvf/passes/attention.py` lists the conditions); explain() shows each rewrite.
     fuse_attention: bool = True
+    #: Hand SDPA the key/value heads of grouped-query attention as they are, with `enable_gqa=True`,
+    #: where the code repeats them first (LLaMA's `repeat_kv`: expand + reshape, or repeat_interleave):
+    #: no K/V copies forward, no sum of their gradients backward. Half precision only, where the
+    #: fused kernels take grouped heads (passes/gqa_attention.py has the conditions and measurements).
+    grouped_query_attention: bool = True
     #: Split a float32 `addmm` whose every use is pointwise into `mm` plus a bias add that joins the
     #: pointwise region after it (inductor's unfuse_bias_add_to_pointwise, with its rule that half and
     #: bfloat16 addmms stay fused; passes/unfuse_addmm.py says why). False keeps cuBLAS's bias epilogue.

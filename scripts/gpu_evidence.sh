@@ -31,6 +31,7 @@
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
 #                                    models in fresh processes; wrapper cost per region with paired batches
+#   scripts/gpu_evidence.sh s11a     grouped-query SDPA and the cut ConvNeXt head backward: tests, gradients, kernels
 #   scripts/gpu_evidence.sh blocks11 every block workload, GPU time against inductor, untrimmed, eager (#11)
 #   scripts/gpu_evidence.sh blockk   kernel tables and segments of the losing training blocks (#11)
 #   scripts/gpu_evidence.sh verify   the GPU suite (440 s), then the bert_train_bf16_large fault repro
@@ -324,6 +325,32 @@ case "${1:-tests}" in
       --json "$OUT/il_cnx.json" > "$OUT/il_cnx.log" 2>&1; echo "il rc=$?"
     sed -n '/^### Acceptance/,/^$/p' "$OUT/il_cnx.log" | head -8; grep "GPU kernel" -A0 "$OUT/il_cnx.log" | head -2
     grep -E "convnext.*(nvf_bookend|inductor |nvf_cudagraphs|inductor_ro)" "$OUT/il_cnx.log" | tail -n 8
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s11a)
+    # Session 11, call 2: SDPA reads grouped K/V heads (enable_gqa) and ConvNeXt's head backward cut
+    # in two instead of eager: GPU tests, gradients, kernels, host split, a short interleave.
+    timeout 200 python3 -m pytest -q -m gpu tests/test_gqa_attention.py tests/test_gpu_model_grads.py tests/test_attention.py \
+      -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 2 "$OUT/tests.log"
+    grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
+    timeout 240 python3 -m perf.grad_check convnext_train_bf16_small,convnext_train_f32_small,llama_train_bf16_small nvf_bookend,nvf_cudagraphs \
+      > "$OUT/grad.txt" 2>&1; echo "grad rc=$?"; grep -E "within|FAIL|fell back|runs in eager" "$OUT/grad.txt" | cut -c1-200 | head -12
+    for wl in llama_fwd_bf16_small llama_train_bf16_small convnext_train_bf16_small; do
+      for b in nvf_bookend inductor; do
+        echo "=== $wl $b" >> "$OUT/kernels.txt"
+        timeout 90 python3 scripts/block_kernels.py $wl $b 2>&1 | grep -v "_warn_once\|UserWarning" >> "$OUT/kernels.txt"
+        echo "$wl $b: $(grep -E "TOTAL" "$OUT/kernels.txt" | tail -n 1)"
+      done
+    done
+    for run in "llama_fwd_bf16_small" "convnext_train_bf16_small"; do
+      timeout 150 python3 scripts/step_host_split.py $run > /tmp/split.txt 2>&1; echo "split $run rc=$?"
+      grep -v "Warn\|warn\|USDT" /tmp/split.txt >> "$OUT/host_split.txt"; grep -E "^step wall|^region calls" /tmp/split.txt
+    done
+    timeout $((590 - SECONDS)) python3 -m perf.interleave llama_fwd_bf16_small,llama_train_bf16_small,convnext_train_bf16_small \
+      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs --rounds 3 --acceptance \
+      --json "$OUT/il.json" > "$OUT/il.log" 2>&1; echo "il rc=$?"
+    sed -n '/^### Acceptance/,/^$/p' "$OUT/il.log" | head -8
+    grep -E "(llama|convnext).*(nvf_bookend|inductor |nvf_cudagraphs|inductor_ro|eager)" "$OUT/il.log" | tail -n 15
     echo "elapsed ${SECONDS}s"
     ;;
   s10c)

@@ -2,7 +2,7 @@
 
 ConvNeXt is the model whose gradients went wrong (2026-11-24, H100): with unflatten_reductions on,
 nvFuser compiled its head-backward region and computed it wrongly, and the last block's gradients
-were 80% off while the loss matched (passes/known_bugs.py now keeps that region in eager). A loss
+were 80% off while the loss matched (passes/known_bugs.py now cuts that region in two). A loss
 check alone does not see that; these tests compare every gradient, each within 4x eager's own bf16
 error.
 """

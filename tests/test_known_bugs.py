@@ -1,10 +1,11 @@
-"""Regions nvFuser is known to compute wrongly stay in eager (passes/known_bugs.py), on the CPU plan."""
+"""Regions nvFuser is known to compute wrongly are cut in two, or else stay in eager
+(passes/known_bugs.py), on the CPU plan."""
 
 import pytest
 import torch
 
 import dynamo_nvf
-from dynamo_nvf.passes.known_bugs import EXPAND_PERMUTE_REDUCTION
+from dynamo_nvf.passes.known_bugs import EXPAND_PERMUTE_REDUCTION, EXPAND_PERMUTE_SPLIT
 from perf.workloads import REGISTRY
 
 
@@ -20,15 +21,31 @@ def _kept_eager(plans) -> list[str]:
     return [n.name for p in plans for n in p.eager_nodes if n.reason == EXPAND_PERMUTE_REDUCTION]
 
 
+def _sums_a_permuted_broadcast(ops: list[str]) -> bool:
+    """An expand, then a permute, then a sum, in a region's graph order."""
+    try:
+        expand = ops.index("aten.expand.default")
+        permute = ops.index("aten.permute.default", expand)
+        return "aten.sum.dim_IntList" in ops[permute:]
+    except ValueError:
+        return False
+
+
 @pytest.mark.parametrize("options", [{}, {"unflatten_reductions": False}, {"cuda_graphs": True},
                                      {"unpermute_reductions": 1, "split_norm_backward_rows": 1 << 40}])
-def test_convnext_head_backward_stays_eager(options):
-    """The head backward spreads the pooled gradient (expand), keeps it, and sums its permute."""
+def test_convnext_head_backward_is_cut_in_two(options):
+    """The head backward spreads the pooled gradient (expand), keeps it, and sums its permute: the
+    sums run in a region of their own, the rest in another, and nothing stays in eager for it."""
     plans = _plans("convnext_train_bf16_small", options)
     backward = next(p for p in plans if p.kind == "backward")
-    assert not any("expand" in r.fx_code and "permute" in r.fx_code and "sum.dim" in r.fx_code
-                   for r in backward.regions), [r.name for r in backward.regions]
-    assert _kept_eager([backward]), "the head's nodes should be eager with the known-bug reason"
+    assert not any(_sums_a_permuted_broadcast(r.ops) for r in backward.regions), [r.ops for r in backward.regions]
+    assert not _kept_eager([backward])
+    cut = [r for r in backward.regions if any(EXPAND_PERMUTE_SPLIT in b for b in r.boundary)]
+    assert len(cut) == 1, [r.boundary for r in backward.regions]
+    assert cut[0].compute_ops.count("aten.sum.dim_IntList") == 2, cut[0].ops
+    # The part that writes the broadcast: the head's LayerNorm backward up to the layer-scale product.
+    (writer,) = [r for r in backward.regions if "aten.expand.default" in r.ops and "aten.clone.default" in r.ops]
+    assert "aten.permute.default" in writer.ops and writer.compute_ops.count("aten.sum.dim_IntList") >= 2
 
 
 @pytest.mark.parametrize("name", ["llama_train_bf16_small", "gpt_train_bf16_small", "bert_train_bf16_small",
@@ -57,10 +74,17 @@ def test_pattern_needs_an_output_of_the_broadcast():
         assert (expand_permute_reduction(members) is not None) is found
 
 
-def _flagged(fn, options=None) -> bool:
+def _plan_of(fn, options=None):
     from helpers import cuda_plans
 
-    return bool(_kept_eager(cuda_plans(fn, (2, 3), (2, 4, 3), options=options or {}, fake=False)))
+    return cuda_plans(fn, (2, 3), (2, 4, 3), options=options or {}, fake=False)
+
+
+def _flagged(fn, options=None) -> bool:
+    """The pattern was found: the region was cut in two, or (where no cut clears it) kept eager."""
+    plans = _plan_of(fn, options)
+    return bool(_kept_eager(plans)) or any(EXPAND_PERMUTE_SPLIT in b for p in plans for r in p.regions
+                                          for b in r.boundary)
 
 
 def test_planned_programs_through_plan_graph():
@@ -81,3 +105,20 @@ def test_planned_programs_through_plan_graph():
     assert _flagged(through_transpose)
     # The check runs before unpermute_reductions could remove the permute it looks for.
     assert _flagged(writes_it, options={"unpermute_reductions": 1})
+
+
+def test_cut_leaves_neither_part_with_the_pattern_and_matches_eager():
+    from helpers import check_training
+
+    def writes_it(x, y):
+        e = (x * 2)[:, :, None].expand(2, 3, 4) / 4
+        return e * 3, (e.permute(0, 2, 1) * y).sum([0, 1])
+
+    plans = _plan_of(writes_it, {"min_region_size": 1})
+    (plan,) = plans
+    assert not _kept_eager(plans)
+    sums = [r for r in plan.regions if "aten.sum.dim_IntList" in r.ops]
+    writers = [r for r in plan.regions if "aten.expand.default" in r.ops]
+    assert len(sums) == 1 and len(writers) == 1 and sums[0] is not writers[0]
+    assert "aten.expand.default" not in sums[0].ops
+    check_training(writes_it, [torch.randn(2, 3), torch.randn(2, 4, 3)], {"plan_cpu_as_cuda": True, "min_region_size": 1})
