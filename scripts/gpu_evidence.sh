@@ -32,6 +32,7 @@
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
 #                                    models in fresh processes; wrapper cost per region with paired batches
 #   scripts/gpu_evidence.sh s11a     grouped-query SDPA and the cut ConvNeXt head backward: tests, gradients, kernels
+#   scripts/gpu_evidence.sh s11b     the head-backward sums recomputing the broadcast: gradients, kernels, tests
 #   scripts/gpu_evidence.sh blocks11 every block workload, GPU time against inductor, untrimmed, eager (#11)
 #   scripts/gpu_evidence.sh blockk   kernel tables and segments of the losing training blocks (#11)
 #   scripts/gpu_evidence.sh verify   the GPU suite (440 s), then the bert_train_bf16_large fault repro
@@ -325,6 +326,17 @@ case "${1:-tests}" in
       --json "$OUT/il_cnx.json" > "$OUT/il_cnx.log" 2>&1; echo "il rc=$?"
     sed -n '/^### Acceptance/,/^$/p' "$OUT/il_cnx.log" | head -8; grep "GPU kernel" -A0 "$OUT/il_cnx.log" | head -2
     grep -E "convnext.*(nvf_bookend|inductor |nvf_cudagraphs|inductor_ro)" "$OUT/il_cnx.log" | tail -n 8
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s11b)
+    # Session 11, call 3: ConvNeXt's head-backward sums recompute the broadcast from the [N, C]
+    # gradient: gradients, GPU tests, kernels; the GQA and known-bug GPU tests.
+    timeout 240 python3 -m perf.grad_check convnext_train_bf16_small,convnext_train_f32_small nvf_bookend,nvf_cudagraphs \
+      > "$OUT/grad.txt" 2>&1; echo "grad rc=$?"; grep -E "within|FAIL|fell back|runs in eager" "$OUT/grad.txt" | cut -c1-200 | head -12
+    timeout 90 python3 scripts/block_kernels.py convnext_train_bf16_small nvf_bookend 2>&1 | grep -v "_warn_once\|UserWarning" > "$OUT/kernels.txt"
+    grep -E "TOTAL|runs in eager" "$OUT/kernels.txt" | cut -c1-200
+    timeout 200 python3 -m pytest -q -m gpu tests/test_gpu_model_grads.py tests/test_gqa_attention.py -p no:cacheprovider --tb=short -rfs \
+      > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 2 "$OUT/tests.log"; grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
     echo "elapsed ${SECONDS}s"
     ;;
   s11a)

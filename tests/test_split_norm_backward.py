@@ -89,9 +89,9 @@ def test_a_full_size_value_that_cannot_be_copied_refuses_the_split():
     gm = make_fx(f)(torch.randn(8, 16))
     members = {n for n in gm.graph.nodes if n.op == "call_function"}
     (col,) = [n for n in members if split_reductions._is_column_sum(n)]
-    assert split_reductions._feeders([col], members, rows=8) is None
+    assert split_reductions.recomputable_feeders([col], members, rows=8) is None
     (row,) = [n for n in members if split_reductions._is_row_reduction(n)]
-    assert split_reductions._feeders([row], members, rows=8) is None
+    assert split_reductions.recomputable_feeders([row], members, rows=8) is None
 
 
 def test_option_is_validated():

@@ -78,7 +78,7 @@ def _recomputable(node: Node) -> bool:
     return torch.Tag.pointwise in tags or is_metadata(node) or node.target is aten._to_copy.default
 
 
-def _feeders(sums: list[Node], members: set[Node], rows: int) -> Optional[list[Node]]:
+def recomputable_feeders(sums: list[Node], members: set[Node], rows: int) -> Optional[list[Node]]:
     """The region's nodes that `sums` need and the new region recomputes, in no order; None if one
     of them can be neither copied nor read from the old region.
 
@@ -101,6 +101,34 @@ def _feeders(sums: list[Node], members: set[Node], rows: int) -> Optional[list[N
         need.add(node)
         stack.extend(p for p in node.all_input_nodes if p in members)
     return list(need)
+
+
+def recompute_in(gm: GraphModule, consumers: list[Node], per_consumer: dict[Node, Optional[list[Node]]],
+                 region_id: int, order: dict[Node, int]) -> list[Node]:
+    """Copies each consumer's feeders (nodes of the region it leaves, from `recomputable_feeders`) into region
+    `region_id` and points the consumers at the copies; returns the originals copied, in graph order.
+
+    Each copy goes right before the first consumer that needs it: after its inputs (ancestors of that
+    consumer), and after whatever the consumer reads from the old region. A consumer without feeders
+    (None) keeps reading the old region's nodes.
+    """
+    anchor: dict[Node, Node] = {}
+    for node in sorted(consumers, key=order.__getitem__):
+        for feeder in per_consumer.get(node) or ():
+            anchor.setdefault(feeder, node)
+    feeders = sorted(anchor, key=order.__getitem__)
+    copies: dict[Node, Node] = {}
+    for node in feeders:
+        with gm.graph.inserting_before(anchor[node]):
+            copy = gm.graph.node_copy(node, lambda n: copies.get(n, n))
+        copy.meta[REGION_KEY] = region_id
+        copies[node] = copy
+    for node in consumers:
+        if per_consumer.get(node):
+            for old, new in copies.items():
+                if old in node.all_input_nodes:
+                    node.replace_input_with(old, new)
+    return feeders
 
 
 def _tail(node: Node, members: set[Node]) -> Optional[list[Node]]:
@@ -168,28 +196,13 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
             continue
         rows = _rows_and_cols(tensor_val(sums[0].args[0]))[0]
         size_rule = "an unpermuted sum: any size" if unpermuted else f"split_norm_backward_rows={limit}"
-        per_sum = {n: _feeders([n], members, rows) for n in sums}
+        per_sum = {n: recomputable_feeders([n], members, rows) for n in sums}
         if any(f is None for f in per_sum.values()):
             continue
-        # Each copy goes right before the first sum that needs it: after its inputs (ancestors of
-        # that sum), and after whatever the sum reads from the old region.
-        anchor: dict[Node, Node] = {}
-        for node in sorted(sums, key=order.__getitem__):
-            for feeder in per_sum[node]:
-                anchor.setdefault(feeder, node)
-        feeders = sorted(anchor, key=order.__getitem__)
-        copies: dict[Node, Node] = {}
-        for node in feeders:
-            with gm.graph.inserting_before(anchor[node]):
-                copy = gm.graph.node_copy(node, lambda n: copies.get(n, n))
-            copy.meta[REGION_KEY] = next_id
-            copies[node] = copy
+        feeders = recompute_in(gm, sums, per_sum, next_id, order)
         for node in tails:
             node.meta[REGION_KEY] = next_id
         for node in sums:
-            for old, new in copies.items():
-                if old in node.all_input_nodes:
-                    node.replace_input_with(old, new)
             node.meta[REGION_KEY] = next_id
             node.meta.setdefault(SPLIT_KEY, []).append(
                 (nodes[0].name, f"split from the region of {nodes[0].name}: its column sums over {rows} rows "
