@@ -165,6 +165,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_repeat_kv",
+            _nvf({"grouped_query_attention": False}),
+            "dynamo_nvf with grouped-query K/V heads repeated before SDPA, as the model writes it, instead of "
+            "read as they are with enable_gqa (grouped_query_attention); opt-in",
+            nvf=True,
+        ),
+        Backend(
             "nvf_addmm_fused",
             _nvf({"unfuse_addmm_bias": False}),
             "dynamo_nvf with float32 addmm kept whole (cuBLAS's bias epilogue) instead of its bias add moved "

@@ -283,7 +283,7 @@ case "${1:-tests}" in
       tests/test_gpu_kernel_cache.py tests/test_gpu_model_grads.py tests/test_gpu_stability.py tests/test_lean_views.py \
       tests/test_notebook.py tests/test_one_hot_sums.py tests/test_output_aliasing.py tests/test_perf_models.py \
       tests/test_split_norm_backward.py tests/test_training_extras.py tests/test_unflatten_reductions.py \
-      tests/test_unpermute_reductions.py tests/test_verify_regions.py tests/test_embedding_backward.py tests/test_embedding_saved_rows.py \
+      tests/test_unpermute_reductions.py tests/test_verify_regions.py tests/test_embedding_backward.py tests/test_embedding_saved_rows.py tests/test_gqa_attention.py \
       -p no:cacheprovider --tb=short -rfs --durations=8 > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
     tail -n 15 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -30
     ;;
