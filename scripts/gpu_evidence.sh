@@ -33,6 +33,7 @@
 #                                    models in fresh processes; wrapper cost per region with paired batches
 #   scripts/gpu_evidence.sh s11a     grouped-query SDPA and the cut ConvNeXt head backward: tests, gradients, kernels
 #   scripts/gpu_evidence.sh s11b     the head-backward sums recomputing the broadcast: gradients, kernels, tests
+#   scripts/gpu_evidence.sh rest11   the GPU suite's last files after suite560's 560 s, then the block table
 #   scripts/gpu_evidence.sh blocks11 every block workload, GPU time against inductor, untrimmed, eager (#11)
 #   scripts/gpu_evidence.sh blockk   kernel tables and segments of the losing training blocks (#11)
 #   scripts/gpu_evidence.sh verify   the GPU suite (440 s), then the bert_train_bf16_large fault repro
@@ -327,6 +328,18 @@ case "${1:-tests}" in
     sed -n '/^### Acceptance/,/^$/p' "$OUT/il_cnx.log" | head -8; grep "GPU kernel" -A0 "$OUT/il_cnx.log" | head -2
     grep -E "convnext.*(nvf_bookend|inductor |nvf_cudagraphs|inductor_ro)" "$OUT/il_cnx.log" | tail -n 8
     echo "elapsed ${SECONDS}s"
+    ;;
+  rest11)
+    # Session 11: the GPU suite's files after the 318 tests suite560 reached in 560 s, then issue #11's
+    # block table in the time left.
+    timeout 300 python3 -m pytest -q -m gpu tests/test_output_aliasing.py tests/test_perf_models.py \
+      tests/test_split_norm_backward.py tests/test_training_extras.py tests/test_unflatten_reductions.py \
+      tests/test_unpermute_reductions.py tests/test_verify_regions.py \
+      -p no:cacheprovider --tb=short -rfs --durations=8 > "$OUT/gpu_tests_rest.log" 2>&1; echo "gpu tests rc=$?"
+    tail -n 14 "$OUT/gpu_tests_rest.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests_rest.log" | head -30
+    timeout $((585 - SECONDS)) python3 -m perf --all --tag block --backends inductor,nvf_bookend,nvf_untrimmed,eager --no-host \
+      --time-budget $((560 - SECONDS)) --json "$OUT/blocks11.json" > "$OUT/blocks11.log" 2>&1; echo "blocks11 rc=$?"
+    tail -n 8 "$OUT/blocks11.log"; echo "elapsed ${SECONDS}s"
     ;;
   s11b)
     # Session 11, call 3: ConvNeXt's head-backward sums recompute the broadcast from the [N, C]
