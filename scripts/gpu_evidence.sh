@@ -34,6 +34,7 @@
 #   scripts/gpu_evidence.sh s11a     grouped-query SDPA and the cut ConvNeXt head backward: tests, gradients, kernels
 #   scripts/gpu_evidence.sh s11b     the head-backward sums recomputing the broadcast: gradients, kernels, tests
 #   scripts/gpu_evidence.sh rest11   the GPU suite's last files after suite560's 560 s, then the block table
+#   scripts/gpu_evidence.sh s11c     grouped-query SDPA against K/V repeated, side by side (kernels, step time)
 #   scripts/gpu_evidence.sh blocks11 every block workload, GPU time against inductor, untrimmed, eager (#11)
 #   scripts/gpu_evidence.sh blockk   kernel tables and segments of the losing training blocks (#11)
 #   scripts/gpu_evidence.sh verify   the GPU suite (440 s), then the bert_train_bf16_large fault repro
@@ -328,6 +329,20 @@ case "${1:-tests}" in
     sed -n '/^### Acceptance/,/^$/p' "$OUT/il_cnx.log" | head -8; grep "GPU kernel" -A0 "$OUT/il_cnx.log" | head -2
     grep -E "convnext.*(nvf_bookend|inductor |nvf_cudagraphs|inductor_ro)" "$OUT/il_cnx.log" | tail -n 8
     echo "elapsed ${SECONDS}s"
+    ;;
+  s11c)
+    # Session 11: grouped-query SDPA against K/V repeated (nvf_repeat_kv), side by side: kernels and GPU
+    # time per step, then step time interleaved.
+    for wl in llama_fwd_bf16_small llama_train_bf16_small; do
+      for b in nvf_bookend nvf_repeat_kv; do
+        echo "=== $wl $b" >> "$OUT/kernels.txt"
+        timeout 90 python3 scripts/block_kernels.py $wl $b 2>&1 | grep -v "_warn_once\|UserWarning" >> "$OUT/kernels.txt"
+        echo "$wl $b: $(grep -E "TOTAL" "$OUT/kernels.txt" | tail -n 1)"
+      done
+    done
+    timeout $((560 - SECONDS)) python3 -m perf.interleave llama_fwd_bf16_small,llama_train_bf16_small \
+      --backends nvf_repeat_kv,nvf_bookend,inductor --rounds 5 --json "$OUT/il_gqa.json" > "$OUT/il_gqa.log" 2>&1
+    echo "il rc=$?"; grep -E "^\| llama" "$OUT/il_gqa.log" | tail -n 6; echo "elapsed ${SECONDS}s"
     ;;
   rest11)
     # Session 11: the GPU suite's files after the 318 tests suite560 reached in 560 s, then issue #11's

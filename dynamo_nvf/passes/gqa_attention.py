@@ -5,9 +5,13 @@ LLaMA-style code repeats each key/value head `n_rep` times before attention (`re
 `repeat_interleave(x, n_rep, dim=1)`), which writes K and V `n_rep` times over and, in training, sums
 their gradients back. `scaled_dot_product_attention(..., enable_gqa=True)` takes the unrepeated heads
 (query head h reads key/value head h // n_rep, the repeat's own order), so the copies and their
-backward go away. Measured on an H100 (scripts/repros/sdpa_gqa.py, bf16, causal, 2026-11-24): GPU us
-per forward / forward+backward call 66.8 / 587 repeated against 7.5 / 242 with enable_gqa at
-(b2, h8, kv2, s128, d64), 347 / 1025 against 156 / 873 at (b8, h32, kv8, s1024, d128); results equal.
+backward go away. Measured on an H100 (2026-11-24): the LLaMA-style bf16 inference step's GPU time
+96 -> 91.8 us (inductor 91.3; scripts/block_kernels.py) and its RoPE region's host time 90 -> 35 us
+(it no longer carries the K/V repeats); every training gradient within bound (perf.grad_check). In
+training cuDNN reduces dK/dV over the groups itself (fmha_reduce_head, 7 us a step), about what the
+repeat's gradient sums cost. scripts/repros/sdpa_gqa.py times single calls (events after a ~0.1 ms
+GPU spin, so host time past the spin counts too): results equal, enable_gqa faster at every bf16
+shape tried, and in float32 SDPA's math kernel (6632 against 1930 us forward at b8 h32 s1024 d128).
 
 Runs on Dynamo's graph, before aot_autograd and after the attention pass (whose SDPA calls it sees
 too). A call is rewritten only where:
@@ -15,8 +19,7 @@ too). A call is rewritten only where:
   checked on example values (shapes), not only op names, and the query has `h_kv * n_rep` heads;
 * the repeated tensors are read by nothing else (else they are written anyway);
 * q, k and v are float16 or bfloat16: the fused kernels that take grouped heads (cuDNN, flash) are
-  half precision only, and in float32 SDPA would fall back to its math kernel (6632 against 1930 us
-  forward at the large shape above);
+  half precision only, and in float32 SDPA would fall back to its math kernel;
 * tracing the new call, as aot_autograd will, selects a fused attention op, not the math fallback.
 """
 
