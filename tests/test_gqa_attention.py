@@ -55,6 +55,16 @@ class Attention(nn.Module):
         return F.scaled_dot_product_attention(q, self.repeat(k, n_rep), self.repeat(v, n_rep), is_causal=self.causal)
 
 
+class KeyChangedAfterTheRepeat(nn.Module):
+    """A KV-cache-like write into K's source after the repeat copied it: SDPA must see the copy."""
+
+    def forward(self, q, k, v):
+        k = k * 1
+        k4, v4 = repeat_expand(k, 4), repeat_expand(v, 4)
+        k.mul_(-3)
+        return F.scaled_dot_product_attention(q, k4, v4)
+
+
 class KeyUsedTwice(nn.Module):
     def forward(self, q, k, v):
         k4 = repeat_expand(k, 4)
@@ -102,6 +112,7 @@ def test_matcher_reads_the_head_order():
     (Attention(repeat_tiled), _qkv(), None),
     (Attention(repeat_expand), _qkv(torch.float32), "torch.float32 has no fused grouped-query kernel"),
     (KeyUsedTwice(), _qkv(), "the repeated tensors have other users"),
+    (KeyChangedAfterTheRepeat(), _qkv(), "mul_ may change a tensor in place between the repeat and SDPA"),
 ])
 def test_left_alone(module, inputs, note):
     gm = dynamo_graph(module, inputs)
@@ -111,6 +122,12 @@ def test_left_alone(module, inputs, note):
     assert not any(c.kwargs.get("enable_gqa") for c in _sdpa(gm))
     notes = _notes(gm)
     assert (notes == []) if note is None else (len(notes) == 1 and note in notes[0]), notes
+
+
+def test_a_change_in_place_after_the_repeat_keeps_eager_results():
+    module, inputs = KeyChangedAfterTheRepeat(), _qkv()
+    compiled = compile_fn(module, PLAN)
+    torch.testing.assert_close(compiled(*inputs), module(*inputs), rtol=0, atol=0)
 
 
 def _llama(dtype):

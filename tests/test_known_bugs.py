@@ -129,3 +129,25 @@ def test_cut_leaves_neither_part_with_the_pattern_and_matches_eager():
     assert len(sums) == 1 and len(writers) == 1 and "aten.expand.default" in writers[0].ops
     assert _writes_only_sums(sums[0]), [o.shape for o in sums[0].outputs]
     check_training(writes_it, [torch.randn(2, 3), torch.randn(2, 4, 3)], {"plan_cpu_as_cuda": True, "min_region_size": 1})
+
+
+def test_a_cut_whose_copies_bring_the_pattern_back_stays_eager():
+    """Copies of a second broadcast, whose permute the cut-off part also reduces and whose product it
+    writes, would make that part the very fusion nvFuser gets wrong: the region stays in eager."""
+    from helpers import check_training
+
+    def two_broadcasts(x, x2, y):
+        e = (x * 2)[:, :, None].expand(2, 3, 4) / 4
+        e2 = (x2 * 2)[:, :, None].expand(2, 3, 4) / 4
+        r = (e.permute(0, 2, 1) * y).sum([0, 1])
+        r2 = (e2.permute(0, 2, 1) * r).sum([0, 1])
+        return e * 3, e2 + 1, r2, e2 * r[:, None]
+
+    from helpers import cuda_plans
+
+    plans = cuda_plans(two_broadcasts, (2, 3), (2, 3), (2, 4, 3), options={"min_region_size": 1}, fake=False)
+    assert _kept_eager(plans)
+    assert not any("aten.expand.default" in r.ops for p in plans for r in p.regions), \
+        [r.ops for p in plans for r in p.regions]
+    check_training(two_broadcasts, [torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 4, 3)],
+                   {"plan_cpu_as_cuda": True, "min_region_size": 1})

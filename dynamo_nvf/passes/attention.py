@@ -501,7 +501,7 @@ _INPLACE_OPERATORS = frozenset({
 })
 
 
-def _may_mutate(node: Node) -> bool:
+def may_mutate(node: Node) -> bool:
     """An in-place op (or a module call, which could hold one)."""
     if node.op == "call_module":
         return True
@@ -522,7 +522,7 @@ def _check_no_mutation(match: AttentionMatch, nodes: list[Node], order: dict[Nod
     """SDPA reads q, k and the mask where the matmul with v was: nothing may change them in between."""
     first = min(order[n] for n in match.nodes)
     for node in nodes[first:order[match.output]]:
-        if node not in match.nodes and _may_mutate(node):
+        if node not in match.nodes and may_mutate(node):
             raise _Reject(f"{node.name} may change a tensor in place between the two matmuls")
 
 

@@ -37,6 +37,7 @@ from torch.fx import GraphModule, Node
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dynamo_nvf.passes import add_note
+from dynamo_nvf.passes.attention import may_mutate
 
 log = logging.getLogger("dynamo_nvf")
 
@@ -92,7 +93,7 @@ def repeated_heads(node: Any) -> Optional[tuple[Node, int]]:
         return None
     if _is_call(node, (torch.repeat_interleave,), ("repeat_interleave",)):
         args = list(node.args) + [None] * 3
-        source = args[0]
+        source = node.kwargs.get("input", args[0])
         repeats = node.kwargs.get("repeats", args[1])
         dim = node.kwargs.get("dim", args[2])
         src = _value(source)
@@ -102,10 +103,10 @@ def repeated_heads(node: Any) -> Optional[tuple[Node, int]]:
             return None
         wanted = _shape(src)[:-3] + (src.shape[-3] * repeats,) + _shape(src)[-2:]
         return (source, repeats) if _shape(out) == wanted else None
-    if not _is_call(node, _RESHAPES_FUNCTIONS, _RESHAPES_METHODS):
+    if not _is_call(node, _RESHAPES_FUNCTIONS, _RESHAPES_METHODS) or not node.args:
         return None
     expanded = node.args[0]
-    if not _is_call(expanded, (), ("expand",)) or len(expanded.users) != 1:
+    if not _is_call(expanded, (), ("expand",)) or len(expanded.users) != 1 or not expanded.args:
         return None
     inserted = expanded.args[0]
     source = _unsqueezed_at_heads(inserted)
@@ -164,6 +165,23 @@ def _selects_fused_kernel(params: dict[str, Any]) -> bool:
     return recorder.fused
 
 
+def _changed_in_between(sdpa: Node, repeats: tuple[tuple[Node, Node], ...]) -> Optional[Node]:
+    """An op that may change a tensor in place after the first repeat and before SDPA, or None: the
+    repeat copies K and V, so SDPA reading them unrepeated would see the change (a KV-cache write).
+    `repeats` pairs each repeated tensor with its source."""
+    chain: set[Node] = set()
+    for node, source in repeats:
+        while isinstance(node, Node) and node is not source and node not in chain:
+            chain.add(node)
+            node = node.args[0] if node.args else node.kwargs.get("input")
+    nodes = list(sdpa.graph.nodes)
+    first = min(nodes.index(n) for n in chain)
+    for node in nodes[first:nodes.index(sdpa)]:
+        if node not in chain and may_mutate(node):
+            return node
+    return None
+
+
 def _rewrite_reason(node: Node) -> tuple[Optional[tuple[Node, Node]], str]:
     """((k, v) unrepeated, '') where the call can read them with enable_gqa, else (None, why not)."""
     params = _bound(node)
@@ -180,6 +198,9 @@ def _rewrite_reason(node: Node) -> tuple[Optional[tuple[Node, Node]], str]:
         return None, ""
     if len(params["key"].users) != 1 or len(params["value"].users) != 1:
         return None, f"{what} not rewritten: the repeated tensors have other users"
+    changed = _changed_in_between(node, ((params["key"], k), (params["value"], v)))
+    if changed is not None:
+        return None, f"{what} not rewritten: {changed.name} may change a tensor in place between the repeat and SDPA"
     if not (q.dtype == k_val.dtype == v_val.dtype) or q.dtype not in GQA_DTYPES:
         return None, f"{what} not rewritten: {q.dtype} has no fused grouped-query kernel (float16/bfloat16 only)"
     if not _selects_fused_kernel({**params, "key": k, "value": v}):

@@ -119,11 +119,12 @@ def split_off(members: list[Node], expand: Node) -> Optional[list[Node]]:
     return part
 
 
-def _recompute_small_feeders(gm: GraphModule, kept: list[Node], part: list[Node], expand: Node,
-                             region_id: int) -> None:
-    """The moved part computes again, from the small tensor before the broadcast, the pointwise and
-    view nodes it would read from the old region (the permuted broadcast itself), rather than reading
-    them written out: ConvNeXt's layer-scale sum then reads one contiguous NHWC input and the [N, C]
+def _recompute_feeders(gm: GraphModule, kept: list[Node], part: list[Node], expand: Node,
+                       region_id: int) -> None:
+    """The moved part computes again the pointwise and view nodes it would read from the old region
+    (the permuted broadcast itself, from the small tensor before it), rather than reading them written
+    out; what cannot be recomputed it reads from the old region if it is no larger than that small
+    tensor, else it reads everything from the old region: ConvNeXt's layer-scale sum then reads one contiguous NHWC input and the [N, C]
     gradient instead of a materialised NCHW broadcast through a permute (33 us against a few, H100)."""
     source = expand.args[0]
     limit = source.meta["val"].numel() if isinstance(source, Node) and "val" in source.meta else 0
@@ -156,8 +157,17 @@ def keep_known_bugs_eager(gm: GraphModule) -> GraphModule:
                   f"broadcast {found.name} run apart from the nodes that write it ({EXPAND_PERMUTE_SPLIT})")
         for node in part:
             node.meta[REGION_KEY] = next_id
-        _recompute_small_feeders(gm, [n for n in members if n not in set(part)], part, found, next_id)
+        _recompute_feeders(gm, [n for n in members if n not in set(part)], part, found, next_id)
         cut = True
+        # The copies can bring another broadcast into the part cut off (a second one whose permute it
+        # also reduces): then the whole region stays in eager, as it would have without the cut.
+        moved = [n for n in gm.graph.nodes if n.meta.get(REGION_KEY) == next_id]
+        if expand_permute_reduction(moved) is not None:
+            log.info("dynamo_nvf: the region of %s stays in eager: %s", found.name, EXPAND_PERMUTE_REDUCTION)
+            alive = set(gm.graph.nodes)  # the recompute erased originals only the cut part read
+            set_eager([n for n in members if n in alive] + moved, EXPAND_PERMUTE_REDUCTION)
+            next_id += 1
+            continue
         # On its first compute node: a leading view of the part may be trimmed off it later.
         first = next((n for n in part if not is_metadata(n)), part[0])
         first.meta.setdefault(SPLIT_KEY, []).append((members[0].name, reason))
