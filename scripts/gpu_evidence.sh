@@ -332,7 +332,9 @@ case "${1:-tests}" in
     ;;
   s11c)
     # Session 11: grouped-query SDPA against K/V repeated (nvf_repeat_kv), side by side: kernels and GPU
-    # time per step, then step time interleaved.
+    # time per step, then step time interleaved; the GQA GPU test on the final code.
+    timeout 120 python3 -m pytest -q -m gpu tests/test_gqa_attention.py -p no:cacheprovider --tb=short -rfs \
+      > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"
     for wl in llama_fwd_bf16_small llama_train_bf16_small; do
       for b in nvf_bookend nvf_repeat_kv; do
         echo "=== $wl $b" >> "$OUT/kernels.txt"
