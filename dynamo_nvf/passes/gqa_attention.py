@@ -5,13 +5,15 @@ LLaMA-style code repeats each key/value head `n_rep` times before attention (`re
 `repeat_interleave(x, n_rep, dim=1)`), which writes K and V `n_rep` times over and, in training, sums
 their gradients back. `scaled_dot_product_attention(..., enable_gqa=True)` takes the unrepeated heads
 (query head h reads key/value head h // n_rep, the repeat's own order), so the copies and their
-backward go away. Measured on an H100 (2026-11-24): the LLaMA-style bf16 inference step's GPU time
-96 -> 91.8 us (inductor 91.3; scripts/block_kernels.py) and its RoPE region's host time 90 -> 35 us
-(it no longer carries the K/V repeats); every training gradient within bound (perf.grad_check). In
-training cuDNN reduces dK/dV over the groups itself (fmha_reduce_head, 7 us a step), about what the
-repeat's gradient sums cost. scripts/repros/sdpa_gqa.py times single calls (events after a ~0.1 ms
-GPU spin, so host time past the spin counts too): results equal, enable_gqa faster at every bf16
-shape tried, and in float32 SDPA's math kernel (6632 against 1930 us forward at b8 h32 s1024 d128).
+backward go away. Measured on an H100 (2026-11-24, side by side with perf backend nvf_repeat_kv,
+which keeps the repeats): the LLaMA-style bf16 inference step 0.884x the step time (perf.interleave,
+5 rounds, 0.834x to 0.917x), 92.5 against 95.0 us of GPU time and 31 against 33 kernels
+(scripts/block_kernels.py); training unchanged (323.7 against 324.5 us of GPU time, step 0.98x within
+noise): cuDNN reduces dK/dV over the groups itself (fmha_reduce_head, 7 us a step), about what the
+repeat's gradient sums cost. Every training gradient within bound (perf.grad_check).
+scripts/repros/sdpa_gqa.py times single calls (events after a ~0.1 ms GPU spin, so host time past the
+spin counts too): results equal, enable_gqa faster at every bf16 shape tried, and in float32 SDPA's
+math kernel (6632 against 1930 us forward at b8 h32 s1024 d128).
 
 Runs on Dynamo's graph, before aot_autograd and after the attention pass (whose SDPA calls it sees
 too). A call is rewritten only where:
@@ -20,7 +22,8 @@ too). A call is rewritten only where:
 * the repeated tensors are read by nothing else (else they are written anyway);
 * q, k and v are float16 or bfloat16: the fused kernels that take grouped heads (cuDNN, flash) are
   half precision only, and in float32 SDPA would fall back to its math kernel;
-* tracing the new call, as aot_autograd will, selects a fused attention op, not the math fallback.
+* tracing the new call, as aot_autograd will, selects a fused attention op, not the math fallback;
+* nothing may change a tensor in place between the repeat (a copy) and SDPA (a KV-cache write).
 """
 
 from __future__ import annotations
