@@ -68,6 +68,16 @@ untrimmed_live() {  # bookend=False checked live (with re-measurement) against t
     --baseline perf/baseline.json --compare-backend nvf_untrimmed --baseline-backend nvf_bookend \
     --json /tmp/untrimmed_live.json > "$OUT/untrimmed_live.log" 2>&1; echo "untrimmed live rc=$?"
 }
+gradients() {  # perf.grad_check of WORKLOADS under BACKENDS within TIMEOUT s: $OUT/grad.txt and its summary
+  timeout "$3" python3 -m perf.grad_check "$1" "$2" > "$OUT/grad.txt" 2>&1; echo "grad rc=$?"
+  grep -E "within|FAIL|fell back|runs in eager" "$OUT/grad.txt" | cut -c1-200 | head -12
+}
+
+kernel_table() {  # scripts/block_kernels.py WORKLOAD BACKEND appended to $OUT/kernels.txt; prints its total
+  echo "=== $1 $2" >> "$OUT/kernels.txt"
+  timeout 90 python3 scripts/block_kernels.py "$1" "$2" 2>&1 | grep -v "_warn_once\|UserWarning" >> "$OUT/kernels.txt"
+  echo "$1 $2: $(grep -E "TOTAL" "$OUT/kernels.txt" | tail -n 1)"
+}
 case "${1:-tests}" in
   gpu)
     timeout 330 python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfs \
@@ -336,11 +346,7 @@ case "${1:-tests}" in
     timeout 120 python3 -m pytest -q -m gpu tests/test_gqa_attention.py -p no:cacheprovider --tb=short -rfs \
       > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"
     for wl in llama_fwd_bf16_small llama_train_bf16_small; do
-      for b in nvf_bookend nvf_repeat_kv; do
-        echo "=== $wl $b" >> "$OUT/kernels.txt"
-        timeout 90 python3 scripts/block_kernels.py $wl $b 2>&1 | grep -v "_warn_once\|UserWarning" >> "$OUT/kernels.txt"
-        echo "$wl $b: $(grep -E "TOTAL" "$OUT/kernels.txt" | tail -n 1)"
-      done
+      for b in nvf_bookend nvf_repeat_kv; do kernel_table $wl $b; done
     done
     timeout $((560 - SECONDS)) python3 -m perf.interleave llama_fwd_bf16_small,llama_train_bf16_small \
       --backends nvf_repeat_kv,nvf_bookend,inductor --rounds 5 --json "$OUT/il_gqa.json" > "$OUT/il_gqa.log" 2>&1
@@ -361,8 +367,7 @@ case "${1:-tests}" in
   s11b)
     # Session 11, call 3: ConvNeXt's head-backward sums recompute the broadcast from the [N, C]
     # gradient: gradients, GPU tests, kernels; the GQA and known-bug GPU tests.
-    timeout 240 python3 -m perf.grad_check convnext_train_bf16_small,convnext_train_f32_small nvf_bookend,nvf_cudagraphs \
-      > "$OUT/grad.txt" 2>&1; echo "grad rc=$?"; grep -E "within|FAIL|fell back|runs in eager" "$OUT/grad.txt" | cut -c1-200 | head -12
+    gradients convnext_train_bf16_small,convnext_train_f32_small nvf_bookend,nvf_cudagraphs 240
     timeout 90 python3 scripts/block_kernels.py convnext_train_bf16_small nvf_bookend 2>&1 | grep -v "_warn_once\|UserWarning" > "$OUT/kernels.txt"
     grep -E "TOTAL|runs in eager" "$OUT/kernels.txt" | cut -c1-200
     timeout 200 python3 -m pytest -q -m gpu tests/test_gpu_model_grads.py tests/test_gqa_attention.py -p no:cacheprovider --tb=short -rfs \
@@ -375,14 +380,9 @@ case "${1:-tests}" in
     timeout 200 python3 -m pytest -q -m gpu tests/test_gqa_attention.py tests/test_gpu_model_grads.py tests/test_attention.py \
       -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 2 "$OUT/tests.log"
     grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head
-    timeout 240 python3 -m perf.grad_check convnext_train_bf16_small,convnext_train_f32_small,llama_train_bf16_small nvf_bookend,nvf_cudagraphs \
-      > "$OUT/grad.txt" 2>&1; echo "grad rc=$?"; grep -E "within|FAIL|fell back|runs in eager" "$OUT/grad.txt" | cut -c1-200 | head -12
+    gradients convnext_train_bf16_small,convnext_train_f32_small,llama_train_bf16_small nvf_bookend,nvf_cudagraphs 240
     for wl in llama_fwd_bf16_small llama_train_bf16_small convnext_train_bf16_small; do
-      for b in nvf_bookend inductor; do
-        echo "=== $wl $b" >> "$OUT/kernels.txt"
-        timeout 90 python3 scripts/block_kernels.py $wl $b 2>&1 | grep -v "_warn_once\|UserWarning" >> "$OUT/kernels.txt"
-        echo "$wl $b: $(grep -E "TOTAL" "$OUT/kernels.txt" | tail -n 1)"
-      done
+      for b in nvf_bookend inductor; do kernel_table $wl $b; done
     done
     for run in "llama_fwd_bf16_small" "convnext_train_bf16_small"; do
       timeout 150 python3 scripts/step_host_split.py $run > /tmp/split.txt 2>&1; echo "split $run rc=$?"

@@ -34,7 +34,7 @@ import math
 import operator
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
 import torch
 import torch.nn.functional as F
@@ -148,7 +148,8 @@ def _bind(node: Node, name: str) -> dict[str, Any]:
     return bound
 
 
-def _val(node: Any) -> Optional[torch.Tensor]:
+def example_tensor(node: Any) -> Optional[torch.Tensor]:
+    """The tensor a node of Dynamo's graph (or an aten graph) holds at trace time, or None."""
     if not isinstance(node, Node):
         return None
     value = node.meta.get("example_value", node.meta.get("val"))
@@ -156,7 +157,7 @@ def _val(node: Any) -> Optional[torch.Tensor]:
 
 
 def _tensor(node: Any, what: str) -> torch.Tensor:
-    value = _val(node)
+    value = example_tensor(node)
     if value is None:
         raise _Reject(f"{what} has no tensor example value")
     return value
@@ -198,7 +199,7 @@ def _strip_scales(node: Node, scale: float, nodes: list[Node]) -> tuple[Node, fl
             inner, factor = _scale_of(node)
         except _Reject:
             break
-        inner_val, val = _val(inner), _val(node)
+        inner_val, val = example_tensor(inner), example_tensor(node)
         if inner_val is None or val is None or inner_val.dtype != val.dtype or not _same_shape(inner_val, val):
             break
         nodes.append(node)
@@ -209,7 +210,7 @@ def _strip_scales(node: Node, scale: float, nodes: list[Node]) -> tuple[Node, fl
 def _last_two_swapped(node: Node) -> Optional[Node]:
     """The input of a node that swaps the last two dims (transpose, mT, permute), else None."""
     op = _op(node)
-    val = _val(node)
+    val = example_tensor(node)
     if val is None or op not in ("transpose", "mT", "permute"):
         return None
     rank = val.dim()
@@ -432,7 +433,7 @@ def _check_values(match: AttentionMatch, walk: _Scores) -> None:
     for n in match.nodes:
         if n in walk.chain or n is walk.matmul or n is match.output:
             continue
-        val = _val(n)
+        val = example_tensor(n)
         if n is match.softmax or _op(n) in ("cast", "dropout"):
             if (val is None or not _same_shape(val, scores) or val.dtype not in (dtype, torch.float32)
                     or val.device != q.device):
@@ -453,7 +454,7 @@ def _check_values(match: AttentionMatch, walk: _Scores) -> None:
         if walk.mask_kind == "drop":
             # masked_fill(~keep, -inf): SDPA takes `keep` itself.
             inner = walk.mask.args[0] if _op(walk.mask) == "not" and walk.mask.args else None
-            if isinstance(inner, Node) and _val(inner) is not None and _val(inner).dtype == torch.bool:
+            if isinstance(inner, Node) and example_tensor(inner) is not None and example_tensor(inner).dtype == torch.bool:
                 match.nodes.append(walk.mask)
                 match.mask = inner
             else:
@@ -472,11 +473,11 @@ def _layout_unobservable(output: Node) -> bool:
     for user in output.users:
         if _op(user) not in ("transpose", "permute"):
             return False
-        val = _val(user)
+        val = example_tensor(user)
         if val is None or val.dim() != 4 or not _swaps_heads(user):
             return False
         for consumer in user.users:
-            op, cval = _op(consumer), _val(consumer)
+            op, cval = _op(consumer), example_tensor(consumer)
             if op == "contiguous" and cval is not None:
                 continue
             if op != "reshape" or cval is None or cval.dim() >= 4:
@@ -518,12 +519,20 @@ def may_mutate(node: Node) -> bool:
     return False
 
 
+def first_mutation(inside: Collection[Node], end: Node, nodes: list[Node], order: dict[Node, int]) -> Optional[Node]:
+    """The first op other than `inside`'s own that may change a tensor in place between the earliest
+    node of `inside` and `end` (`nodes` in graph order, `order` their positions), or None."""
+    for node in nodes[min(order[n] for n in inside):order[end]]:
+        if node not in inside and may_mutate(node):
+            return node
+    return None
+
+
 def _check_no_mutation(match: AttentionMatch, nodes: list[Node], order: dict[Node, int]) -> None:
     """SDPA reads q, k and the mask where the matmul with v was: nothing may change them in between."""
-    first = min(order[n] for n in match.nodes)
-    for node in nodes[first:order[match.output]]:
-        if node not in match.nodes and may_mutate(node):
-            raise _Reject(f"{node.name} may change a tensor in place between the two matmuls")
+    node = first_mutation(match.nodes, match.output, nodes, order)
+    if node is not None:
+        raise _Reject(f"{node.name} may change a tensor in place between the two matmuls")
 
 
 def find_attention(gm: GraphModule) -> tuple[list[AttentionMatch], list[str]]:

@@ -40,7 +40,8 @@ from torch.fx import GraphModule, Node
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dynamo_nvf.passes import add_note
-from dynamo_nvf.passes.attention import may_mutate
+from dynamo_nvf.passes.attention import example_tensor as _value
+from dynamo_nvf.passes.attention import first_mutation
 
 log = logging.getLogger("dynamo_nvf")
 
@@ -51,11 +52,6 @@ _RESHAPES_FUNCTIONS = (torch.reshape, torch.flatten)
 #: Fused attention ops that read grouped heads; anything else in the trace means the math fallback.
 _FUSED_ATTENTION = ("flash_attention", "cudnn_attention", "efficient_attention")
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-
-
-def _value(node: Any) -> Optional[torch.Tensor]:
-    value = node.meta.get("example_value") if isinstance(node, Node) else None
-    return value if isinstance(value, torch.Tensor) else None
 
 
 def _is_call(node: Any, functions: tuple = (), methods: tuple = ()) -> bool:
@@ -168,7 +164,8 @@ def _selects_fused_kernel(params: dict[str, Any]) -> bool:
     return recorder.fused
 
 
-def _changed_in_between(sdpa: Node, repeats: tuple[tuple[Node, Node], ...]) -> Optional[Node]:
+def _changed_in_between(sdpa: Node, repeats: tuple[tuple[Node, Node], ...], nodes: list[Node],
+                        order: dict[Node, int]) -> Optional[Node]:
     """An op that may change a tensor in place after the first repeat and before SDPA, or None: the
     repeat copies K and V, so SDPA reading them unrepeated would see the change (a KV-cache write).
     `repeats` pairs each repeated tensor with its source."""
@@ -177,16 +174,12 @@ def _changed_in_between(sdpa: Node, repeats: tuple[tuple[Node, Node], ...]) -> O
         while isinstance(node, Node) and node is not source and node not in chain:
             chain.add(node)
             node = node.args[0] if node.args else node.kwargs.get("input")
-    nodes = list(sdpa.graph.nodes)
-    first = min(nodes.index(n) for n in chain)
-    for node in nodes[first:nodes.index(sdpa)]:
-        if node not in chain and may_mutate(node):
-            return node
-    return None
+    return first_mutation(chain, sdpa, nodes, order)
 
 
-def _rewrite_reason(node: Node) -> tuple[Optional[tuple[Node, Node]], str]:
-    """((k, v) unrepeated, '') where the call can read them with enable_gqa, else (None, why not)."""
+def _rewrite_reason(node: Node, nodes: list[Node], order: dict[Node, int]) -> tuple[Optional[tuple[Node, Node]], str]:
+    """((k, v) unrepeated, '') where the call can read them with enable_gqa, else (None, why not);
+    `nodes` are the graph's in order, `order` their positions."""
     params = _bound(node)
     if params.get("enable_gqa"):
         return None, ""
@@ -201,7 +194,7 @@ def _rewrite_reason(node: Node) -> tuple[Optional[tuple[Node, Node]], str]:
         return None, ""
     if len(params["key"].users) != 1 or len(params["value"].users) != 1:
         return None, f"{what} not rewritten: the repeated tensors have other users"
-    changed = _changed_in_between(node, ((params["key"], k), (params["value"], v)))
+    changed = _changed_in_between(node, ((params["key"], k), (params["value"], v)), nodes, order)
     if changed is not None:
         return None, f"{what} not rewritten: {changed.name} may change a tensor in place between the repeat and SDPA"
     if not (q.dtype == k_val.dtype == v_val.dtype) or q.dtype not in GQA_DTYPES:
@@ -218,10 +211,12 @@ def read_grouped_heads(gm: GraphModule, *, strict: bool = False) -> GraphModule:
     Every decision is made before the graph is touched, so an unexpected error while deciding leaves
     the graph as it was, with one warning (raised instead with `strict`)."""
     decided: list[tuple[Node, Node, Node]] = []
+    nodes = list(gm.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
     try:
-        for node in gm.graph.nodes:
+        for node in nodes:
             if _is_call(node, _SDPA):
-                found, why_not = _rewrite_reason(node)
+                found, why_not = _rewrite_reason(node, nodes, order)
                 if found is not None:
                     decided.append((node, *found))
                 elif why_not:

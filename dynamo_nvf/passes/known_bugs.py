@@ -34,7 +34,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import is_reduction
-from dynamo_nvf.ops.metadata import alias_violation, is_metadata
+from dynamo_nvf.ops.metadata import alias_violation, is_metadata, tensor_val
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of, set_eager
 from dynamo_nvf.passes.split_reductions import recompute_in, recomputable_feeders
 
@@ -75,20 +75,16 @@ def expand_permute_reduction(members: list[Node]) -> Optional[Node]:
                 reduced |= {r} | reach(r, inside)
         # An output of the broadcast itself (or of what it feeds before any reduction): the sum's own
         # result leaving the region is fine (a region that only sums was computed right).
-        if not any(_written_out(n, inside) for n in [node, *below] if n not in reduced):
-            continue
-        for permute in below:
-            if permute.op == "call_function" and permute.target in PERMUTES and \
-                    any(is_reduction(n) for n in reach(permute, inside)):
-                return node
+        if any(_written_out(n, inside) for n in [node, *below] if n not in reduced) and \
+                _reductions_of_permutes(below, inside):
+            return node
     return None
 
 
-def _bad_reductions(members: list[Node], expand: Node) -> list[Node]:
-    """The region's reductions of a permute of `expand` (through the region)."""
-    inside = set(members)
-    below = reach(expand, inside)
-    return [r for r in members if r in below and is_reduction(r)
+def _reductions_of_permutes(below: set[Node], inside: set[Node]) -> list[Node]:
+    """The reductions among `below` (what a broadcast feeds in the region `inside`) that read a permute
+    among `below`."""
+    return [r for r in below if is_reduction(r)
             and any(p in below and p.op == "call_function" and p.target in PERMUTES
                     for p in reach(r, inside, upstream=True))]
 
@@ -103,7 +99,7 @@ def split_off(members: list[Node], expand: Node) -> Optional[list[Node]]:
     """
     inside = set(members)
     moved: set[Node] = set()
-    for r in _bad_reductions(members, expand):
+    for r in _reductions_of_permutes(reach(expand, inside), inside):
         moved |= {r} | reach(r, inside)
     changed = True
     while changed:
@@ -124,18 +120,16 @@ def _recompute_feeders(gm: GraphModule, kept: list[Node], part: list[Node], expa
     """The moved part computes again the pointwise and view nodes it would read from the old region
     (the permuted broadcast itself, from the small tensor before it), rather than reading them written
     out; what cannot be recomputed it reads from the old region if it is no larger than that small
-    tensor, else it reads everything from the old region: ConvNeXt's layer-scale sum then reads one contiguous NHWC input and the [N, C]
-    gradient instead of a materialised NCHW broadcast through a permute (33 us against a few, H100)."""
-    source = expand.args[0]
-    limit = source.meta["val"].numel() if isinstance(source, Node) and "val" in source.meta else 0
+    tensor, else it reads everything from the old region. ConvNeXt's layer-scale sum then reads one
+    contiguous NHWC input and the [N, C] gradient instead of a materialised NCHW broadcast through a
+    permute (33 us against a few, H100)."""
+    small = tensor_val(expand.args[0])
+    limit = small.numel() if small is not None else 0
     kept_set = set(kept)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     consumers = [n for n in part if any(p in kept_set for p in n.all_input_nodes)]
     per_consumer = {n: recomputable_feeders([n], kept_set, limit) for n in consumers}
-    copied = recompute_in(gm, consumers, per_consumer, region_id, order)
-    for node in reversed(copied):  # originals only the moved part read
-        if not node.users:
-            gm.graph.erase_node(node)
+    recompute_in(gm, consumers, per_consumer, region_id, order)
 
 
 def keep_known_bugs_eager(gm: GraphModule) -> GraphModule:

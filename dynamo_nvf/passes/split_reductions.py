@@ -104,9 +104,9 @@ def recomputable_feeders(sums: list[Node], members: set[Node], rows: int) -> Opt
 
 
 def recompute_in(gm: GraphModule, consumers: list[Node], per_consumer: dict[Node, Optional[list[Node]]],
-                 region_id: int, order: dict[Node, int]) -> list[Node]:
-    """Copies each consumer's feeders (nodes of the region it leaves, from `recomputable_feeders`) into region
-    `region_id` and points the consumers at the copies; returns the originals copied, in graph order.
+                 region_id: int, order: dict[Node, int]) -> None:
+    """Copies each consumer's feeders (nodes of the region it leaves, from `recomputable_feeders`) into
+    region `region_id`, points the consumers at the copies, and erases the originals nothing reads now.
 
     Each copy goes right before the first consumer that needs it: after its inputs (ancestors of that
     consumer), and after whatever the consumer reads from the old region. A consumer without feeders
@@ -128,7 +128,9 @@ def recompute_in(gm: GraphModule, consumers: list[Node], per_consumer: dict[Node
             for old, new in copies.items():
                 if old in node.all_input_nodes:
                     node.replace_input_with(old, new)
-    return feeders
+    for node in reversed(feeders):  # originals only the consumers read
+        if not node.users:
+            gm.graph.erase_node(node)
 
 
 def _tail(node: Node, members: set[Node]) -> Optional[list[Node]]:
@@ -199,7 +201,7 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
         per_sum = {n: recomputable_feeders([n], members, rows) for n in sums}
         if any(f is None for f in per_sum.values()):
             continue
-        feeders = recompute_in(gm, sums, per_sum, next_id, order)
+        recompute_in(gm, sums, per_sum, next_id, order)
         for node in tails:
             node.meta[REGION_KEY] = next_id
         for node in sums:
@@ -207,9 +209,6 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
             node.meta.setdefault(SPLIT_KEY, []).append(
                 (nodes[0].name, f"split from the region of {nodes[0].name}: its column sums over {rows} rows "
                                 f"({size_rule}) run apart from its row reductions"))
-        for node in reversed(feeders):  # originals now used by nothing (only the sums needed them)
-            if not node.users:
-                gm.graph.erase_node(node)
         next_id += 1
     gm.graph.lint()
     gm.recompile()
