@@ -27,9 +27,11 @@ DEFAULT = [f"{m}_{k}" for m in ("llama", "gpt", "bert", "vit", "convnext")
            for k in ("fwd_bf16_small", "train_bf16_small")]
 
 
-def child(workload: str, backend: str, cache: str, device: str) -> None:
+def child(workload: str, backend: str, cache: str, device: str, regions_out: str = "") -> None:
     """One first call, synchronized; prints a JSON line. `device="cpu"` is a smoke run (tiny shapes,
-    regions planned as for CUDA and run eagerly, no kernel cache)."""
+    regions planned as for CUDA and run eagerly, no kernel cache). With `regions_out`, the first call
+    runs under nvFuser's profiler (each kernel's compile time) and each region's compile is written
+    there as a table: where nvFuser's share of the first call goes, region by region."""
     sys.path.insert(0, str(ROOT))
     import torch
 
@@ -52,12 +54,18 @@ def child(workload: str, backend: str, cache: str, device: str) -> None:
             torch.cuda.synchronize()
 
     sync()
+    from dynamo_nvf.runtime.region import PROFILING
+
+    PROFILING.enabled = bool(regions_out)
     with dynamo_nvf.recording() as rec:
         start = time.perf_counter()
         inst.call(fn)
         sync()
         first = time.perf_counter() - start
+    PROFILING.enabled = False
     regions = [r for p in rec.plans for r in p.regions]
+    if regions_out:
+        Path(regions_out).write_text(region_table(rec.plans))
     split = {
         "planning_s": sum(p.planning_ms or 0.0 for p in rec.plans) / 1e3,
         "definitions_s": sum(r.build_ms or 0.0 for r in regions) / 1e3,
@@ -67,6 +75,25 @@ def child(workload: str, backend: str, cache: str, device: str) -> None:
                                   "regions": len(regions), "distinct_fusions": len({r.fusion_key for r in regions}),
                                   "fusions_built": dynamo_nvf.STATS.fusions_built,
                                   "fusions_reused": dynamo_nvf.STATS.fusions_reused, **split}))
+
+
+def region_table(plans) -> str:
+    """Each region's first run (compile) against its kernels' own compile times, slowest first."""
+    from tabulate import tabulate
+
+    rows = []
+    for plan in plans:
+        for r in plan.regions:
+            kernels = r.launched_kernels
+            rows.append([f"{plan.kind[:3]}{plan.graph_id}", r.name, "reused" if r.fusion_reused else "built",
+                         len(r.compute_ops), r.segments, len(kernels),
+                         round(r.first_run_ms or 0.0), round(sum(k.compile_time_ms for k in r.kernels)),
+                         " ".join(sorted({k.scheduler for k in kernels}))[:60]])
+    rows.sort(key=lambda row: -row[6])
+    total = ["total", "", "", "", "", sum(row[5] for row in rows), sum(row[6] for row in rows),
+             sum(row[7] for row in rows), ""]
+    return tabulate(rows + [total], headers=["graph", "region", "fusion", "ops", "segments", "kernels",
+                                             "first run ms", "kernel compile ms", "schedulers"]) + "\n"
 
 
 def run_child(workload: str, backend: str, cache: str, inductor_cache: str, device: str) -> dict:
@@ -88,9 +115,11 @@ def main() -> None:
     parser.add_argument("--json", default="")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself")
     parser.add_argument("--backends", default="inductor,nvf_bookend")
+    parser.add_argument("--regions", default="", metavar="FILE",
+                        help="with --child: profile the first call and write each region's compile to FILE")
     args = parser.parse_args()
     if args.child:
-        child(*args.child, args.cache, args.device)
+        child(*args.child, args.cache, args.device, args.regions)
         return
     rows = []
     print(f"{'workload':28s} {'inductor cold s':>15s} {'nvf default s':>13s} {'nvf cold s':>10s} {'nvf warm s':>10s} "

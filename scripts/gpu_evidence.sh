@@ -31,6 +31,7 @@
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
 #                                    models in fresh processes; wrapper cost per region with paired batches
+#   scripts/gpu_evidence.sh s12a     first-call compile per region, nvFuser's compile scopes; transformer kernel tables
 #   scripts/gpu_evidence.sh s11a     grouped-query SDPA and the cut ConvNeXt head backward: tests, gradients, kernels
 #   scripts/gpu_evidence.sh s11b     the head-backward sums recomputing the broadcast: gradients, kernels, tests
 #   scripts/gpu_evidence.sh rest11   the GPU suite's last files after suite560's 560 s, then the block table
@@ -351,6 +352,23 @@ case "${1:-tests}" in
     timeout $((560 - SECONDS)) python3 -m perf.interleave llama_fwd_bf16_small,llama_train_bf16_small \
       --backends nvf_repeat_kv,nvf_bookend,inductor --rounds 5 --json "$OUT/il_gqa.json" > "$OUT/il_gqa.log" 2>&1
     echo "il rc=$?"; grep -E "^\| llama" "$OUT/il_gqa.log" | tail -n 6; echo "elapsed ${SECONDS}s"
+    ;;
+  s12a)
+    # Session 12: where a training step's first call goes, region by region (nvFuser's profiler on the
+    # first call: each region's compile against its kernels' own compile times), nvFuser's scopes of
+    # the compiling calls (NVFUSER_TRACE), then kernel tables of the transformer steps that lose GPU
+    # time to inductor (#11).
+    for wl in llama_train_bf16_small bert_train_bf16_small; do
+      TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout 150 python3 scripts/compile_times.py --child $wl nvf_default \
+        --regions "$OUT/regions_$wl.txt" 2>&1 | grep RESULT | cut -c1-400
+      tail -n 1 "$OUT/regions_$wl.txt"
+    done
+    timeout 150 python3 scripts/nvf_trace.py llama_train_bf16_small --steady 2 --top 30 > "$OUT/trace_llama_train.txt" 2>&1
+    echo "trace rc=$?"
+    for wl in bert_train_bf16_small bert_fwd_bf16_small gpt_fwd_bf16_small; do
+      for b in nvf_bookend inductor; do kernel_table $wl $b; done
+    done
+    echo "elapsed ${SECONDS}s"
     ;;
   rest11)
     # Session 11: the GPU suite's files after the 318 tests suite560 reached in 560 s, then issue #11's
