@@ -15,7 +15,7 @@ import torch
 from torch.fx import GraphModule, Node
 from dynamo_nvf._compat import hint_int
 
-from dynamo_nvf.ops.context import LoweringContext, LoweringError
+from dynamo_nvf.ops.context import SEGMENT_INPUTS_KEY, LoweringContext, LoweringError
 from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS, python_scalar_dtype_name
 from dynamo_nvf.ops.metadata import METADATA_OPS
 from dynamo_nvf.ops.registry import LOWERINGS, op_name
@@ -106,7 +106,10 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
         if node.op != "call_function" or node.target not in LOWERINGS:
             raise LoweringError(f"no lowering for {node.format_node()}")
         try:
-            result = LOWERINGS[node.target].lower(ctx, node)
+            if node.meta.get(SEGMENT_INPUTS_KEY):
+                result = _lower_behind_segment_boundary(ctx, node)
+            else:
+                result = LOWERINGS[node.target].lower(ctx, node)
         except LoweringError:
             raise
         except Exception as exc:
@@ -142,6 +145,20 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
         layouts.append(order)
         fd.add_output(value)
     return BuiltFusion(fd=fd, definition="", output_orders=layouts)
+
+
+def _lower_behind_segment_boundary(ctx: LoweringContext, node: Node) -> Any:
+    """Lowers `node` reading each tensor input through `segment_set`: nvFuser writes the input out at
+    the end of one kernel and `node` starts the next. Only this node sees the boundary; the input's
+    other users read it as before."""
+    inputs = [n for n in node.all_input_nodes if n in ctx.values]
+    saved = {n: ctx.values[n] for n in inputs}
+    try:
+        for n in inputs:
+            ctx.values[n] = ctx.behind_segment_boundary(saved[n])
+        return LOWERINGS[node.target].lower(ctx, node)
+    finally:
+        ctx.values.update(saved)
 
 
 #: Ops whose nvFuser lowering is a meta op (set, reshape, permute, slice, broadcast, expand, squeeze,

@@ -92,6 +92,12 @@ class Settings:
     #: into the norm backwards' regions. A region unpermute_reductions rewrote is cut at any size,
     #: graphs or not, unless this is 0.
     split_norm_backward_rows: int = -1
+    #: Without CUDA graphs, where split_norm_backward would cut a norm backward under graphs (the same
+    #: rows rule), keep the region whole and have its column sums read their inputs through nvFuser's
+    #: `segment_set` instead: nvFuser then runs the row part and the column sums as two kernels of one
+    #: region call, the GPU time of the cut without a second region's host time. Opt-in until
+    #: measured (perf backend nvf_segment_norm_bwd).
+    segment_norm_backward: bool = False
     #: Reduce the tensor a flattening view was taken of, over the dims the view merged, instead of the
     #: view (`sum(view(dy, [B*T, C]), [0])` becomes `sum(dy, [0, 1])`; passes/unflatten_reductions.py):
     #: a reshape between reductions makes nvFuser segment the region (every segmented region of a

@@ -124,6 +124,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_segment_norm_bwd",
+            _nvf({"segment_norm_backward": True}),
+            'dynamo_nvf with segment_norm_backward: without graphs, a norm backward\'s column sums behind '
+            'nvFuser\'s segment_set (two kernels, one region call) where graphs would cut the region; opt-in',
+            nvf=True,
+        ),
+        Backend(
             "nvf_split_norm_bwd_cudagraphs",
             _nvf({"split_norm_backward_rows": 1 << 40, "cuda_graphs": True}),
             'nvf_split_norm_bwd with CUDA graphs; opt-in',

@@ -46,8 +46,14 @@ def child(workload: str, backend: str, cache: str, device: str, regions_out: str
         options = {}
     else:
         options = {"kernel_cache": True, "kernel_cache_dir": cache}
-    fn = torch.compile(inst.fn) if backend == "inductor" else torch.compile(inst.fn, backend="nvf_bookend",
-                                                                            options=options)
+    if backend == "inductor":
+        fn = torch.compile(inst.fn)
+    elif backend not in ("nvf_default", "nvf_bookend") and not cpu:  # any other perf backend, as perf runs it
+        from perf.backends import get_backend
+
+        fn = get_backend(backend).wrap(inst.fn)
+    else:
+        fn = torch.compile(inst.fn, backend="nvf_bookend", options=options)
 
     def sync() -> None:
         if not cpu:

@@ -31,6 +31,7 @@
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
 #                                    models in fresh processes; wrapper cost per region with paired batches
+#   scripts/gpu_evidence.sh s12b     segment_norm_backward: tests, gradients, kernels, compile, step time side by side
 #   scripts/gpu_evidence.sh s12a     first-call compile per region, nvFuser's compile scopes; transformer kernel tables
 #   scripts/gpu_evidence.sh s11a     grouped-query SDPA and the cut ConvNeXt head backward: tests, gradients, kernels
 #   scripts/gpu_evidence.sh s11b     the head-backward sums recomputing the broadcast: gradients, kernels, tests
@@ -369,6 +370,22 @@ case "${1:-tests}" in
       for b in nvf_bookend inductor; do kernel_table $wl $b; done
     done
     echo "elapsed ${SECONDS}s"
+    ;;
+  s12b)
+    # Session 12: segment_norm_backward (a norm backward's column sums behind segment_set, one region,
+    # no graphs): its tests, gradients, kernel tables against the default, first-call compile, then
+    # step time side by side.
+    timeout 200 python3 -m pytest -q -m gpu tests/test_split_norm_backward.py -p no:cacheprovider --tb=short -rfs \
+      > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR" "$OUT/tests.log"
+    gradients bert_train_bf16_small,vit_train_bf16_small,gpt_train_bf16_small nvf_segment_norm_bwd 150
+    for wl in bert_train_bf16_small vit_train_bf16_small gpt_train_bf16_small; do
+      for b in nvf_segment_norm_bwd nvf_bookend; do kernel_table $wl $b; done
+    done
+    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout 100 python3 scripts/compile_times.py --child bert_train_bf16_small \
+      nvf_segment_norm_bwd --regions "$OUT/regions_bert_segment.txt" 2>&1 | grep RESULT | cut -c1-300
+    timeout $((585 - SECONDS)) python3 -m perf.interleave bert_train_bf16_small,vit_train_bf16_small,gpt_train_bf16_small \
+      --backends nvf_bookend,nvf_segment_norm_bwd,inductor,eager --rounds 5 --json "$OUT/il_seg.json" > "$OUT/il_seg.log" 2>&1
+    echo "il rc=$?"; grep -E "^\| (bert|vit|gpt)" "$OUT/il_seg.log" | tail -n 12; echo "elapsed ${SECONDS}s"
     ;;
   rest11)
     # Session 11: the GPU suite's files after the 318 tests suite560 reached in 560 s, then issue #11's

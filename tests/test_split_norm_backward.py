@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.passes import split_reductions
 from helpers import DEVICES, check_training, cuda_plans, device_options
 
@@ -164,3 +165,112 @@ def test_dynamic_shapes_are_not_cut_and_do_not_recompile():
             x = torch.randn(rows, 8, 64, requires_grad=True)
             compiled(x).sum().backward()
     assert [p.kind for p in rec.plans] == ["forward", "backward"]
+
+
+# ------------------------------------------------------------------ segment_norm_backward (no graphs)
+
+
+def _backward_plan(options, rows=64):
+    block = NormBlock(64)
+    plans = cuda_plans(lambda x, r: block(x, r), (rows // 16, 16, 64), (rows // 16, 16, 64), train=True,
+                       fake=False, options=options)
+    return next(p for p in plans if p.kind == "backward")
+
+
+def test_segment_option_keeps_one_region_and_marks_its_column_sums():
+    plain = _backward_plan({})
+    marked = _backward_plan({"segment_norm_backward": True})
+    (plain_region,) = plain.regions
+    (region,) = marked.regions  # not cut: one region call
+    assert region.ops == plain_region.ops
+    (note,) = [n for n in marked.rewrites if "kernel boundary" in n]
+    assert note.split(":")[0].count("sum") == 3 and "64 rows" in note, note  # LayerNorm weight, bias; RMSNorm weight
+    assert not any("kernel boundary" in n for n in plain.rewrites)
+    # The boundary changes the definition, so the two never share a compiled fusion.
+    assert region.fusion_key != plain_region.fusion_key
+
+
+def test_segment_option_follows_the_graphs_rule():
+    """Past AUTO_SPLIT_ROWS nothing is marked; under CUDA graphs the region is cut as before."""
+    assert not any("kernel boundary" in n for n in _backward_plan({"segment_norm_backward": True}, rows=2048).rewrites)
+    cut = _backward_plan({"segment_norm_backward": True, "cuda_graphs": True})
+    assert len(cut.regions) == 2 and not any("kernel boundary" in n for n in cut.rewrites)
+
+
+def test_segment_boundary_lowers_to_segment_set():
+    """The lowering puts segment_set in front of a marked node only (an upcast crosses in bf16)."""
+    from types import SimpleNamespace
+
+    from dynamo_nvf.ops.context import SEGMENT_INPUTS_KEY, LoweringContext
+
+    calls = []
+
+    class TV:
+        def __init__(self, name):
+            self.name = name
+
+    ops = SimpleNamespace(segment_set=lambda v: calls.append(v.name) or TV(f"seg({v.name})"))
+    nvf = SimpleNamespace(TensorView=TV)
+    ctx = LoweringContext.__new__(LoweringContext)
+    ctx.nvf, ctx.fd, ctx.ops, ctx.values, ctx.raw_inputs, ctx._upcasts = nvf, None, ops, {}, {}, {}
+    ctx.cast = lambda value, dtype: TV(f"f32({value.name})")
+    low, up = TV("x_bf16"), TV("x_f32")
+    ctx._upcasts[id(up)] = (up, low)
+    assert ctx.behind_segment_boundary(up).name == "f32(seg(x_bf16))"
+    assert ctx.behind_segment_boundary(TV("y")).name == "seg(y)"
+    assert calls == ["x_bf16", "y"]
+    assert SEGMENT_INPUTS_KEY == "nvf_segment_inputs"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_segmented_gradients_match_eager(device, dtype):
+    block = NormBlock(96, dtype=dtype, device=device)
+    x = torch.randn(3, 20, 96, dtype=dtype, device=device)
+    r = torch.randn(3, 20, 96, dtype=dtype, device=device)
+    options = device_options(device, strict=True) | {"segment_norm_backward": True}
+    plans = check_training(block, [x, r], options, params=list(block.parameters()),
+                           reference=copy.deepcopy(block).float())
+    backward = next(p for p in plans if p.kind == "backward")
+    assert len(backward.regions) == 1 and any("kernel boundary" in n for n in backward.rewrites)
+
+
+_SEGMENT_KERNELS = r'''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import dynamo_nvf
+from test_split_norm_backward import NormBlock
+block = NormBlock(768, dtype=torch.bfloat16, device="cuda")
+out = {}
+for name, options in (("plain", {}), ("segmented", {"segment_norm_backward": True})):
+    torch._dynamo.reset()
+    x = torch.randn(2, 256, 768, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    r = torch.randn(2, 256, 768, dtype=torch.bfloat16, device="cuda")
+    report = dynamo_nvf.explain(block, x, r, options=options, profiler="nvfuser")
+    (graph,) = [g for g in report.to_dict()["graphs"] if g["kind"] == "backward"]
+    out[name] = [[k["scheduler"] for k in reg["kernels"] if k["name"]] for reg in graph["regions"]]
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser")
+def test_gpu_segment_boundary_gives_the_column_sums_a_kernel_of_their_own():
+    """BERT-sized (512 rows x 768, bf16): one inner-outer persistent kernel plain; with the option, the
+    same single region runs the column sums in a reduction kernel of their own. In a child process:
+    nvFuser's profiler cannot follow torch.profiler in one process."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run([sys.executable, "-c", _SEGMENT_KERNELS, here], capture_output=True, text=True,
+                          timeout=300, cwd=here)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kernels = json.loads(proc.stdout.strip().splitlines()[-1])
+    (plain,) = kernels["plain"]
+    (segmented,) = kernels["segmented"]
+    assert any("inner_outer" in s for s in plain), kernels
+    assert len(segmented) >= 2 and not any("inner_outer" in s for s in segmented), kernels
+    assert any(s.startswith("reduction") or "reduction" == s for s in segmented), kernels

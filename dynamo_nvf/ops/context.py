@@ -19,6 +19,12 @@ class LoweringError(RuntimeError):
     """A node could not be lowered to nvFuser."""
 
 
+#: Node meta key: the node's tensor inputs reach it through nvFuser's `segment_set`, a boundary that
+#: makes nvFuser end a kernel there and start another within the same fusion (one region call, two
+#: kernels). Set by passes/split_reductions.py; part of the fusion key.
+SEGMENT_INPUTS_KEY = "nvf_segment_inputs"
+
+
 class LoweringContext:
     """What a lowering sees: the fusion being defined and the nvFuser value of each FX node."""
 
@@ -90,6 +96,16 @@ class LoweringContext:
                 value.dtype() == self.dtype(low) for low in LOW_PRECISION_FLOATS):
             self._upcasts[id(result)] = (result, value)
         return result
+
+    def behind_segment_boundary(self, value: Any) -> Any:
+        """`value` through nvFuser's `segment_set` (a kernel boundary). An f32 upcast of a half or
+        bfloat16 value crosses as that value and is upcast again after it: half the bytes written."""
+        if not isinstance(value, self.nvf.TensorView):
+            return value
+        upcast = self._upcasts.get(id(value))
+        if upcast is not None and upcast[0] is value:
+            return self.cast(self.ops.segment_set(upcast[1]), torch.float32)
+        return self.ops.segment_set(value)
 
     def broadcast_to(self, value: Any, src: torch.Tensor, out_shape: Sequence[Any]) -> Any:
         """Broadcasts `value` (eager value `src`) to `out_shape`, aligning trailing dims like aten."""

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
+from dynamo_nvf.ops.context import SEGMENT_INPUTS_KEY
 from dynamo_nvf.ops.registry import op_name
 
 
@@ -50,4 +51,6 @@ def region_fusion_key(region: GraphModule) -> str:
         target = op_name(node.target) if node.op == "call_function" else str(node.op)
         lines.append("|".join((node.op, target, _canonical(node.args, position),
                                _canonical(dict(node.kwargs), position), _value(node.meta.get("val")))))
+        if node.meta.get(SEGMENT_INPUTS_KEY):  # lowered with a kernel boundary in front of it
+            lines[-1] += "|segment"
     return hashlib.sha1("\n".join(lines).encode()).hexdigest()[:16]

@@ -27,11 +27,13 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
+from dynamo_nvf.ops.context import SEGMENT_INPUTS_KEY
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, reduced_dims
 from dynamo_nvf.ops.metadata import is_metadata, static_sizes, tensor_val
+from dynamo_nvf.passes import add_note
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of
 from dynamo_nvf.passes.unpermute_reductions import UNPERMUTED_KEY
-from dynamo_nvf.settings import Settings
+from dynamo_nvf.settings import AUTO_SPLIT_ROWS, Settings
 
 aten = torch.ops.aten
 
@@ -168,6 +170,10 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
     limit = settings.norm_backward_split_rows()
     if settings.split_norm_backward_rows == 0:
         return gm
+    # segment_norm_backward: without graphs, regions the graphs rule would cut get a kernel boundary
+    # in front of their column sums instead (one region, two kernels).
+    mark_rows = (AUTO_SPLIT_ROWS if settings.segment_norm_backward and not settings.cuda_graphs
+                 and settings.split_norm_backward_rows < 0 else 0)
     only_reading_dx = settings.split_norm_backward_rows < 0
     regions = regions_of(gm)
     next_id = max(regions, default=-1) + 1
@@ -175,7 +181,8 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
     for region_id, nodes in list(regions.items()):
         # A region unpermute_reductions rewrote is cut at any size (Settings.unpermute_reductions).
         unpermuted = any(n.meta.get(UNPERMUTED_KEY) for n in nodes)
-        region_limit = math.inf if unpermuted else limit
+        region_limit = math.inf if unpermuted else (limit or mark_rows)
+        mark_only = not unpermuted and not limit
         if region_limit <= 0:
             continue
         if any(_symbolic(n) or any(_symbolic(p) for p in n.all_input_nodes) for n in nodes):
@@ -197,6 +204,12 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
                         and not any(_reads_row_reduction(n, members) for n in sums)):
             continue
         rows = _rows_and_cols(tensor_val(sums[0].args[0]))[0]
+        if mark_only:
+            for node in sums:
+                node.meta[SEGMENT_INPUTS_KEY] = True
+            add_note(gm, f"{', '.join(n.name for n in sums)}: column sums over {rows} rows read their inputs "
+                         f"through a kernel boundary (segment_norm_backward; one region, two kernels)")
+            continue
         size_rule = "an unpermuted sum: any size" if unpermuted else f"split_norm_backward_rows={limit}"
         per_sum = {n: recomputable_feeders([n], members, rows) for n in sums}
         if any(f is None for f in per_sum.values()):
