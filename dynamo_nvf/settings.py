@@ -94,10 +94,15 @@ class Settings:
     split_norm_backward_rows: int = -1
     #: Without CUDA graphs, where split_norm_backward would cut a norm backward under graphs (the same
     #: rows rule), keep the region whole and have its column sums read their inputs through nvFuser's
-    #: `segment_set` instead: nvFuser then runs the row part and the column sums as two kernels of one
-    #: region call, the GPU time of the cut without a second region's host time. Opt-in until
-    #: measured (perf backend nvf_segment_norm_bwd).
-    segment_norm_backward: bool = False
+    #: `segment_set` instead: nvFuser runs the row part and the column sums as separate kernels of one
+    #: region call, most of the cut's GPU time saved without a second region's host time, and smaller
+    #: kernels to compile than the inner-outer persistent one. Why: on an H100 (session 12,
+    #: 2026-11-24, scripts/block_kernels.py and perf.interleave, 5 rounds), against it off (perf
+    #: backend nvf_whole_norm_bwd), GPU time per training step 528.6 -> 470.2 us (BERT-style small,
+    #: 512 rows; inductor 459.3), 376.2 -> 334.3 (ViT-S small, 394 rows) but 333.7 -> 341.5 (GPT-2-style
+    #: small, 256 rows; inductor 359); step time 1.024x, 1.015x, 0.963x (within the rounds' spread);
+    #: nvFuser's first-call compile of the BERT-style step 19.9 -> 15.6 s.
+    segment_norm_backward: bool = True
     #: Reduce the tensor a flattening view was taken of, over the dims the view merged, instead of the
     #: view (`sum(view(dy, [B*T, C]), [0])` becomes `sum(dy, [0, 1])`; passes/unflatten_reductions.py):
     #: a reshape between reductions makes nvFuser segment the region (every segmented region of a

@@ -126,8 +126,15 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "nvf_segment_norm_bwd",
             _nvf({"segment_norm_backward": True}),
-            'dynamo_nvf with segment_norm_backward: without graphs, a norm backward\'s column sums behind '
-            'nvFuser\'s segment_set (two kernels, one region call) where graphs would cut the region; opt-in',
+            'dynamo_nvf with segment_norm_backward on (the default since session 12): without graphs, a norm '
+            'backward\'s column sums behind nvFuser\'s segment_set where graphs would cut the region',
+            nvf=True,
+        ),
+        Backend(
+            "nvf_whole_norm_bwd",
+            _nvf({"segment_norm_backward": False}),
+            'dynamo_nvf with segment_norm_backward off: without graphs, norm backwards as one inner-outer '
+            'persistent kernel (the default before session 12); opt-in',
             nvf=True,
         ),
         Backend(

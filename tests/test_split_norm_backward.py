@@ -178,23 +178,26 @@ def _backward_plan(options, rows=64):
 
 
 def test_segment_option_keeps_one_region_and_marks_its_column_sums():
-    plain = _backward_plan({})
-    marked = _backward_plan({"segment_norm_backward": True})
+    from dynamo_nvf.settings import Settings
+
+    assert Settings().segment_norm_backward  # the default
+    plain = _backward_plan({"segment_norm_backward": False})
+    marked = _backward_plan({})
     (plain_region,) = plain.regions
     (region,) = marked.regions  # not cut: one region call
     assert region.ops == plain_region.ops
-    (note,) = [n for n in marked.rewrites if "kernel boundary" in n]
-    assert note.split(":")[0].count("sum") == 3 and "64 rows" in note, note  # LayerNorm weight, bias; RMSNorm weight
-    assert not any("kernel boundary" in n for n in plain.rewrites)
+    (note,) = [n for n in marked.rewrites if "segment boundary" in n]
+    assert note.split(" over ")[0].count("sum_") == 3 and "64 rows" in note, note  # LayerNorm weight, bias; RMSNorm weight
+    assert not any("segment boundary" in n for n in plain.rewrites)
     # The boundary changes the definition, so the two never share a compiled fusion.
     assert region.fusion_key != plain_region.fusion_key
 
 
 def test_segment_option_follows_the_graphs_rule():
     """Past AUTO_SPLIT_ROWS nothing is marked; under CUDA graphs the region is cut as before."""
-    assert not any("kernel boundary" in n for n in _backward_plan({"segment_norm_backward": True}, rows=2048).rewrites)
+    assert not any("segment boundary" in n for n in _backward_plan({"segment_norm_backward": True}, rows=2048).rewrites)
     cut = _backward_plan({"segment_norm_backward": True, "cuda_graphs": True})
-    assert len(cut.regions) == 2 and not any("kernel boundary" in n for n in cut.rewrites)
+    assert len(cut.regions) == 2 and not any("segment boundary" in n for n in cut.rewrites)
 
 
 def test_segment_boundary_lowers_to_segment_set():
@@ -232,7 +235,7 @@ def test_segmented_gradients_match_eager(device, dtype):
     plans = check_training(block, [x, r], options, params=list(block.parameters()),
                            reference=copy.deepcopy(block).float())
     backward = next(p for p in plans if p.kind == "backward")
-    assert len(backward.regions) == 1 and any("kernel boundary" in n for n in backward.rewrites)
+    assert len(backward.regions) == 1 and any("segment boundary" in n for n in backward.rewrites)
 
 
 _SEGMENT_KERNELS = r'''
@@ -242,7 +245,7 @@ import dynamo_nvf
 from test_split_norm_backward import NormBlock
 block = NormBlock(768, dtype=torch.bfloat16, device="cuda")
 out = {}
-for name, options in (("plain", {}), ("segmented", {"segment_norm_backward": True})):
+for name, options in (("plain", {"segment_norm_backward": False}), ("segmented", {})):
     torch._dynamo.reset()
     x = torch.randn(2, 256, 768, dtype=torch.bfloat16, device="cuda", requires_grad=True)
     r = torch.randn(2, 256, 768, dtype=torch.bfloat16, device="cuda")

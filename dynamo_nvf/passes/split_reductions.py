@@ -207,8 +207,9 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
         if mark_only:
             for node in sums:
                 node.meta[SEGMENT_INPUTS_KEY] = True
-            add_note(gm, f"{', '.join(n.name for n in sums)}: column sums over {rows} rows read their inputs "
-                         f"through a kernel boundary (segment_norm_backward; one region, two kernels)")
+            add_note(gm, f"segment boundary: column sums {', '.join(n.name for n in sums)} over {rows} rows read "
+                         f"their inputs through nvFuser's segment_set (segment_norm_backward: one region, "
+                         f"their own kernels)")
             continue
         size_rule = "an unpermuted sum: any size" if unpermuted else f"split_norm_backward_rows={limit}"
         per_sum = {n: recomputable_feeders([n], members, rows) for n in sums}
