@@ -327,11 +327,8 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
             _torch_profiler_used = True
             _, total, nvf_count, source = _count_kernels(run)
         elif available and profiler == "nvfuser":
-            PROFILING.enabled = True
-            try:
+            with PROFILING.on():
                 run()
-            finally:
-                PROFILING.enabled = False
             source = "nvfuser_direct.PythonProfiler (torch.profiler not used: one CUPTI subscriber per process)"
     breaks = _graph_break_counter() - breaks_before
     stats_after = STATS.snapshot()

@@ -187,6 +187,13 @@ class Settings:
             return self.split_norm_backward_rows
         return AUTO_SPLIT_ROWS if self.cuda_graphs else 0
 
+    def norm_backward_segment_rows(self) -> int:
+        """The row limit of segment_norm_backward's kernel boundaries: the cut's graphs rule, applied
+        where graphs are off (and the cut's limit is automatic); 0 marks nothing."""
+        if self.segment_norm_backward and not self.cuda_graphs and self.split_norm_backward_rows < 0:
+            return AUTO_SPLIT_ROWS
+        return 0
+
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> "Settings":
         """Builds settings from torch.compile's `options`, rejecting unknown names and wrong types."""

@@ -14,6 +14,7 @@ A child run: python scripts/compile_times.py --child WORKLOAD BACKEND [--cache D
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -62,13 +63,11 @@ def child(workload: str, backend: str, cache: str, device: str, regions_out: str
     sync()
     from dynamo_nvf.runtime.region import PROFILING
 
-    PROFILING.enabled = bool(regions_out)
-    with dynamo_nvf.recording() as rec:
+    with dynamo_nvf.recording() as rec, (PROFILING.on() if regions_out else contextlib.nullcontext()):
         start = time.perf_counter()
         inst.call(fn)
         sync()
         first = time.perf_counter() - start
-    PROFILING.enabled = False
     regions = [r for p in rec.plans for r in p.regions]
     if regions_out:
         Path(regions_out).write_text(region_table(rec.plans))

@@ -80,6 +80,10 @@ kernel_table() {  # scripts/block_kernels.py WORKLOAD BACKEND appended to $OUT/k
   timeout 90 python3 scripts/block_kernels.py "$1" "$2" 2>&1 | grep -v "_warn_once\|UserWarning" >> "$OUT/kernels.txt"
   echo "$1 $2: $(grep -E "TOTAL" "$OUT/kernels.txt" | tail -n 1)"
 }
+region_compile() {  # first call of WORKLOAD under BACKEND in a fresh process, regions' compiles to FILE; its RESULT line
+  TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout "$4" python3 scripts/compile_times.py --child "$1" "$2" \
+    --regions "$3" 2>&1 | grep RESULT | cut -c1-400
+}
 case "${1:-tests}" in
   gpu)
     timeout 330 python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfs \
@@ -360,8 +364,7 @@ case "${1:-tests}" in
     # the compiling calls (NVFUSER_TRACE), then kernel tables of the transformer steps that lose GPU
     # time to inductor (#11).
     for wl in llama_train_bf16_small bert_train_bf16_small; do
-      TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout 150 python3 scripts/compile_times.py --child $wl nvf_default \
-        --regions "$OUT/regions_$wl.txt" 2>&1 | grep RESULT | cut -c1-400
+      region_compile $wl nvf_default "$OUT/regions_$wl.txt" 150
       tail -n 1 "$OUT/regions_$wl.txt"
     done
     timeout 150 python3 scripts/nvf_trace.py llama_train_bf16_small --steady 2 --top 30 > "$OUT/trace_llama_train.txt" 2>&1
@@ -381,8 +384,7 @@ case "${1:-tests}" in
     for wl in bert_train_bf16_small vit_train_bf16_small gpt_train_bf16_small; do
       for b in nvf_segment_norm_bwd nvf_bookend; do kernel_table $wl $b; done
     done
-    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout 100 python3 scripts/compile_times.py --child bert_train_bf16_small \
-      nvf_segment_norm_bwd --regions "$OUT/regions_bert_segment.txt" 2>&1 | grep RESULT | cut -c1-300
+    region_compile bert_train_bf16_small nvf_segment_norm_bwd "$OUT/regions_bert_segment.txt" 100
     timeout $((585 - SECONDS)) python3 -m perf.interleave bert_train_bf16_small,vit_train_bf16_small,gpt_train_bf16_small \
       --backends nvf_bookend,nvf_segment_norm_bwd,inductor,eager --rounds 5 --json "$OUT/il_seg.json" > "$OUT/il_seg.log" 2>&1
     echo "il rc=$?"; grep -E "^\| (bert|vit|gpt)" "$OUT/il_seg.log" | tail -n 12; echo "elapsed ${SECONDS}s"

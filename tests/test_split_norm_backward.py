@@ -65,18 +65,23 @@ def test_more_rows_than_the_limit_keep_one_region():
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_split_gradients_match_eager(device, dtype):
+@pytest.mark.parametrize("how, option, regions", [
+    ("cut", {"split_norm_backward_rows": ALWAYS}, 2),  # the column sums in a region of their own
+    ("segmented", {"segment_norm_backward": True}, 1),  # one region, a kernel boundary before them
+])
+def test_split_gradients_match_eager(device, dtype, how, option, regions):
     block = NormBlock(96, dtype=dtype, device=device)
     x = torch.randn(3, 20, 96, dtype=dtype, device=device)
     r = torch.randn(3, 20, 96, dtype=dtype, device=device)
-    options = device_options(device, strict=True) | {"split_norm_backward_rows": ALWAYS}
+    options = device_options(device, strict=True) | option
     # bf16 weight gradients are sums over rows in another order than ATen's fused kernels (on the CPU
     # the regions run as their decomposed graph): judged against an f32 copy, as eager's are (an
     # elementwise bound against eager failed 1 of 96 by one ulp in CI).
     plans = check_training(block, [x, r], options, params=list(block.parameters()),
                            reference=copy.deepcopy(block).float())
     backward = next(p for p in plans if p.kind == "backward")
-    assert len(backward.regions) == 2
+    assert len(backward.regions) == regions
+    assert any("segment boundary" in n for n in backward.rewrites) == (how == "segmented")
 
 
 def test_a_full_size_value_that_cannot_be_copied_refuses_the_split():
@@ -223,19 +228,6 @@ def test_segment_boundary_lowers_to_segment_set():
     assert ctx.behind_segment_boundary(TV("y")).name == "seg(y)"
     assert calls == ["x_bf16", "y"]
     assert SEGMENT_INPUTS_KEY == "nvf_segment_inputs"
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_segmented_gradients_match_eager(device, dtype):
-    block = NormBlock(96, dtype=dtype, device=device)
-    x = torch.randn(3, 20, 96, dtype=dtype, device=device)
-    r = torch.randn(3, 20, 96, dtype=dtype, device=device)
-    options = device_options(device, strict=True) | {"segment_norm_backward": True}
-    plans = check_training(block, [x, r], options, params=list(block.parameters()),
-                           reference=copy.deepcopy(block).float())
-    backward = next(p for p in plans if p.kind == "backward")
-    assert len(backward.regions) == 1 and any("segment boundary" in n for n in backward.rewrites)
 
 
 _SEGMENT_KERNELS = r'''

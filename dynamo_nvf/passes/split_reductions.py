@@ -33,7 +33,7 @@ from dynamo_nvf.ops.metadata import is_metadata, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of
 from dynamo_nvf.passes.unpermute_reductions import UNPERMUTED_KEY
-from dynamo_nvf.settings import AUTO_SPLIT_ROWS, Settings
+from dynamo_nvf.settings import Settings
 
 aten = torch.ops.aten
 
@@ -172,8 +172,7 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
         return gm
     # segment_norm_backward: without graphs, regions the graphs rule would cut get a kernel boundary
     # in front of their column sums instead (one region, two kernels).
-    mark_rows = (AUTO_SPLIT_ROWS if settings.segment_norm_backward and not settings.cuda_graphs
-                 and settings.split_norm_backward_rows < 0 else 0)
+    mark_rows = settings.norm_backward_segment_rows()
     only_reading_dx = settings.split_norm_backward_rows < 0
     regions = regions_of(gm)
     next_id = max(regions, default=-1) + 1

@@ -16,11 +16,12 @@ for a one-kernel fusion) and this wrapper's ~1 us.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import warnings
 from collections import OrderedDict
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from torch.fx import GraphModule
@@ -286,6 +287,15 @@ class _Profiling:
     """Switched on by explain() around the runs it profiles; read on every call, so kept tiny."""
 
     enabled = False
+
+    @contextlib.contextmanager
+    def on(self) -> Iterator[None]:
+        """Profiles the calls made inside (nvFuser's profiler: segments, kernel and compile times)."""
+        self.enabled = True
+        try:
+            yield
+        finally:
+            self.enabled = False
 
 
 PROFILING = _Profiling()
