@@ -21,11 +21,12 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.fx import GraphModule
 
 from dynamo_nvf import nvf as nvf_env
-from dynamo_nvf.decompositions import decomposition_table
+from dynamo_nvf.decompositions import table_for
 from dynamo_nvf.passes import NOTES_KEY
 from dynamo_nvf.passes.attention import fuse_attention
 from dynamo_nvf.passes.gqa_attention import read_grouped_heads
 from dynamo_nvf.passes.bookend import bookend_regions
+from dynamo_nvf.passes.composites import decompose_fused_composites
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.hoist_permutes import hoist_permutes
 from dynamo_nvf.passes.lean_views import reinterpret_views
@@ -57,6 +58,8 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     if settings.unfuse_addmm_bias:
         gm = unfuse_addmm_bias(gm, settings.plan_cpu_as_cuda)
         notes += gm.meta.pop(NOTES_KEY, [])
+    gm = decompose_fused_composites(gm, settings)
+    notes += gm.meta.pop(NOTES_KEY, [])
     gm = partition_regions(gm, settings)
     gm = keep_known_bugs_eager(gm)
     if settings.unflattens():
@@ -187,6 +190,18 @@ class _GraphCompiler:
         return complete and all(not p.regions for p in self.plans)
 
 
+def _has_dynamic_sizes(example_inputs: Sequence[Any]) -> bool:
+    """Whether Dynamo traced with symbolic sizes: then composites are decomposed by aot_autograd
+    (passes/composites.py traces decompositions on static shapes only)."""
+    for value in example_inputs:
+        if isinstance(value, (torch.SymInt, torch.SymFloat)):
+            return True
+        if isinstance(value, torch.Tensor) and not all(
+                isinstance(s, int) for s in (*value.shape, *value.stride(), value.storage_offset())):
+            return True
+    return False
+
+
 def nvf_bookend(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -209,8 +224,8 @@ def nvf_bookend(
         bw_compiler=functools.partial(compiler, kind="backward"),
         inference_compiler=functools.partial(compiler, kind="inference"),
         partition_fn=partition_joint_graph,
-        decompositions=decomposition_table(settings.plan_cpu_as_cuda, settings.fuse_cross_entropy,
-                                           settings.fuse_data_movement, settings.atomic_embedding_backward),
+        decompositions=table_for(settings, hold_composites=settings.holds_composites()
+                                 and not _has_dynamic_sizes(example_inputs)),
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
     if compiler.needs_no_fusion():

@@ -103,6 +103,16 @@ class Settings:
     #: small, 256 rows; inductor 359); step time 1.024x, 1.015x, 0.963x (within the rounds' spread);
     #: nvFuser's first-call compile of the BERT-style step 19.9 -> 15.6 s.
     segment_norm_backward: bool = True
+    #: Without CUDA graphs, a composite op (GELU, SiLU, LayerNorm and their backwards) that would be a
+    #: region on its own runs as its ATen kernel: such ops reach planning whole, and
+    #: passes/composites.py decomposes only those a region fuses with other ops. `min_region_size`
+    #: then counts a composite once, as ATen runs it, not as the 5 to 20 aten ops of its
+    #: decomposition. Why: a lone GELU between two matmuls (every ViT, BERT, GPT-2 and ConvNeXt
+    #: block) is one kernel either way, and an nvFuser region call costs 30-110 us of host time
+    #: against ATen's one dispatch (session 10's host split); such small steps are host-bound. Under
+    #: CUDA graphs a region costs no host time, so they are decomposed and fused as before. Graphs
+    #: with dynamic sizes also decompose them (aot_autograd's own table).
+    lone_composites_eager: bool = True
     #: Reduce the tensor a flattening view was taken of, over the dims the view merged, instead of the
     #: view (`sum(view(dy, [B*T, C]), [0])` becomes `sum(dy, [0, 1])`; passes/unflatten_reductions.py):
     #: a reshape between reductions makes nvFuser segment the region (every segmented region of a
@@ -168,6 +178,10 @@ class Settings:
     #: where that hands nvFuser row-major inputs (passes/hoist_permutes.py): ConvNeXt's channels-last
     #: LayerNorms then run at about twice the speed (H100, bf16: 6.08 -> 2.85 us at [2, 96, 56, 56]).
     hoist_permutes: bool = True
+
+    def holds_composites(self) -> bool:
+        """Whether aot_autograd leaves HELD_COMPOSITES whole for passes/composites.py to decide."""
+        return self.lone_composites_eager and not self.cuda_graphs
 
     def unflattens(self) -> bool:
         """Whether the unflatten pass runs."""

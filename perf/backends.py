@@ -138,6 +138,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_decomposed_composites",
+            _nvf({"lone_composites_eager": False}),
+            'dynamo_nvf with lone_composites_eager off: GELU, SiLU and LayerNorm always decomposed, so one alone '
+            'between matmuls is an nvFuser region of its own (the default before session 13); opt-in',
+            nvf=True,
+        ),
+        Backend(
             "nvf_split_norm_bwd_cudagraphs",
             _nvf({"split_norm_backward_rows": 1 << 40, "cuda_graphs": True}),
             'nvf_split_norm_bwd with CUDA graphs; opt-in',

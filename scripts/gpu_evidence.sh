@@ -31,6 +31,7 @@
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
 #                                    models in fresh processes; wrapper cost per region with paired batches
+#   scripts/gpu_evidence.sh s13a     lone_composites_eager: GPU tests, gradients, step and GPU time against it off
 #   scripts/gpu_evidence.sh s12b     segment_norm_backward: tests, gradients, kernels, compile, step time side by side
 #   scripts/gpu_evidence.sh s12a     first-call compile per region, nvFuser's compile scopes; transformer kernel tables
 #   scripts/gpu_evidence.sh s11a     grouped-query SDPA and the cut ConvNeXt head backward: tests, gradients, kernels
@@ -373,6 +374,19 @@ case "${1:-tests}" in
       for b in nvf_bookend inductor; do kernel_table $wl $b; done
     done
     echo "elapsed ${SECONDS}s"
+    ;;
+  s13a)
+    # Session 13: lone_composites_eager (a GELU/SiLU/LayerNorm alone in its region runs as its ATen op,
+    # no graphs): GPU tests and gradients, then step and GPU time side by side against it off.
+    timeout 240 python3 -m pytest -q -m gpu tests/test_composites.py tests/test_embedding_saved_rows.py \
+      tests/test_gpu_model_grads.py -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1
+    echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR" "$OUT/tests.log"
+    gradients bert_train_bf16_small,vit_train_bf16_small,gpt_train_bf16_small,llama_train_bf16_small nvf_bookend 150
+    timeout $((585 - SECONDS)) python3 -m perf.interleave \
+      ${IL_WORKLOADS:-vit_fwd_bf16_small,convnext_fwd_bf16_small,convnext_train_bf16_small,bert_fwd_bf16_small,gpt_fwd_bf16_small,bert_train_bf16_small,vit_train_bf16_small,gpt_train_bf16_small} \
+      --backends eager,inductor,nvf_bookend,nvf_decomposed_composites --rounds ${IL_ROUNDS:-5} \
+      --json "$OUT/il_comp.json" > "$OUT/il_comp.log" 2>&1
+    echo "il rc=$?"; grep -E "^\| [a-z]" "$OUT/il_comp.log" | grep -v "workload" | cut -c1-150 | tail -n 40; echo "elapsed ${SECONDS}s"
     ;;
   s12b)
     # Session 12: segment_norm_backward (a norm backward's column sums behind segment_set, one region,

@@ -168,7 +168,11 @@ MODELS = {
 }
 #: softmax_attention keeps its explicit softmax chain here, to test that chain's regions; its rewrite
 #: into SDPA (which leaves it no region) is tested in test_attention.py.
-MODEL_OPTIONS = {"softmax_attention": {**PLAN, "fuse_attention": False}}
+MODEL_OPTIONS = {
+    "softmax_attention": {**PLAN, "fuse_attention": False},
+    # Its GELU is alone between the linears (run whole by ATen by default): fused here, as under graphs.
+    "mlp_gelu": {**PLAN, "lone_composites_eager": False},
+}
 
 
 @pytest.mark.parametrize("name", list(MODELS))

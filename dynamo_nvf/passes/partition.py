@@ -97,8 +97,11 @@ def region_io_count(nodes: set[Node]) -> int:
     return len(inputs) + len(outputs)
 
 
-def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
-    """Annotates every node of `gm` with its region id, or with the reason it stays in eager."""
+def partition_regions(gm: GraphModule, settings: Settings, whole_ops: frozenset = frozenset()) -> GraphModule:
+    """Annotates every node of `gm` with its region id, or with the reason it stays in eager.
+
+    `whole_ops`: composite overloads planned as if nvFuser took them (passes/composites.py's trial).
+    """
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
     group_of: dict[Node, _Group] = {}
@@ -109,7 +112,7 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
         node.meta.pop(SPLIT_KEY, None)
         if node.op in _SKIPPED_OPS:
             continue
-        reason = unsupported_reason(node, settings)
+        reason = unsupported_reason(node, settings, whole_ops)
         if reason is not None:
             node.meta[REASON_KEY] = reason
             continue
