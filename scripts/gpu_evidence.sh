@@ -32,6 +32,7 @@
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
 #                                    models in fresh processes; wrapper cost per region with paired batches
 #   scripts/gpu_evidence.sh s13a     lone_composites_eager: GPU tests, gradients, step and GPU time against it off
+#   scripts/gpu_evidence.sh s13b     bert_fwd graph-mode host profile; region host time and forward step time, composites on/off
 #   scripts/gpu_evidence.sh s12b     segment_norm_backward: tests, gradients, kernels, compile, step time side by side
 #   scripts/gpu_evidence.sh s12a     first-call compile per region, nvFuser's compile scopes; transformer kernel tables
 #   scripts/gpu_evidence.sh s11a     grouped-query SDPA and the cut ConvNeXt head backward: tests, gradients, kernels
@@ -387,6 +388,22 @@ case "${1:-tests}" in
       --backends eager,inductor,nvf_bookend,nvf_decomposed_composites --rounds ${IL_ROUNDS:-5} \
       --json "$OUT/il_comp.json" > "$OUT/il_comp.log" 2>&1
     echo "il rc=$?"; grep -E "^\| [a-z]" "$OUT/il_comp.log" | grep -v "workload" | cut -c1-150 | tail -n 40; echo "elapsed ${SECONDS}s"
+    ;;
+  s13b)
+    # Session 13: where bert_fwd's CUDA-graph step loses to inductor_ro on the host (cProfile of both),
+    # region host time per step with lone_composites_eager on and off, then a longer interleave of the
+    # forward models (the host-bound ones) with it on and off.
+    timeout 150 python3 scripts/host_profile.py bert_fwd_bf16_small nvf_cudagraphs inductor_ro --steps 300 --top 30 \
+      > "$OUT/host_profile.txt" 2>&1; echo "hp rc=$?"; grep "^==" "$OUT/host_profile.txt"
+    for b in nvf_bookend nvf_decomposed_composites; do for wl in bert_fwd_bf16_small vit_fwd_bf16_small; do
+      echo "=== $wl $b" >> "$OUT/split.txt"
+      timeout 60 python3 scripts/step_host_split.py $wl --backend $b --steps 60 >> "$OUT/split.txt" 2>&1
+    done; done; grep -E "^===|^step wall|^region calls" "$OUT/split.txt"
+    timeout $((585 - SECONDS)) python3 -m perf.interleave \
+      vit_fwd_bf16_small,bert_fwd_bf16_small,gpt_fwd_bf16_small,convnext_fwd_bf16_small \
+      --backends eager,nvf_bookend,nvf_decomposed_composites --rounds ${IL_ROUNDS:-15} \
+      --json "$OUT/il_fwd.json" > "$OUT/il_fwd.log" 2>&1
+    echo "il rc=$?"; grep -E "^\| [a-z]" "$OUT/il_fwd.log" | grep -v "workload" | cut -c1-150 | head -n 12; echo "elapsed ${SECONDS}s"
     ;;
   s12b)
     # Session 12: segment_norm_backward (a norm backward's column sums behind segment_set, one region,
