@@ -194,7 +194,8 @@ ATEN_EMBEDDING_BACKWARD_DIRECT_MAX = 3072
 
 def _embedding_dense_backward_as_index_add(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,
                                            padding_idx: int, scale_grad_by_freq: bool, *,
-                                           any_device: bool) -> Any:
+                                           any_device: bool, min_indices: int = ATEN_EMBEDDING_BACKWARD_DIRECT_MAX + 1
+                                           ) -> Any:
     """An embedding's weight gradient as atomic adds into zeros (`index_add`), as inductor computes it.
 
     Past 3072 indices ATen sorts them: on an H100 a BERT-style training step (4096 tokens, vocab
@@ -204,7 +205,7 @@ def _embedding_dense_backward_as_index_add(grad_output: torch.Tensor, indices: t
     under `torch.use_deterministic_algorithms(True)` ATen's kernel runs, as it would for inductor.
     """
     numel = indices.numel()
-    if (scale_grad_by_freq or not isinstance(numel, int) or numel <= ATEN_EMBEDDING_BACKWARD_DIRECT_MAX
+    if (scale_grad_by_freq or not isinstance(numel, int) or numel < min_indices
             or not grad_output.dtype.is_floating_point or torch.are_deterministic_algorithms_enabled()
             or not _on_gpu(grad_output, any_device)):
         return NotImplemented
@@ -245,7 +246,9 @@ DATA_MOVEMENT_OPS: list[Any] = [aten.stack]
 def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool = False,
                         fuse_data_movement: bool = False,
                         atomic_embedding_backward: bool = False,
-                        hold_composites: bool = False) -> dict[Any, Callable[..., Any]]:
+                        hold_composites: bool = False,
+                        atomic_embedding_min_indices: int = ATEN_EMBEDDING_BACKWARD_DIRECT_MAX + 1,
+                        ) -> dict[Any, Callable[..., Any]]:
     """The table handed to aot_autograd.
 
     With `hold_composites`, the ops of HELD_COMPOSITES are left whole (passes/composites.py decomposes
@@ -272,11 +275,12 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
         table[aten.select_backward.default] = functools.partial(_select_backward_as_pad, any_device=plan_cpu_as_cuda)
     if atomic_embedding_backward:
         table[aten.embedding_dense_backward.default] = functools.partial(
-            _embedding_dense_backward_as_index_add, any_device=plan_cpu_as_cuda)
+            _embedding_dense_backward_as_index_add, any_device=plan_cpu_as_cuda, min_indices=atomic_embedding_min_indices)
     return table
 
 
 def table_for(settings: Any, hold_composites: bool = False) -> dict[Any, Callable[..., Any]]:
     """`decomposition_table` with the options a backend's Settings choose."""
     return decomposition_table(settings.plan_cpu_as_cuda, settings.fuse_cross_entropy, settings.fuse_data_movement,
-                               settings.atomic_embedding_backward, hold_composites)
+                               settings.atomic_embedding_backward, hold_composites,
+                               settings.atomic_embedding_min_indices())

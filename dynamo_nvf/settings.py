@@ -75,6 +75,9 @@ class Settings:
     #: kernels run (deterministic). Why: on an H100 a BERT-style training step at 4096 tokens spent
     #: 112 us of GPU time in the sort's 12 kernels, against 30 us for inductor's atomic adds.
     atomic_embedding_backward: bool = True
+    #: The fewest indices whose embedding gradient `atomic_embedding_backward` computes with atomic adds;
+    #: -1 (the default) is ATen's own switch from its direct kernel to sorting (more than 3072).
+    atomic_embedding_backward_min_indices: int = -1
     #: Cut a region that reduces one tensor over its rows (a norm's dx) and over its columns (the
     #: norm's weight and bias gradients) in two when the tensor has at most this many rows: the column
     #: sums, with recomputed copies of what feeds them, become a region of their own
@@ -178,6 +181,14 @@ class Settings:
     #: where that hands nvFuser row-major inputs (passes/hoist_permutes.py): ConvNeXt's channels-last
     #: LayerNorms then run at about twice the speed (H100, bf16: 6.08 -> 2.85 us at [2, 96, 56, 56]).
     hoist_permutes: bool = True
+
+    def atomic_embedding_min_indices(self) -> int:
+        """The fewest indices of an atomic embedding gradient (the option, or ATen's threshold for -1)."""
+        if self.atomic_embedding_backward_min_indices >= 0:
+            return self.atomic_embedding_backward_min_indices
+        from dynamo_nvf.decompositions import ATEN_EMBEDDING_BACKWARD_DIRECT_MAX
+
+        return ATEN_EMBEDDING_BACKWARD_DIRECT_MAX + 1
 
     def holds_composites(self) -> bool:
         """Whether aot_autograd leaves HELD_COMPOSITES whole for passes/composites.py to decide."""

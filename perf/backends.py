@@ -138,6 +138,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_atomic_embedding_all",
+            _nvf({"atomic_embedding_backward_min_indices": 1}),
+            "dynamo_nvf with embedding gradients as atomic adds at every size (the default: past 3072 indices, "
+            "where ATen sorts); opt-in",
+            nvf=True,
+        ),
+        Backend(
             "nvf_decomposed_composites",
             _nvf({"lone_composites_eager": False}),
             'dynamo_nvf with lone_composites_eager off: GELU, SiLU and LayerNorm always decomposed, so one alone '

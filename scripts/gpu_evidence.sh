@@ -33,6 +33,7 @@
 #                                    models in fresh processes; wrapper cost per region with paired batches
 #   scripts/gpu_evidence.sh s13a     lone_composites_eager: GPU tests, gradients, step and GPU time against it off
 #   scripts/gpu_evidence.sh s13b     bert_fwd graph-mode host profile; region host time and forward step time, composites on/off
+#   scripts/gpu_evidence.sh s13c     bert_fwd host cProfile, composites on/off; BERT training kernels, atomic embedding grads
 #   scripts/gpu_evidence.sh s12b     segment_norm_backward: tests, gradients, kernels, compile, step time side by side
 #   scripts/gpu_evidence.sh s12a     first-call compile per region, nvFuser's compile scopes; transformer kernel tables
 #   scripts/gpu_evidence.sh s11a     grouped-query SDPA and the cut ConvNeXt head backward: tests, gradients, kernels
@@ -404,6 +405,15 @@ case "${1:-tests}" in
       --backends eager,nvf_bookend,nvf_decomposed_composites --rounds ${IL_ROUNDS:-15} \
       --json "$OUT/il_fwd.json" > "$OUT/il_fwd.log" 2>&1
     echo "il rc=$?"; grep -E "^\| [a-z]" "$OUT/il_fwd.log" | grep -v "workload" | cut -c1-150 | head -n 12; echo "elapsed ${SECONDS}s"
+    ;;
+  s13c)
+    # Session 13: cProfile of bert_fwd without graphs, lone_composites_eager on and off (which calls the
+    # host time goes to); BERT training's kernels with embedding gradients as atomic adds at every size.
+    timeout 200 python3 scripts/host_profile.py bert_fwd_bf16_small nvf_bookend nvf_decomposed_composites \
+      --steps 300 --top 45 > "$OUT/host_profile.txt" 2>&1; echo "hp rc=$?"; grep "^==" "$OUT/host_profile.txt"
+    for b in nvf_bookend nvf_atomic_embedding_all; do kernel_table bert_train_bf16_small $b; done
+    grep -E "^===|TOTAL|embedding|index_add|Memset|fill" "$OUT/kernels.txt" | cut -c1-160
+    echo "elapsed ${SECONDS}s"
     ;;
   s12b)
     # Session 12: segment_norm_backward (a norm backward's column sums behind segment_set, one region,

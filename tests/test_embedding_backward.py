@@ -37,6 +37,8 @@ MANY = ATEN_EMBEDDING_BACKWARD_DIRECT_MAX + 1
     ({}, MANY, True),
     ({}, ATEN_EMBEDDING_BACKWARD_DIRECT_MAX, False),   # ATen's direct kernel: one launch
     ({"atomic_embedding_backward": False}, MANY, False),
+    ({"atomic_embedding_backward_min_indices": 1}, 16, True),   # the threshold as an option
+    ({"atomic_embedding_backward_min_indices": 17}, 16, False),
 ])
 def test_many_indices_accumulate_with_index_add(options, tokens, atomic):
     code = _backward_code(options, tokens)
