@@ -34,6 +34,7 @@
 #   scripts/gpu_evidence.sh s13a     lone_composites_eager: GPU tests, gradients, step and GPU time against it off
 #   scripts/gpu_evidence.sh s13b     bert_fwd graph-mode host profile; region host time and forward step time, composites on/off
 #   scripts/gpu_evidence.sh s13c     bert_fwd host cProfile, composites on/off; BERT training kernels, atomic embedding grads
+#   scripts/gpu_evidence.sh s13d     host cost of a lone GELU: nvFuser region call against ATen's gelu
 #   scripts/gpu_evidence.sh s12b     segment_norm_backward: tests, gradients, kernels, compile, step time side by side
 #   scripts/gpu_evidence.sh s12a     first-call compile per region, nvFuser's compile scopes; transformer kernel tables
 #   scripts/gpu_evidence.sh s11a     grouped-query SDPA and the cut ConvNeXt head backward: tests, gradients, kernels
@@ -414,6 +415,11 @@ case "${1:-tests}" in
     for b in nvf_bookend nvf_atomic_embedding_all; do kernel_table bert_train_bf16_small $b; done
     grep -E "^===|TOTAL|embedding|index_add|Memset|fill" "$OUT/kernels.txt" | cut -c1-160
     echo "elapsed ${SECONDS}s"
+    ;;
+  s13d)
+    # Session 13: one lone GELU's host cost, nvFuser region call against ATen's gelu, in one process.
+    timeout 200 python3 scripts/lone_op_host.py > "$OUT/lone_op_host.txt" 2>&1; echo "rc=$?"
+    grep -v "Warning\|warn" "$OUT/lone_op_host.txt" | tail -n 12; echo "elapsed ${SECONDS}s"
     ;;
   s12b)
     # Session 12: segment_norm_backward (a norm backward's column sums behind segment_set, one region,
