@@ -110,12 +110,14 @@ class Settings:
     #: region on its own runs as its ATen kernel: such ops reach planning whole, and
     #: passes/composites.py decomposes only those a region fuses with other ops. `min_region_size`
     #: then counts a composite once, as ATen runs it, not as the 5 to 20 aten ops of its
-    #: decomposition. Why: a lone GELU between two matmuls (every ViT, BERT, GPT-2 and ConvNeXt
-    #: block) is one kernel either way, and an nvFuser region call costs 30-110 us of host time
-    #: against ATen's one dispatch (session 10's host split); such small steps are host-bound. Under
-    #: CUDA graphs a region costs no host time, so they are decomposed and fused as before. Graphs
-    #: with dynamic sizes also decompose them (aot_autograd's own table).
-    lone_composites_eager: bool = True
+    #: decomposition. Under CUDA graphs, and for graphs with dynamic sizes, aot_autograd decomposes
+    #: them as before. Off by default: measured on an H100 (session 13, perf backend
+    #: nvf_lone_composites), it pays in a synthetic chain of 8 bf16 matmul+GELU pairs (scripts/
+    #: lone_op_host.py: 426 -> 230 us per call, eager 199) but not on the model workloads: BERT-style
+    #: inference (2 lone GELUs) was 4% slower with it in 14 of 15 interleaved rounds, and the other
+    #: forward and training models moved within their rounds' spread, either way. Kernel counts and
+    #: GPU time were equal.
+    lone_composites_eager: bool = False
     #: Reduce the tensor a flattening view was taken of, over the dims the view merged, instead of the
     #: view (`sum(view(dy, [B*T, C]), [0])` becomes `sum(dy, [0, 1])`; passes/unflatten_reductions.py):
     #: a reshape between reductions makes nvFuser segment the region (every segmented region of a

@@ -145,10 +145,10 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
-            "nvf_decomposed_composites",
-            _nvf({"lone_composites_eager": False}),
-            'dynamo_nvf with lone_composites_eager off: GELU, SiLU and LayerNorm always decomposed, so one alone '
-            'between matmuls is an nvFuser region of its own (the default before session 13); opt-in',
+            "nvf_lone_composites",
+            _nvf({"lone_composites_eager": True}),
+            'dynamo_nvf with lone_composites_eager on: without graphs, a GELU, SiLU or LayerNorm alone between '
+            'matmuls runs as its ATen kernel instead of an nvFuser region of its own; opt-in',
             nvf=True,
         ),
         Backend(

@@ -387,7 +387,7 @@ case "${1:-tests}" in
     gradients bert_train_bf16_small,vit_train_bf16_small,gpt_train_bf16_small,llama_train_bf16_small nvf_bookend 150
     timeout $((585 - SECONDS)) python3 -m perf.interleave \
       ${IL_WORKLOADS:-vit_fwd_bf16_small,convnext_fwd_bf16_small,convnext_train_bf16_small,bert_fwd_bf16_small,gpt_fwd_bf16_small,bert_train_bf16_small,vit_train_bf16_small,gpt_train_bf16_small} \
-      --backends eager,inductor,nvf_bookend,nvf_decomposed_composites --rounds ${IL_ROUNDS:-5} \
+      --backends eager,inductor,nvf_bookend,nvf_lone_composites --rounds ${IL_ROUNDS:-5} \
       --json "$OUT/il_comp.json" > "$OUT/il_comp.log" 2>&1
     echo "il rc=$?"; grep -E "^\| [a-z]" "$OUT/il_comp.log" | grep -v "workload" | cut -c1-150 | tail -n 40; echo "elapsed ${SECONDS}s"
     ;;
@@ -397,20 +397,20 @@ case "${1:-tests}" in
     # forward models (the host-bound ones) with it on and off.
     timeout 150 python3 scripts/host_profile.py bert_fwd_bf16_small nvf_cudagraphs inductor_ro --steps 300 --top 30 \
       > "$OUT/host_profile.txt" 2>&1; echo "hp rc=$?"; grep "^==" "$OUT/host_profile.txt"
-    for b in nvf_bookend nvf_decomposed_composites; do for wl in bert_fwd_bf16_small vit_fwd_bf16_small; do
+    for b in nvf_bookend nvf_lone_composites; do for wl in bert_fwd_bf16_small vit_fwd_bf16_small; do
       echo "=== $wl $b" >> "$OUT/split.txt"
       timeout 60 python3 scripts/step_host_split.py $wl --backend $b --steps 60 >> "$OUT/split.txt" 2>&1
     done; done; grep -E "^===|^step wall|^region calls" "$OUT/split.txt"
     timeout $((585 - SECONDS)) python3 -m perf.interleave \
       vit_fwd_bf16_small,bert_fwd_bf16_small,gpt_fwd_bf16_small,convnext_fwd_bf16_small \
-      --backends eager,nvf_bookend,nvf_decomposed_composites --rounds ${IL_ROUNDS:-15} \
+      --backends eager,nvf_bookend,nvf_lone_composites --rounds ${IL_ROUNDS:-15} \
       --json "$OUT/il_fwd.json" > "$OUT/il_fwd.log" 2>&1
     echo "il rc=$?"; grep -E "^\| [a-z]" "$OUT/il_fwd.log" | grep -v "workload" | cut -c1-150 | head -n 12; echo "elapsed ${SECONDS}s"
     ;;
   s13c)
     # Session 13: cProfile of bert_fwd without graphs, lone_composites_eager on and off (which calls the
     # host time goes to); BERT training's kernels with embedding gradients as atomic adds at every size.
-    timeout 200 python3 scripts/host_profile.py bert_fwd_bf16_small nvf_bookend nvf_decomposed_composites \
+    timeout 200 python3 scripts/host_profile.py bert_fwd_bf16_small nvf_bookend nvf_lone_composites \
       --steps 300 --top 45 > "$OUT/host_profile.txt" 2>&1; echo "hp rc=$?"; grep "^==" "$OUT/host_profile.txt"
     for b in nvf_bookend nvf_atomic_embedding_all; do kernel_table bert_train_bf16_small $b; done
     grep -E "^===|TOTAL|embedding|index_add|Memset|fill" "$OUT/kernels.txt" | cut -c1-160

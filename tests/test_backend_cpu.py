@@ -170,7 +170,7 @@ MODELS = {
 #: into SDPA (which leaves it no region) is tested in test_attention.py.
 MODEL_OPTIONS = {
     "softmax_attention": {**PLAN, "fuse_attention": False},
-    # Its GELU is alone between the linears (run whole by ATen by default): fused here, as under graphs.
+    # Its GELU is alone between the linears (run whole by ATen under lone_composites_eager): fused here.
     "mlp_gelu": {**PLAN, "lone_composites_eager": False},
 }
 

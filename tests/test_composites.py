@@ -1,5 +1,5 @@
-"""lone_composites_eager: without CUDA graphs, a GELU, SiLU or LayerNorm (or its backward) that would be
-a region on its own runs as its ATen op; one a region fuses with other ops is decomposed into it."""
+"""lone_composites_eager (opt-in): without CUDA graphs, a GELU, SiLU or LayerNorm (or its backward) that
+would be a region on its own runs as its ATen op; one a region fuses with other ops is decomposed into it."""
 
 from __future__ import annotations
 
@@ -38,6 +38,9 @@ class Block(nn.Module):
         return self.out(nn.functional.silu(h)) * 2.0
 
 
+ON = {"lone_composites_eager": True}
+
+
 def _ops(plan) -> list[str]:
     return [op for region in plan.regions for op in region.ops]
 
@@ -48,7 +51,8 @@ def _eager(plan, op: str) -> list[str]:
 
 def _plans(module, shape, options=None, train=False, dtype=torch.bfloat16):
     module.requires_grad_(train)  # inference: an inference graph, not a forward saving for a backward
-    return cuda_plans(lambda x: module(x), shape, options=options, train=train, dtype=dtype, fake=False)
+    return cuda_plans(lambda x: module(x), shape, options={**ON, **(options or {})}, train=train, dtype=dtype,
+                      fake=False)
 
 
 def test_lone_gelu_runs_as_its_aten_op():
@@ -59,7 +63,7 @@ def test_lone_gelu_runs_as_its_aten_op():
 
 
 @pytest.mark.parametrize("options", [{"cuda_graphs": True}, {"lone_composites_eager": False}],
-                         ids=["cuda_graphs", "option_off"])
+                         ids=["cuda_graphs", "option_off"])  # option_off: the default
 def test_decomposed_and_fused_as_before(options):
     """Under CUDA graphs a region costs no host time per call; with the option off nothing is held."""
     (plan,) = _plans(Mlp(dtype=torch.bfloat16), (4, 8, 32), options=options)
@@ -103,7 +107,7 @@ def test_dynamic_sizes_decompose_in_aot_autograd():
     torch._dynamo.reset()
     mlp = Mlp(dtype=torch.bfloat16).requires_grad_(False)
     compiled = torch.compile(lambda x: mlp(x), backend="nvf_bookend", dynamic=True,
-                             options={"plan_cpu_as_cuda": True})
+                             options={"plan_cpu_as_cuda": True, **ON})
     with recording() as rec:
         compiled(torch.randn(4, 8, 32, dtype=torch.bfloat16))
     (plan,) = rec.plans
@@ -120,5 +124,5 @@ def test_gradients_match_eager(device, dtype):
     if dtype == torch.bfloat16:
         import copy
         reference = copy.deepcopy(block).float()
-    check_training(block, [x], options=device_options(device), params=list(block.parameters()),
+    check_training(block, [x], options={**device_options(device), **ON}, params=list(block.parameters()),
                    reference=reference)

@@ -62,7 +62,7 @@ def _embedding_nodes(plan):
 
 def test_training_keeps_saved_gathers_in_aten_with_the_reason():
     # With the LayerNorm decomposed in the joint graph, min-cut saves the gathered rows (with it held
-    # whole, lone_composites_eager's default, it saves the LayerNorm's input and the gathers fuse).
+    # whole, under lone_composites_eager, it saves the LayerNorm's input and the gathers fuse).
     plans = _run("cpu", True, 2, 16, 32, torch.bfloat16, lone_composites_eager=False)
     forward = next(p for p in plans if p.kind == "forward")
     nodes = _embedding_nodes(forward)

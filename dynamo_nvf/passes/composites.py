@@ -1,13 +1,16 @@
 """Composite ops held whole by aot_autograd: decompose those a region fuses, leave lone ones to ATen.
 
-Without CUDA graphs, aot_autograd leaves the ops of `decompositions.HELD_COMPOSITES` (GELU, SiLU,
-LayerNorm and their backwards) whole (`Settings.holds_composites`). This pass plans the graph once
+With `lone_composites_eager` (opt-in) and without CUDA graphs, aot_autograd leaves the ops of
+`decompositions.HELD_COMPOSITES` (GELU, SiLU, LayerNorm and their backwards) whole
+(`Settings.holds_composites`). This pass plans the graph once
 as if nvFuser took them as they are, a composite counting as one op. Where a composite's trial
 region holds at least `min_region_size` compute ops, the composite is replaced by the aten ops of its
 decomposition (the same table, so the graph is what aot_autograd would have traced) and the region
 fuses it as before. A composite alone (a GELU between two matmuls, a LayerNorm between a matmul and
 an attention) stays whole and runs as ATen's kernel: fusing it saves no kernel, and an nvFuser region
-call costs several times an ATen dispatch in host time.
+call costs more host time than an ATen dispatch: 24 us more per GELU in a chain of matmul+GELU pairs
+(H100, session 13, scripts/lone_op_host.py). It is opt-in because the model workloads did not gain
+(BERT-style inference measured 4% slower with it; Settings.lone_composites_eager has the numbers).
 
 Graph in, graph out; what it left whole is noted for explain().
 """
