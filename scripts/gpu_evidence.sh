@@ -31,6 +31,7 @@
 #   scripts/gpu_evidence.sh il10k    il10 (7 rounds), wrapper cost per region, kernel tables of two forward models
 #   scripts/gpu_evidence.sh compile6 first calls (inductor cold, nvf default, cold and warm kernel cache) of 4
 #                                    models in fresh processes; wrapper cost per region with paired batches
+#   scripts/gpu_evidence.sh s13e     closing: GPU tests of what changed, then the block table (#11)
 #   scripts/gpu_evidence.sh s13a     lone_composites_eager: GPU tests, gradients, step and GPU time against it off
 #   scripts/gpu_evidence.sh s13b     bert_fwd graph-mode host profile; region host time and forward step time, composites on/off
 #   scripts/gpu_evidence.sh s13c     bert_fwd host cProfile, composites on/off; BERT training kernels, atomic embedding grads
@@ -377,6 +378,17 @@ case "${1:-tests}" in
       for b in nvf_bookend inductor; do kernel_table $wl $b; done
     done
     echo "elapsed ${SECONDS}s"
+    ;;
+  s13e)
+    # Session 13, closing: the GPU tests of what changed (composites, embedding gradients, attention's
+    # shared tensor_val), then issue #11's block table in the time left.
+    timeout 240 python3 -m pytest -q -m gpu tests/test_composites.py tests/test_embedding_backward.py \
+      tests/test_embedding_saved_rows.py tests/test_attention.py tests/test_gqa_attention.py \
+      -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1
+    echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR" "$OUT/tests.log"
+    timeout $((585 - SECONDS)) python3 -m perf --all --tag block --backends inductor,nvf_bookend,nvf_untrimmed,eager --no-host \
+      --time-budget $((560 - SECONDS)) --json "$OUT/blocks13.json" > "$OUT/blocks13.log" 2>&1; echo "blocks13 rc=$?"
+    tail -n 8 "$OUT/blocks13.log"; echo "elapsed ${SECONDS}s"
     ;;
   s13a)
     # Session 13: lone_composites_eager (a GELU/SiLU/LayerNorm alone in its region runs as its ATen op,

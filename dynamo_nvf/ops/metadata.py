@@ -112,8 +112,11 @@ def static_sizes(t: torch.Tensor) -> Optional[list[int]]:
 
 
 def tensor_val(node: object) -> Optional[torch.Tensor]:
-    """An FX node's (fake) tensor value; None for anything else (a non-node, a tuple value)."""
-    val = node.meta.get("val") if isinstance(node, Node) else None
+    """An FX node's (fake) tensor value: Dynamo's `example_value` or aot_autograd's `val`; None for
+    anything else (a non-node, a tuple value)."""
+    if not isinstance(node, Node):
+        return None
+    val = node.meta.get("example_value", node.meta.get("val"))
     return val if isinstance(val, torch.Tensor) else None
 
 

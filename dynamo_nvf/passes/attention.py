@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch.fx import GraphModule, Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from dynamo_nvf.ops.metadata import tensor_val as example_tensor
 from dynamo_nvf.passes import NOTES_KEY
 
 log = logging.getLogger("dynamo_nvf")
@@ -146,14 +147,6 @@ def _bind(node: Node, name: str) -> dict[str, Any]:
             raise _Reject(f"{node.name}: unexpected argument {key!r}")
         bound[key] = value
     return bound
-
-
-def example_tensor(node: Any) -> Optional[torch.Tensor]:
-    """The tensor a node of Dynamo's graph (or an aten graph) holds at trace time, or None."""
-    if not isinstance(node, Node):
-        return None
-    value = node.meta.get("example_value", node.meta.get("val"))
-    return value if isinstance(value, torch.Tensor) else None
 
 
 def _tensor(node: Any, what: str) -> torch.Tensor:

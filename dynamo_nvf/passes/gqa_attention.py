@@ -40,7 +40,7 @@ from torch.fx import GraphModule, Node
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dynamo_nvf.passes import add_note
-from dynamo_nvf.passes.attention import example_tensor as _value
+from dynamo_nvf.ops.metadata import tensor_val as _value
 from dynamo_nvf.passes.attention import first_mutation
 
 log = logging.getLogger("dynamo_nvf")
