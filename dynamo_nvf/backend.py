@@ -22,6 +22,7 @@ from torch.fx import GraphModule
 
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.decompositions import table_for
+from dynamo_nvf.ops.metadata import static_layout
 from dynamo_nvf.passes import NOTES_KEY
 from dynamo_nvf.passes.attention import fuse_attention
 from dynamo_nvf.passes.gqa_attention import read_grouped_heads
@@ -193,13 +194,8 @@ class _GraphCompiler:
 def _has_dynamic_sizes(example_inputs: Sequence[Any]) -> bool:
     """Whether Dynamo traced with symbolic sizes: then composites are decomposed by aot_autograd
     (passes/composites.py traces decompositions on static shapes only)."""
-    for value in example_inputs:
-        if isinstance(value, (torch.SymInt, torch.SymFloat)):
-            return True
-        if isinstance(value, torch.Tensor) and not all(
-                isinstance(s, int) for s in (*value.shape, *value.stride(), value.storage_offset())):
-            return True
-    return False
+    return any(isinstance(value, (torch.SymInt, torch.SymFloat))
+               or (isinstance(value, torch.Tensor) and not static_layout(value)) for value in example_inputs)
 
 
 def nvf_bookend(

@@ -190,11 +190,13 @@ def _select_backward_as_pad(grad_output: torch.Tensor, input_sizes: Sequence[int
 #: ATen's embedding backward accumulates with its direct kernel up to this many indices and sorts
 #: them beyond (`embedding_dense_backward_cuda`'s threshold, aten/src/ATen/native/cuda/Embedding.cu).
 ATEN_EMBEDDING_BACKWARD_DIRECT_MAX = 3072
+#: The fewest indices an atomic embedding gradient takes by default: where ATen starts sorting.
+ATOMIC_EMBEDDING_MIN_INDICES = ATEN_EMBEDDING_BACKWARD_DIRECT_MAX + 1
 
 
 def _embedding_dense_backward_as_index_add(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,
                                            padding_idx: int, scale_grad_by_freq: bool, *,
-                                           any_device: bool, min_indices: int = ATEN_EMBEDDING_BACKWARD_DIRECT_MAX + 1
+                                           any_device: bool, min_indices: int = ATOMIC_EMBEDDING_MIN_INDICES
                                            ) -> Any:
     """An embedding's weight gradient as atomic adds into zeros (`index_add`), as inductor computes it.
 
@@ -247,7 +249,7 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
                         fuse_data_movement: bool = False,
                         atomic_embedding_backward: bool = False,
                         hold_composites: bool = False,
-                        atomic_embedding_min_indices: int = ATEN_EMBEDDING_BACKWARD_DIRECT_MAX + 1,
+                        atomic_embedding_min_indices: int = ATOMIC_EMBEDDING_MIN_INDICES,
                         ) -> dict[Any, Callable[..., Any]]:
     """The table handed to aot_autograd.
 

@@ -191,9 +191,9 @@ class Settings:
         """The fewest indices of an atomic embedding gradient (the option, or ATen's threshold for -1)."""
         if self.atomic_embedding_backward_min_indices >= 0:
             return self.atomic_embedding_backward_min_indices
-        from dynamo_nvf.decompositions import ATEN_EMBEDDING_BACKWARD_DIRECT_MAX
+        from dynamo_nvf.decompositions import ATOMIC_EMBEDDING_MIN_INDICES
 
-        return ATEN_EMBEDDING_BACKWARD_DIRECT_MAX + 1
+        return ATOMIC_EMBEDDING_MIN_INDICES
 
     def holds_composites(self) -> bool:
         """Whether aot_autograd leaves HELD_COMPOSITES whole for passes/composites.py to decide."""

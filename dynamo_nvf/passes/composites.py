@@ -27,9 +27,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from dynamo_nvf.decompositions import held_overloads, table_for
-from dynamo_nvf.ops.metadata import is_metadata
+from dynamo_nvf.ops.metadata import is_metadata, static_layout, tensor_val
 from dynamo_nvf.passes import add_note
-from dynamo_nvf.passes.partition import REGION_KEY, partition_regions, regions_of
+from dynamo_nvf.passes.partition import clear_annotations, partition_regions, regions_of
 from dynamo_nvf.settings import Settings
 
 #: Node annotations a decomposed composite's ops inherit (source lines, autograd sequence numbers).
@@ -53,8 +53,7 @@ def decompose_fused_composites(gm: GraphModule, settings: Settings) -> GraphModu
     for nodes in regions_of(gm).values():
         if _compute_count(nodes) >= settings.min_region_size:
             fused.update(n for n in nodes if n.target in held)
-    for node in gm.graph.nodes:  # the trial's annotations must not reach the real partition
-        node.meta.pop(REGION_KEY, None)
+    clear_annotations(gm.graph.nodes)  # the trial's regions and reasons are not the plan's
     table = table_for(settings)  # aot_autograd's table with the composites in: what it would have traced
     whole: Counter[str] = Counter()
     for node in composites:
@@ -68,17 +67,13 @@ def decompose_fused_composites(gm: GraphModule, settings: Settings) -> GraphModu
     return gm
 
 
-def _fake_value(value: Any) -> Any:
-    return value.meta.get("val") if isinstance(value, Node) else value
-
-
 def _decompose(gm: GraphModule, node: Node, table: dict[Any, Callable[..., Any]]) -> bool:
     """Replaces `node` by the aten ops of its decomposition; False (graph unchanged) where it cannot."""
-    sub = _trace_decomposition(node, table)
-    if sub is None:
+    traced = _trace_decomposition(node, table)
+    if traced is None:
         return False
-    flat, _ = tree_flatten((node.args, node.kwargs))
-    inputs = iter([a for a in flat if isinstance(a, Node)])
+    sub, input_nodes = traced
+    inputs = iter(input_nodes)
     env: dict[Node, Any] = {}
     result: Any = None
     with gm.graph.inserting_before(node):
@@ -107,15 +102,17 @@ def _decompose(gm: GraphModule, node: Node, table: dict[Any, Callable[..., Any]]
     return True
 
 
-def _trace_decomposition(node: Node, table: dict[Any, Callable[..., Any]]) -> Optional[GraphModule]:
-    """The decomposition of `node` traced on its fake values, or None when it cannot be (dynamic
-    sizes, constants the graph would have to hold, users other than tuple indexing)."""
+def _trace_decomposition(node: Node, table: dict[Any, Callable[..., Any]]
+                         ) -> Optional[tuple[GraphModule, list[Node]]]:
+    """The decomposition of `node` traced on its fake values, with the argument nodes its
+    placeholders stand for, or None when it cannot be (dynamic sizes, constants the graph would
+    have to hold, users other than tuple indexing)."""
     from torch._guards import detect_fake_mode
 
     flat, spec = tree_flatten((node.args, node.kwargs))
     positions = [i for i, a in enumerate(flat) if isinstance(a, Node)]
-    vals = [_fake_value(flat[i]) for i in positions]
-    if not all(isinstance(v, torch.Tensor) and _static(v) for v in vals):
+    vals = [tensor_val(flat[i]) for i in positions]
+    if not all(v is not None and static_layout(v) for v in vals):
         return None
     out = node.meta.get("val")
     if isinstance(out, (list, tuple)):
@@ -138,8 +135,4 @@ def _trace_decomposition(node: Node, table: dict[Any, Callable[..., Any]]) -> Op
         sub = make_fx(body, decomposition_table=table)(*vals)
     if any(n.op == "get_attr" for n in sub.graph.nodes):
         return None
-    return sub
-
-
-def _static(t: torch.Tensor) -> bool:
-    return all(isinstance(s, int) for s in (*t.shape, *t.stride()))
+    return sub, [flat[i] for i in positions]

@@ -97,6 +97,14 @@ def region_io_count(nodes: set[Node]) -> int:
     return len(inputs) + len(outputs)
 
 
+def clear_annotations(nodes: Iterable[Node]) -> None:
+    """Drops what a partition wrote on nodes (region, eager reason, split notes)."""
+    for node in nodes:
+        node.meta.pop(REGION_KEY, None)
+        node.meta.pop(REASON_KEY, None)
+        node.meta.pop(SPLIT_KEY, None)
+
+
 def partition_regions(gm: GraphModule, settings: Settings, whole_ops: frozenset = frozenset()) -> GraphModule:
     """Annotates every node of `gm` with its region id, or with the reason it stays in eager.
 
@@ -106,10 +114,8 @@ def partition_regions(gm: GraphModule, settings: Settings, whole_ops: frozenset 
     order = {n: i for i, n in enumerate(nodes)}
     group_of: dict[Node, _Group] = {}
 
+    clear_annotations(nodes)
     for node in nodes:
-        node.meta.pop(REGION_KEY, None)
-        node.meta.pop(REASON_KEY, None)
-        node.meta.pop(SPLIT_KEY, None)
         if node.op in _SKIPPED_OPS:
             continue
         reason = unsupported_reason(node, settings, whole_ops)
