@@ -91,6 +91,9 @@ class RegionPlan:
     fusion_key: str = ""
     #: The definition was taken from an earlier region with the same key (not built again).
     fusion_reused: bool = False
+    #: How steady calls launch its kernel: "direct" (runtime/direct_launch.py), or why they go through
+    #: fec.execute; "" until a steady call decided it.
+    launch: str = ""
 
     @property
     def launched_kernels(self) -> list["KernelInfo"]:

@@ -75,6 +75,8 @@ def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
         if region.boundary:
             lines.append("boundaries:")
             lines.extend(f"  {b}" for b in region.boundary)
+        if region.launch:
+            lines.append(f"launch: {region.launch}")
         if region.kernels:
             first = "" if region.first_run_ms is None else f"; first run with compile {region.first_run_ms:.1f} ms"
             lines.append(f"nvFuser segments: {region.segments} ({region.profile_source}{first})")

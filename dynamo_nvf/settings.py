@@ -151,6 +151,11 @@ class Settings:
     #: of the tensor its chain starts from, where that tensor's layout is known (passes/lean_views.py):
     #: less host time per call. False keeps the aten view calls (for measuring the difference).
     lean_views: bool = True
+    #: Launch a static region's kernel straight through torch's C++ launcher once it has run, where
+    #: nvFuser runs it as one kernel (runtime/direct_launch.py): a few microseconds of host time per
+    #: call instead of fec.execute's 12-30. Checked bit for bit against nvFuser's outputs first. Not
+    #: used under cuda_graphs (a replay has no per-region host cost). False: always fec.execute.
+    direct_launch: bool = True
     #: Run each compiled aten graph (forward, backward, inference) as a CUDA graph through torch's
     #: cudagraph trees, as `torch.compile(mode="reduce-overhead")` does for inductor: one replay per
     #: call instead of one host launch per region and eager op. Graphs that cannot be captured safely
@@ -194,6 +199,10 @@ class Settings:
         from dynamo_nvf.decompositions import ATOMIC_EMBEDDING_MIN_INDICES
 
         return ATOMIC_EMBEDDING_MIN_INDICES
+
+    def launches_directly(self) -> bool:
+        """direct_launch where it saves host time: not under CUDA graphs."""
+        return self.direct_launch and not self.cuda_graphs
 
     def holds_composites(self) -> bool:
         """Whether aot_autograd leaves HELD_COMPOSITES whole for passes/composites.py to decide."""

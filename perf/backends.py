@@ -145,6 +145,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_fec_execute",
+            _nvf({"direct_launch": False}),
+            'dynamo_nvf with direct_launch off: every region call goes through fec.execute (the default '
+            'launches one-kernel static regions through torch\'s static launcher once they have run)',
+            nvf=True,
+        ),
+        Backend(
             "nvf_lone_composites",
             _nvf({"lone_composites_eager": True}),
             'dynamo_nvf with lone_composites_eager on: without graphs, a GELU, SiLU or LayerNorm alone between '

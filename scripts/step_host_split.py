@@ -96,14 +96,15 @@ def split_regions(step, steps: int) -> None:
     print(f"step wall us: {untimed:.1f} untimed, {timed_wall:.1f} with regions timed")
     print(f"region calls per step: {calls:.1f}; host us in region calls per step: {region_us:.1f} "
           f"({region_us / timed_wall:.0%} of the timed step); the rest: {timed_wall - region_us:.1f}")
-    print(f"{'region':<28} {'calls/step':>10} {'us/call':>8} {'us/step':>8} {'kernels':>8} {'in':>4} {'out':>4}")
+    print(f"{'region':<28} {'calls/step':>10} {'us/call':>8} {'us/step':>8} {'kernels':>8} {'in':>4} {'out':>4}  launch")
     rows = sorted(totals, key=lambda k: -totals[k])
     for name in rows:
         per_call = totals[name] / counts[name] * 1e6
         runtime = runtimes[name]
         plan = runtime.plan
         print(f"{name:<28} {counts[name] / n:>10.2f} {per_call:>8.1f} {totals[name] / n * 1e6:>8.1f} "
-              f"{_kernels_of(runtime, last_args[name]):>8} {len(plan.inputs):>4} {len(plan.outputs):>4}")
+              f"{_kernels_of(runtime, last_args[name]):>8} {len(plan.inputs):>4} {len(plan.outputs):>4}  "
+              f"{plan.launch[:90]}")
 
 
 def op_table(step, steps: int, top: int) -> None:

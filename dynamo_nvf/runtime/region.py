@@ -30,12 +30,17 @@ from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.lowering import build_fusion, views_an_input
 from dynamo_nvf.ops.metadata import static_layout
 from dynamo_nvf.plan import KernelInfo, RegionPlan
-from dynamo_nvf.runtime import kernel_cache
+from dynamo_nvf.runtime import direct_launch, kernel_cache
 from dynamo_nvf.runtime.fusion_cache import SHARED_FUSIONS
 from dynamo_nvf.runtime.stats import STATS
 from dynamo_nvf.settings import Settings
 
 log = logging.getLogger("dynamo_nvf")
+
+
+#: Steady (fast-path) calls before a region builds its direct launcher: past warm-up, and never on
+#: a region that only ever runs once.
+DIRECT_AFTER_FAST_CALLS = 2
 
 
 class NvFuserRegionError(RuntimeError):
@@ -354,6 +359,11 @@ class RegionRuntime:
         self._random = settings.verify_regions and has_random_ops(eager)
         #: The one entry a static region runs without a cache key, once it has run on nvFuser.
         self._fast: Optional[_Entry] = None
+        #: Its kernel launched without fec.execute (runtime/direct_launch.py), once built.
+        self._direct: Optional[direct_launch.DirectKernel] = None
+        #: Fast calls left before the direct launcher is built (0: never, or already decided).
+        self._direct_countdown = DIRECT_AFTER_FAST_CALLS if (
+            settings.launches_directly() and self._static and not has_random_ops(eager)) else 0
         if self._nvf is None:
             plan.executor = "eager"
             plan.executor_reason = nvf_env.unavailable_reason()
@@ -363,13 +373,25 @@ class RegionRuntime:
         entry = self._fast
         if entry is not None and not PROFILING.enabled:
             # A static region with one definition: no cache key per call (see static_region).
-            try:
-                outputs = entry.fec.execute(args)
-            except Exception:  # e.g. a layout the definition does not take: the keyed path decides
-                if _capturing():
-                    raise
-                self._fast = None
-                return self._keyed_call(args)
+            outputs = None
+            if self._direct is not None:
+                try:
+                    outputs = self._direct(args)  # None: an input laid out otherwise than at build
+                    STATS.direct_launches += outputs is not None
+                except Exception as exc:  # a launch error: fec.execute from now on
+                    self._drop_direct(exc)
+            if outputs is None:
+                try:
+                    outputs = entry.fec.execute(args)
+                except Exception:  # e.g. a layout the definition does not take: the keyed path decides
+                    if _capturing():
+                        raise
+                    self._fast = None
+                    return self._keyed_call(args)
+                if self._direct_countdown:
+                    self._direct_countdown -= 1
+                    if not self._direct_countdown:
+                        self._build_direct(entry, args, outputs)
             if entry.fixups:
                 for index, order in entry.fixups:
                     outputs[index] = _relayout(outputs[index], order)
@@ -404,6 +426,34 @@ class RegionRuntime:
         if self._static and len(self._by_descriptor) == 1 and entry.fec is not None:
             self._fast = entry
         return outputs
+
+    # -- direct launch -----------------------------------------------------------------------------
+    def _build_direct(self, entry: _Entry, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> None:
+        """Builds the direct launcher from a steady call's inputs and nvFuser's outputs for them; any
+        reason it cannot be is kept for explain() (the region then stays on fec.execute)."""
+        if _capturing():  # building profiles and syncs: never inside a capture
+            self.plan.launch = "fec.execute (first steady call was inside a CUDA-graph capture)"
+            return
+        start = time.perf_counter()
+        try:
+            self._direct = direct_launch.build(self._nvf, entry.fec, args, outputs)
+        except direct_launch.NotDirect as exc:
+            self.plan.launch = f"fec.execute ({exc})"
+            log.debug("%s: no direct launch: %s", self.plan.name, exc)
+            return
+        except Exception as exc:  # never let the optimisation cost a call
+            self.plan.launch = f"fec.execute (direct launcher failed: {_short_error(exc)})"
+            log.info("%s: direct launcher failed to build: %s", self.plan.name, _short_error(exc))
+            return
+        config = self._direct.config
+        self.plan.launch = (f"direct (grid {config.grid}, block {config.block}, {config.dynamic_smem} B dynamic "
+                            f"smem, {config.registers} registers; built in {(time.perf_counter() - start) * 1e3:.0f} ms)")
+        log.debug("%s: %s", self.plan.name, self.plan.launch)
+
+    def _drop_direct(self, exc: BaseException) -> None:
+        self._direct = None
+        self.plan.launch = f"fec.execute (direct launch failed: {_short_error(exc)})"
+        log.info("%s: direct launch failed, back to fec.execute: %s", self.plan.name, _short_error(exc))
 
     # -- misses, fallbacks, profiling -------------------------------------------------------------
     def _run_eager(self, args: Sequence[Any]) -> Any:
@@ -633,6 +683,7 @@ class RegionRuntime:
     def _warn(self, message: str) -> None:
         self.failed = message
         self._fast = None
+        self._direct = None
         self.plan.executor = "eager"
         self.plan.executor_reason = f"fallback after nvFuser error: {message}"
         STATS.fallbacks += 1

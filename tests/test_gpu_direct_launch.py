@@ -1,0 +1,146 @@
+"""GPU tests of runtime/direct_launch.py: steady calls of one-kernel static regions launch nvFuser's
+kernel through torch's static launcher, with the same bits as fec.execute, eager's strides, and one
+kernel per region; what cannot be launched directly stays on fec.execute and says why."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dynamo_nvf import nvf as nvf_env
+from dynamo_nvf.backend import recording
+from dynamo_nvf.runtime import direct_launch
+from dynamo_nvf.runtime.stats import STATS
+
+from helpers import assert_same, assert_same_layout, check_training, compile_fn
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not nvf_env.nvfuser_available(), reason=f"needs CUDA and nvFuser: {nvf_env.unavailable_reason()}"),
+]
+
+DEV = "cuda"
+STEADY = 4  # calls: the direct launcher is built on the third
+
+
+def _bias_gelu(x, b):
+    return F.gelu(x + b, approximate="tanh") * 2.0
+
+
+def _layer_norm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b) + 1.0
+
+
+def _softmax(x):
+    return torch.softmax(x * 0.5, dim=-1)
+
+
+CASES = {
+    "bias_gelu_bf16": (_bias_gelu, lambda: (torch.randn(512, 768, device=DEV, dtype=torch.bfloat16),
+                                            torch.randn(768, device=DEV, dtype=torch.bfloat16))),
+    "layer_norm_bf16": (_layer_norm, lambda: (torch.randn(512, 768, device=DEV, dtype=torch.bfloat16),
+                                              torch.randn(768, device=DEV, dtype=torch.bfloat16),
+                                              torch.randn(768, device=DEV, dtype=torch.bfloat16))),
+    "layer_norm_f32_wide": (_layer_norm, lambda: (torch.randn(64, 4096, device=DEV),
+                                                  torch.randn(4096, device=DEV), torch.randn(4096, device=DEV))),
+    "softmax_f32": (_softmax, lambda: (torch.randn(256, 1000, device=DEV),)),
+    "transposed_input_f32": (lambda x: torch.relu(x.t()) * 3.0, lambda: (torch.randn(384, 256, device=DEV),)),
+}
+
+
+def _steady(fn, inputs, options):
+    compiled = compile_fn(fn, options)
+    with torch.no_grad(), recording() as rec:
+        for _ in range(STEADY):
+            out = compiled(*inputs)
+    return compiled, out, rec.plans
+
+
+def _regions(plans):
+    return [r for p in plans for r in p.regions]
+
+
+def _kernel_names(fn, *args):
+    torch.cuda.synchronize()
+    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_direct_launch_matches_fec_execute_bit_for_bit(case):
+    fn, make = CASES[case]
+    inputs = make()
+    STATS.reset()
+    direct_fn, direct_out, plans = _steady(fn, inputs, {"min_region_size": 1})
+    launches = [r.launch for r in _regions(plans)]
+    assert launches and all(launch.startswith("direct") for launch in launches), launches
+    assert STATS.direct_launches >= 1 and STATS.fallbacks == 0, STATS.snapshot()
+
+    # fresh inputs: the launcher's pointers are per call, its sizes and strides are the region's
+    fresh = make()
+    got = direct_fn(*fresh)
+    with torch.no_grad():
+        expected = fn(*fresh)
+    assert_same(got, expected)
+    assert_same_layout(got, expected)
+
+    fec_fn, _, fec_plans = _steady(fn, inputs, {"min_region_size": 1, "direct_launch": False})
+    assert all(r.launch == "" for r in _regions(fec_plans))
+    reference = fec_fn(*fresh)
+    assert torch.equal(got, reference), (got - reference).abs().max()
+
+    names = _kernel_names(direct_fn, *fresh)
+    nvf_names = [n for n in names if "nvfuser" in n]
+    assert len(nvf_names) == 1 and nvf_names[0].endswith(direct_launch.ENTRY_SUFFIX), names
+
+
+def test_grid_reduction_stays_on_fec_execute_and_says_why():
+    x = torch.randn(1 << 22, device=DEV)
+    fn = lambda t: (t * t).sum()  # noqa: E731  (one value out of 4M: a grid reduction's work buffers)
+    compiled, out, plans = _steady(fn, (x,), {"min_region_size": 1})
+    torch.testing.assert_close(out, fn(x), rtol=1e-4, atol=1e-2)
+    for region in _regions(plans):
+        assert region.launch.startswith("fec.execute (") or region.launch.startswith("direct"), region.launch
+    fresh = torch.randn(1 << 22, device=DEV)
+    torch.testing.assert_close(compiled(fresh), fn(fresh), rtol=1e-4, atol=1e-2)
+
+
+def test_training_with_direct_launch_matches_eager():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.LayerNorm(512), torch.nn.GELU(),
+                                torch.nn.Linear(512, 256)).to(DEV)
+    x = torch.randn(128, 256, device=DEV)
+    compiled = compile_fn(model, {"min_region_size": 1})
+    for _ in range(STEADY):  # past the build of every region's launcher
+        compiled(x).sum().backward()
+    STATS.reset()
+    check_training(model, [torch.randn(128, 256, device=DEV)], {"min_region_size": 1},
+                   params=list(model.parameters()))
+
+
+def test_off_switch_and_cuda_graphs_never_launch_directly():
+    fn, make = CASES["bias_gelu_bf16"]
+    inputs = make()
+    STATS.reset()
+    _steady(fn, inputs, {"min_region_size": 1, "direct_launch": False})
+    _steady(fn, inputs, {"min_region_size": 1, "cuda_graphs": True})
+    assert STATS.direct_launches == 0, STATS.snapshot()
+
+
+def test_launcher_refuses_other_layouts_and_misaligned_pointers():
+    nvf = nvf_env.nvfuser_module()
+    x = torch.randn(256, 384, device=DEV)
+    with nvf.FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=nvf.DataType.Float)
+        fd.add_output(fd.ops.mul(fd.ops.relu(t0), fd.define_scalar(3.0)))
+    outputs = fd.execute([x])
+    kernel = direct_launch.build(nvf, fd.fec, [x], outputs)
+    y = torch.randn(256, 384, device=DEV)
+    (got,) = kernel([y])
+    assert torch.equal(got, torch.relu(y) * 3.0)
+    assert kernel([torch.randn(384, 256, device=DEV).t()]) is None  # other strides
+    storage = torch.randn(256 * 384 + 1, device=DEV)
+    assert kernel([storage[1:].view(256, 384)]) is None  # 4-byte aligned, built for 16
