@@ -3,7 +3,7 @@ the entry kernel's source, and when the runtime never tries (GPU tests: test_gpu
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import ctypes
 
 import pytest
 import torch
@@ -12,80 +12,74 @@ from dynamo_nvf.runtime import direct_launch as dl
 from dynamo_nvf.runtime.region import RegionRuntime
 from dynamo_nvf.settings import Settings
 
-KERNEL = """__global__ void nvfuser_inner_persistent_f0_c1_r0_g1(Tensor<__bfloat, 2, 2> T0, Tensor<float, 1, 1> T1, Tensor<__bfloat, 2, 2> T7) {
-  alignas(16) extern __shared__ char array[];
-  nvfuser_index_t i0 = ((nvfuser_index_t)threadIdx.x) + 96 * ((nvfuser_index_t)blockIdx.x);
-  float f1 = (float) T1[i0 % T0.logical_size[1]];
-  T7[i0] = T0[i0 * T0.alloc_stride[0]];
-}
-"""
+def _struct(pointer: int, sizes, strides) -> bytes:
+    """An nvFuser Tensor<T, N, N> argument with int64 indices: pointer, sizes, strides."""
+    return b"".join(v.to_bytes(8, "little", signed=True) for v in (pointer, *sizes, *strides))
 
 
-def test_signature_of_plain_tensor_kernel():
-    name, params = dl.parse_signature(KERNEL)
-    assert name == "nvfuser_inner_persistent_f0_c1_r0_g1"
-    assert params == [dl.TensorParam("__bfloat", 2, 2, "T0"), dl.TensorParam("float", 1, 1, "T1"),
-                      dl.TensorParam("__bfloat", 2, 2, "T7")]
+def test_argument_buffers_check_each_argument_is_its_tensors_struct():
+    raw = [_struct(0x7F0000001000, [4, 8], [8, 1]), _struct(0x7F0000002000, [4, 8], [8, 1])]
+    buffers = dl.argument_buffers(raw, [0x7F0000001000, 0x7F0000002000])
+    assert [bytes(b.raw) for b in buffers] == raw
+    with pytest.raises(dl.NotDirect, match="not the struct of tensor 1"):
+        dl.argument_buffers(raw, [0x7F0000001000, 0x7F0000003000])
+    with pytest.raises(dl.NotDirect, match="3 kernel arguments for 2 tensors"):  # a work buffer or a scalar
+        dl.argument_buffers(raw + [(7).to_bytes(8, "little")], [0x7F0000001000, 0x7F0000002000])
+    with pytest.raises(dl.NotDirect):  # a 4-byte scalar argument
+        dl.argument_buffers([raw[0], (3).to_bytes(4, "little")], [0x7F0000001000, 3])
 
 
-@pytest.mark.parametrize("code, why", [
-    (KERNEL.replace("Tensor<float, 1, 1> T1", "nvfuser_index_t i5"), "not a tensor"),
-    (KERNEL.replace("Tensor<float, 1, 1> T1", "Tensor<int64_t, 1, 1> T1, Tensor<int64_t, 1, 1> T9"), None),
-    (KERNEL.replace("Tensor<float, 1, 1> T1", "CpuScalarTensor<float> T1"), "not a tensor"),
-    (KERNEL.replace("__global__ void ", "__global__ void __launch_bounds__(/*maxThreadsPerBlock=*/256, "
-                    "/*minBlocksPerMultiprocessor=*/1) "), "warp-specialized"),
-    (KERNEL + KERNEL.replace("g1(", "g2("), "2 kernels"),
-])
-def test_kernels_it_does_not_take(code, why):
-    if why is None:  # parses, but build() refuses a parameter count that is not inputs + outputs
-        assert len(dl.parse_signature(code)[1]) == 4
-        return
-    with pytest.raises(dl.NotDirect, match=why):
-        dl.parse_signature(code)
+class _RecordingLaunch:
+    """Stands in for cuLaunchKernel in this CPU test of the argument patching (GPU tests use the driver)."""
+
+    def __init__(self, result: int = 0) -> None:
+        self.calls: list[tuple] = []
+        self.result = result
+
+    def __call__(self, function, gx, gy, gz, bx, by, bz, smem, stream, array, extra):
+        pointers = [int.from_bytes(ctypes.string_at(array[i], 8), "little") for i in range(self.count)]
+        self.calls.append(((function, gx, gy, gz, bx, by, bz, smem, stream), pointers))
+        return self.result
 
 
-def test_strides_only_matter_where_the_kernel_reads_them():
-    _, (t0, t1, t7) = dl.parse_signature(KERNEL)
-    assert dl.reads_strides(KERNEL, "T0") and not dl.reads_strides(KERNEL, "T1") and not dl.reads_strides(KERNEL, "T7")
-    # read strides come in allocation order: the dims sorted outermost first
-    assert dl.alloc_strides(KERNEL, t0, (384, 256), (1, 384)) == [384, 1]
-    assert dl.alloc_strides(KERNEL, t0, (4, 8), (8, 1)) == [8, 1]
-    with pytest.raises(dl.NotDirect, match="ambiguous"):
-        dl.alloc_strides(KERNEL, t0, (1, 8), (8, 8))
-    # unread strides are passed as they are
-    assert dl.alloc_strides(KERNEL, t7, (1, 8), (8, 8)) == [8, 8]
-    # a struct handed whole to a helper may have its strides read
-    assert dl.reads_strides("  helper(T3, 1);", "T3")
+def _kernel(launch, x, out):
+    raw = [_struct(x.data_ptr(), x.shape, x.stride()), _struct(out.data_ptr(), out.shape, out.stride())]
+    buffers = dl.argument_buffers(raw, [x.data_ptr(), out.data_ptr()])
+    launch.count = 2
+    config = dl.LaunchConfig((4, 1, 1), (96, 2, 1), 128)
+    return dl.DirectKernel(launch, 1234, config, 0, buffers, [x], [out], owner=None, stream=lambda device: 77)
 
 
-def test_launch_config_from_the_profiler_strings():
-    profile = SimpleNamespace(grid_str="[512, 1, 1]", block_str="[96, 2, 1]", shared_mem_str="[1024, 16]", registers=40)
-    assert dl.launch_config(profile) == dl.LaunchConfig((512, 1, 1), (96, 2, 1), 1024, 40)
-    with pytest.raises(dl.NotDirect):
-        dl.launch_config(SimpleNamespace(grid_str="?", block_str="[1, 1, 1]", shared_mem_str="[0, 0]", registers=1))
+def test_each_call_writes_its_pointers_and_allocates_outputs_like_nvfusers():
+    storage = torch.zeros(64 * 8 + 4)
+    x = storage[:256].view(32, 8)  # 16-byte aligned (the storage is)
+    out = torch.empty_strided((8, 32), (1, 8))  # a transposed output layout
+    launch = _RecordingLaunch()
+    kernel = _kernel(launch, x, out)
+    y = torch.randn(32, 8)
+    (result,) = kernel([y])
+    assert result.shape == (8, 32) and result.stride() == (1, 8) and result.dtype == out.dtype
+    (dims, pointers), = launch.calls
+    assert dims == (1234, 4, 1, 1, 96, 2, 1, 128, 77)
+    assert pointers == [y.data_ptr(), result.data_ptr()]
+    # the sizes and strides bytes after each pointer are the build's
+    assert kernel._buffers[0].raw[8:] == _struct(0, x.shape, x.stride())[8:]
 
 
-def test_entry_source_wraps_the_kernel_with_constant_structs():
-    name, params = dl.parse_signature(KERNEL)
-    structured = "namespace nvf {\n// preamble\n}\nnamespace nvf {\n" + KERNEL + "}\n"
-    source = dl.entry_source(structured, name, params, [[512, 768], [768], [512, 768]],
-                             [[768, 1], [1], [768, 1]], (96, 2, 1))
-    assert f"__device__ __forceinline__ void {name}(" in source and f"__global__ void {name}(" not in source
-    assert f'extern "C" __global__ void {name}{dl.ENTRY_SUFFIX}(void* p0, void* p1, void* p2)' in source
-    assert "a0.logical_size[1] = 768;" in source and "a1.alloc_stride[0] = 1;" in source
-    assert f"  {name}(a0, a1, a2);" in source
-    # a 2-D block is launched as 192 threads and rebuilt, x fastest
-    assert "#define threadIdx (nvfd_thread_idx())" in source and "t % 96u" in source
-    flat = dl.entry_source(structured, name, params, [[512, 768], [768], [512, 768]],
-                           [[768, 1], [1], [768, 1]], (128, 1, 1))
-    assert "#define threadIdx" not in flat
+def test_other_strides_or_misaligned_inputs_go_back_to_fec_execute():
+    x = torch.zeros(32, 8)
+    launch = _RecordingLaunch()
+    kernel = _kernel(launch, x, torch.empty(8, 32))
+    assert kernel([torch.zeros(8, 32).t()]) is None
+    assert kernel([torch.zeros(32 * 8 + 1)[1:].view(32, 8)]) is None  # 4 bytes off a 16-byte boundary
+    assert launch.calls == []
 
 
-def test_nvrtc_options_are_nvfusers_for_the_arch():
-    options = dl.nvrtc_options(9, 0, 40)
-    assert "--gpu-architecture=sm_90a" in options and "--fmad=true" in options and "--maxrregcount=40" in options
-    assert "--gpu-architecture=sm_80" in dl.nvrtc_options(8, 0, 255)
-    assert not any(o.startswith("--maxrregcount") for o in dl.nvrtc_options(8, 0, 255))
+def test_a_launch_error_raises_for_the_runtime_to_drop_the_launcher():
+    x = torch.zeros(32, 8)
+    kernel = _kernel(_RecordingLaunch(result=700), x, torch.empty(32, 8))
+    with pytest.raises(RuntimeError, match="CUresult 700"):
+        kernel([x])
 
 
 def test_settings_turn_it_off_under_cuda_graphs():

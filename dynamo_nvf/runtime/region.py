@@ -431,12 +431,12 @@ class RegionRuntime:
     def _build_direct(self, entry: _Entry, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> None:
         """Builds the direct launcher from a steady call's inputs and nvFuser's outputs for them; any
         reason it cannot be is kept for explain() (the region then stays on fec.execute)."""
-        if _capturing():  # building profiles and syncs: never inside a capture
+        if _capturing():  # building captures and syncs: never inside a capture
             self.plan.launch = "fec.execute (first steady call was inside a CUDA-graph capture)"
             return
         start = time.perf_counter()
         try:
-            self._direct = direct_launch.build(self._nvf, entry.fec, args, outputs)
+            self._direct = direct_launch.build(entry.fec, args, outputs)
         except direct_launch.NotDirect as exc:
             self.plan.launch = f"fec.execute ({exc})"
             log.debug("%s: no direct launch: %s", self.plan.name, exc)
@@ -447,7 +447,7 @@ class RegionRuntime:
             return
         config = self._direct.config
         self.plan.launch = (f"direct (grid {config.grid}, block {config.block}, {config.dynamic_smem} B dynamic "
-                            f"smem, {config.registers} registers; built in {(time.perf_counter() - start) * 1e3:.0f} ms)")
+                            f"smem; built in {(time.perf_counter() - start) * 1e3:.1f} ms)")
         log.debug("%s: %s", self.plan.name, self.plan.launch)
 
     def _drop_direct(self, exc: BaseException) -> None:
