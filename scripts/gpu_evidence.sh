@@ -390,6 +390,16 @@ case "${1:-tests}" in
       --time-budget $((560 - SECONDS)) --json "$OUT/blocks13.json" > "$OUT/blocks13.log" 2>&1; echo "blocks13 rc=$?"
     tail -n 8 "$OUT/blocks13.log"; echo "elapsed ${SECONDS}s"
     ;;
+  s14b)
+    # Session 14: direct launch with ready ctypes arguments and inductor's allocator; its GPU tests;
+    # then what it saves per region call and per step, in one process (scripts/direct_launch_cost.py).
+    timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_direct_launch.py -p no:cacheprovider --tb=short -rfs \
+      > "$OUT/tests.log" 2>&1
+    echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/tests.log" | head -n 30
+    timeout $((585 - SECONDS)) python3 scripts/direct_launch_cost.py ${DLC_WORKLOADS:-bert_fwd_bf16_small llama_fwd_bf16_small gpt_fwd_bf16_small vit_fwd_bf16_small convnext_fwd_bf16_small bert_train_bf16_small convnext_train_bf16_small} \
+      --rounds ${DLC_ROUNDS:-7} > "$OUT/cost.txt" 2>&1; echo "cost rc=$?"
+    grep -E "^===|step wall|^  nvf_region" "$OUT/cost.txt" | cut -c1-160; echo "elapsed ${SECONDS}s"
+    ;;
   s14a)
     # Session 14: direct launch (runtime/direct_launch.py). Its GPU tests and the backend's; which
     # model regions launch directly and their host us per call, against direct_launch off; then the

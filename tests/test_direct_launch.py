@@ -38,7 +38,8 @@ class _RecordingLaunch:
 
     def __call__(self, function, gx, gy, gz, bx, by, bz, smem, stream, array, extra):
         pointers = [int.from_bytes(ctypes.string_at(array[i], 8), "little") for i in range(self.count)]
-        self.calls.append(((function, gx, gy, gz, bx, by, bz, smem, stream), pointers))
+        values = tuple(v.value for v in (function, gx, gy, gz, bx, by, bz, smem, stream))
+        self.calls.append((values, pointers))
         return self.result
 
 

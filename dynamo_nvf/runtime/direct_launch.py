@@ -90,8 +90,7 @@ class _Driver:
             launch = held.cuLaunchKernel
         except (OSError, AttributeError) as exc:
             raise NotDirect(f"CUDA driver entry point missing: {exc}") from exc
-        launch.restype = ctypes.c_int
-        launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        launch.restype = ctypes.c_int  # arguments are passed as ready ctypes values: no conversion per call
         self.launch = launch
 
     @classmethod
@@ -174,17 +173,17 @@ class DirectKernel:
     the outputs, or None when an input is not laid out as at build time (the caller then runs
     fec.execute)."""
 
-    __slots__ = ("config", "_launch", "_function", "_dims", "_smem", "_device", "_input_strides", "_aligned",
-                 "_outputs", "_slots", "_array", "_stream", "_lock", "_owner", "_buffers")
+    __slots__ = ("config", "_launch", "_fixed", "_device", "_input_strides", "_aligned", "_outputs", "_slots",
+                 "_array", "_stream", "_streams", "_lock", "_owner", "_buffers", "_empty", "_current_device")
 
     def __init__(self, launch: Callable[..., int], function: int, config: LaunchConfig, device: int,
                  buffers: Sequence[ctypes.Array], inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
                  owner: Any, stream: Optional[Callable[[int], int]] = None) -> None:
         self.config = config
         self._launch = launch
-        self._function = function
-        self._dims = (*config.grid, *config.block)
-        self._smem = config.dynamic_smem
+        #: cuLaunchKernel's leading arguments: function, grid, block, dynamic shared memory
+        self._fixed = (ctypes.c_void_p(function), *(ctypes.c_uint(v) for v in (*config.grid, *config.block)),
+                       ctypes.c_uint(config.dynamic_smem))
         self._device = device
         self._input_strides = tuple(t.stride() for t in inputs)
         self._aligned = tuple(t.data_ptr() % ALIGNMENT == 0 for t in inputs)
@@ -194,6 +193,11 @@ class DirectKernel:
         self._slots = [ctypes.c_uint64.from_buffer(b) for b in self._buffers]
         self._array = (ctypes.c_void_p * len(self._buffers))(*[ctypes.addressof(b) for b in self._buffers])
         self._stream = stream or torch._C._cuda_getCurrentRawStream  # device index -> cudaStream_t
+        self._streams: dict[int, ctypes.c_void_p] = {}
+        # inductor's allocator for its wrappers (no dispatcher), on the current device; else empty_strided
+        fast_empty = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+        self._empty = getattr(fast_empty, "_empty_strided_cuda", None) if stream is None else None
+        self._current_device = getattr(torch._C, "_cuda_getDevice", None)
         self._lock = threading.Lock()
         self._owner = owner  # nvFuser's executor cache: it owns the kernel's module
 
@@ -204,15 +208,21 @@ class DirectKernel:
             if arg.stride() != strides or (aligned and pointer % ALIGNMENT):
                 return None
             pointers.append(pointer)
-        outputs = [torch.empty_strided(shape, strides, dtype=dtype, device=device)
-                   for shape, strides, dtype, device in self._outputs]
+        empty = self._empty
+        if empty is not None and self._current_device() == self._device:
+            outputs = [empty(shape, strides, dtype) for shape, strides, dtype, _ in self._outputs]
+        else:
+            outputs = [torch.empty_strided(shape, strides, dtype=dtype, device=device)
+                       for shape, strides, dtype, device in self._outputs]
         pointers.extend(out.data_ptr() for out in outputs)
+        raw_stream = self._stream(self._device)
+        stream = self._streams.get(raw_stream)
+        if stream is None:
+            stream = self._streams.setdefault(raw_stream, ctypes.c_void_p(raw_stream))
         with self._lock:
             for slot, pointer in zip(self._slots, pointers):
                 slot.value = pointer
-            gx, gy, gz, bx, by, bz = self._dims
-            result = self._launch(self._function, gx, gy, gz, bx, by, bz, self._smem, self._stream(self._device),
-                                  self._array, None)
+            result = self._launch(*self._fixed, stream, self._array, None)
         if result != 0:
             raise RuntimeError(f"cuLaunchKernel failed (CUresult {result})")
         return outputs
