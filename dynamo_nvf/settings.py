@@ -151,11 +151,12 @@ class Settings:
     #: of the tensor its chain starts from, where that tensor's layout is known (passes/lean_views.py):
     #: less host time per call. False keeps the aten view calls (for measuring the difference).
     lean_views: bool = True
-    #: Launch a static region's kernel straight through torch's C++ launcher once it has run, where
-    #: nvFuser runs it as one kernel (runtime/direct_launch.py): a few microseconds of host time per
-    #: call instead of fec.execute's 12-30. Checked bit for bit against nvFuser's outputs first. Not
-    #: used under cuda_graphs (a replay has no per-region host cost). False: always fec.execute.
-    direct_launch: bool = True
+    #: Relaunch a static one-kernel region's kernel through the CUDA driver once it has run, instead of
+    #: calling fec.execute (runtime/direct_launch.py; checked bit for bit first; never under
+    #: cuda_graphs). Opt-in: on an H100 it saved only 1-3 us of a region call's 9-29 (fec.execute is
+    #: ~9-12 us in steady state; allocating outputs and a ctypes launch from Python cost most of that
+    #: again), and step times with it on against off, in one process, ranged 0.90x-1.09x (session 14).
+    direct_launch: bool = False
     #: Run each compiled aten graph (forward, backward, inference) as a CUDA graph through torch's
     #: cudagraph trees, as `torch.compile(mode="reduce-overhead")` does for inductor: one replay per
     #: call instead of one host launch per region and eager op. Graphs that cannot be captured safely

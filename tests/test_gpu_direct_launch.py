@@ -22,6 +22,7 @@ pytestmark = [
 
 DEV = "cuda"
 STEADY = 4  # calls: the direct launcher is built on the third
+ON = {"min_region_size": 1, "direct_launch": True}  # opt-in
 
 
 def _bias_gelu(x, b):
@@ -73,12 +74,12 @@ def _kernel_names(fn, *args):
 def test_direct_launch_matches_fec_execute_bit_for_bit(case):
     fn, make = CASES[case]
     inputs, fresh = make(), make()  # fresh: the launcher's pointers are per call, sizes and strides not
-    fec_fn, _, fec_plans = _steady(fn, inputs, {"min_region_size": 1, "direct_launch": False})
+    fec_fn, _, fec_plans = _steady(fn, inputs, {"min_region_size": 1})  # the default: fec.execute
     assert all(r.launch == "" for r in _regions(fec_plans))
     reference = fec_fn(*fresh)
 
     STATS.reset()
-    direct_fn, _, plans = _steady(fn, inputs, {"min_region_size": 1})  # (compiling resets Dynamo: fec_fn is done)
+    direct_fn, _, plans = _steady(fn, inputs, ON)  # (compiling resets Dynamo: fec_fn is done)
     launches = [r.launch for r in _regions(plans)]
     assert launches and all(launch.startswith("direct") for launch in launches), launches
     assert STATS.direct_launches >= 1 and STATS.fallbacks == 0, STATS.snapshot()
@@ -99,7 +100,7 @@ def test_direct_launch_matches_fec_execute_bit_for_bit(case):
 def test_grid_reduction_stays_on_fec_execute_and_says_why():
     x = torch.randn(1 << 22, device=DEV)
     fn = lambda t: (t * t).sum()  # noqa: E731  (one value out of 4M: a grid reduction's work buffers)
-    compiled, out, plans = _steady(fn, (x,), {"min_region_size": 1})
+    compiled, out, plans = _steady(fn, (x,), ON)
     torch.testing.assert_close(out, fn(x), rtol=1e-4, atol=1e-2)
     for region in _regions(plans):
         assert region.launch.startswith("fec.execute (") or region.launch.startswith("direct"), region.launch
@@ -112,20 +113,19 @@ def test_training_with_direct_launch_matches_eager():
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.LayerNorm(512), torch.nn.GELU(),
                                 torch.nn.Linear(512, 256)).to(DEV)
     x = torch.randn(128, 256, device=DEV)
-    compiled = compile_fn(model, {"min_region_size": 1})
+    compiled = compile_fn(model, ON)
     for _ in range(STEADY):  # past the build of every region's launcher
         compiled(x).sum().backward()
-    STATS.reset()
-    check_training(model, [torch.randn(128, 256, device=DEV)], {"min_region_size": 1},
-                   params=list(model.parameters()))
+    assert STATS.direct_launches > 0, STATS.snapshot()
+    check_training(model, [torch.randn(128, 256, device=DEV)], ON, params=list(model.parameters()))
 
 
-def test_off_switch_and_cuda_graphs_never_launch_directly():
+def test_default_and_cuda_graphs_never_launch_directly():
     fn, make = CASES["bias_gelu_bf16"]
     inputs = make()
     STATS.reset()
-    _steady(fn, inputs, {"min_region_size": 1, "direct_launch": False})
-    _steady(fn, inputs, {"min_region_size": 1, "cuda_graphs": True})
+    _steady(fn, inputs, {"min_region_size": 1})
+    _steady(fn, inputs, {**ON, "cuda_graphs": True})
     assert STATS.direct_launches == 0, STATS.snapshot()
 
 

@@ -1,6 +1,6 @@
 """Direct launch: a one-kernel region's steady calls launch nvFuser's own kernel without `fec.execute`.
 
-Why: `fec.execute` costs 12-30 us of host time per call even when nothing changes between calls
+Why: `fec.execute` costs ~9-30 us of host time per call even when nothing changes between calls
 (input-id string, runtime lookup, argument building, output allocation, launch; see region.py's
 docstring), and a transformer step makes dozens of such calls without CUDA graphs. For a region whose
 input layouts are fixed at compile time (`region.static_region`) and which nvFuser runs as exactly
@@ -20,6 +20,14 @@ bytes and calls the driver's `cuLaunchKernel`: the same binary, so the same bits
 microseconds of host time. Anything unexpected (another layout, a launch error) goes back to
 `fec.execute`, which stays the reference. nvFuser's executor cache owns the kernel's module, so the
 launcher keeps a reference to it.
+
+What it measured (H100, session 14, scripts/direct_launch_cost.py, one process, medians): a call
+cost 8.5-25 us against fec.execute's 9-29 on the same inputs: 1-3 us less. fec.execute is ~9-12 us
+in steady state, not the 40-170 us first measured, and allocating the outputs from Python (2.3 us
+each with torch.empty_strided) plus a ctypes launch (~5 us) spend most of what it skips. Step times,
+on against off in alternating rounds: 0.90x-0.97x on the forward models, 1.03x-1.09x on two training
+steps, each within its rounds' spread. So it is opt-in (settings.direct_launch); a launcher in C++
+(one call for allocation and launch) would be needed to get below ~6 us.
 
 Not taken (the reason is kept for explain()): several segments, kernels or memsets (grid reductions'
 zeroed buffers), random numbers, scalar or CPU inputs, outputs that alias inputs, a torch without
