@@ -390,6 +390,19 @@ case "${1:-tests}" in
       --time-budget $((560 - SECONDS)) --json "$OUT/blocks13.json" > "$OUT/blocks13.log" 2>&1; echo "blocks13 rc=$?"
     tail -n 8 "$OUT/blocks13.log"; echo "elapsed ${SECONDS}s"
     ;;
+  s14c)
+    # Session 14, closing: direct launch's GPU tests (opt-in now), then issue #10's table from
+    # interleaved rounds, with nvf_direct_launch beside the default.
+    timeout 100 python3 -m pytest -q -m gpu tests/test_gpu_direct_launch.py -p no:cacheprovider --tb=short -rfs \
+      > "$OUT/tests.log" 2>&1
+    echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/tests.log" | head -n 30
+    timeout $((590 - SECONDS)) python3 -m perf.interleave \
+      llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small,llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small \
+      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs,nvf_direct_launch --rounds ${IL10_ROUNDS:-7} --acceptance \
+      --json "$OUT/il10.json" > "$OUT/il10.log" 2>&1; echo "il10 rc=$?"
+    sed -n '/^### Acceptance/,$p' "$OUT/il10.log"; grep -E "nvf_direct_launch|nvf_bookend " "$OUT/il10.log" | cut -c1-140 | head -n 20
+    echo "elapsed ${SECONDS}s"
+    ;;
   s14b)
     # Session 14: direct launch with ready ctypes arguments and inductor's allocator; its GPU tests;
     # then what it saves per region call and per step, in one process (scripts/direct_launch_cost.py).
