@@ -153,10 +153,11 @@ class Settings:
     lean_views: bool = True
     #: Relaunch a static one-kernel region's kernel through the CUDA driver once it has run, instead of
     #: calling fec.execute (runtime/direct_launch.py; checked bit for bit first; never under
-    #: cuda_graphs). Opt-in: on an H100 it saved only 1-3 us of a region call's 9-29 (fec.execute is
-    #: ~9-12 us in steady state; allocating outputs and a ctypes launch from Python cost most of that
-    #: again), and step times with it on against off, in one process, ranged 0.90x-1.09x (session 14).
-    direct_launch: bool = False
+    #: cuda_graphs). On an H100 (session 14) a call cost 1-3 us less than fec.execute's 9-29, and in
+    #: one interleaved perf run (7 rounds) the small-batch model steps took 0.958x the time with it
+    #: off on the geomean (0.87x-1.017x; faster in 46 of 70 rounds; BERT training 1.017x, ViT
+    #: training 1.003x). False: always fec.execute (perf backend nvf_fec_execute).
+    direct_launch: bool = True
     #: Run each compiled aten graph (forward, backward, inference) as a CUDA graph through torch's
     #: cudagraph trees, as `torch.compile(mode="reduce-overhead")` does for inductor: one replay per
     #: call instead of one host launch per region and eager op. Graphs that cannot be captured safely

@@ -2,7 +2,7 @@
 
     python scripts/direct_launch_cost.py bert_fwd_bf16_small [more workloads] [--rounds 9] [--steps 40]
 
-For each perf workload under nvf_direct_launch (nvf_bookend with direct_launch on), after warm-up:
+For each perf workload under nvf_bookend (direct_launch on, the default), after warm-up:
 - per region that launches directly, host us per call of: the direct launcher alone, fec.execute
   alone (the same inputs), and the output allocation alone; medians of interleaved rounds;
 - the step's wall time with every region's launcher on against all of them off (the regions then
@@ -62,7 +62,7 @@ def _runtimes_with_args(step):
 
 def measure(workload: str, rounds: int, steps: int, calls: int) -> None:
     reset_compile_state()
-    step = backend_step(get_backend("nvf_direct_launch"), REGISTRY[workload].instantiate("cuda", tiny=False))
+    step = backend_step(get_backend("nvf_bookend"), REGISTRY[workload].instantiate("cuda", tiny=False))
     for _ in range(10):
         step()
     _sync()

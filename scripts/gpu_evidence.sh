@@ -391,16 +391,17 @@ case "${1:-tests}" in
     tail -n 8 "$OUT/blocks13.log"; echo "elapsed ${SECONDS}s"
     ;;
   s14c)
-    # Session 14, closing: direct launch's GPU tests (opt-in now), then issue #10's table from
-    # interleaved rounds, with nvf_direct_launch beside the default.
+    # Session 14: direct launch's GPU tests, then issue #10's table from interleaved rounds, with
+    # nvf_fec_execute (direct launch off) beside the default. (Session 14 ran it while direct launch
+    # was opt-in, as backend nvf_direct_launch beside nvf_bookend.)
     timeout 100 python3 -m pytest -q -m gpu tests/test_gpu_direct_launch.py -p no:cacheprovider --tb=short -rfs \
       > "$OUT/tests.log" 2>&1
     echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/tests.log" | head -n 30
     timeout $((590 - SECONDS)) python3 -m perf.interleave \
       llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small,llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small \
-      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs,nvf_direct_launch --rounds ${IL10_ROUNDS:-7} --acceptance \
+      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs,nvf_fec_execute --rounds ${IL10_ROUNDS:-7} --acceptance \
       --json "$OUT/il10.json" > "$OUT/il10.log" 2>&1; echo "il10 rc=$?"
-    sed -n '/^### Acceptance/,$p' "$OUT/il10.log"; grep -E "nvf_direct_launch|nvf_bookend " "$OUT/il10.log" | cut -c1-140 | head -n 20
+    sed -n '/^### Acceptance/,$p' "$OUT/il10.log"; grep -E "nvf_fec_execute|nvf_bookend " "$OUT/il10.log" | cut -c1-140 | head -n 20
     echo "elapsed ${SECONDS}s"
     ;;
   s14b)
@@ -420,14 +421,14 @@ case "${1:-tests}" in
     timeout 200 python3 -m pytest -q -m gpu tests/test_gpu_direct_launch.py tests/test_gpu_backend.py \
       -p no:cacheprovider --tb=short -rfs -x > "$OUT/tests.log" 2>&1
     echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/tests.log" | head -n 30
-    for wl in bert_fwd_bf16_small llama_fwd_bf16_small convnext_train_bf16_small; do for b in nvf_direct_launch nvf_bookend; do
+    for wl in bert_fwd_bf16_small llama_fwd_bf16_small convnext_train_bf16_small; do for b in nvf_bookend nvf_fec_execute; do
       echo "=== $wl $b" >> "$OUT/split.txt"
       timeout 70 python3 scripts/step_host_split.py $wl --backend $b --steps 60 >> "$OUT/split.txt" 2>&1
     done; done; grep -E "^===|^step wall|^region calls" "$OUT/split.txt"
     grep -E "^nvf_region" "$OUT/split.txt" | awk '{print $NF, $0}' | cut -c1-200 | sort | uniq -c | sort -rn | head -n 5
     timeout $((585 - SECONDS)) python3 -m perf.interleave \
       ${IL14_WORKLOADS:-llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small,bert_train_bf16_small,convnext_train_bf16_small} \
-      --backends eager,inductor,nvf_bookend,nvf_direct_launch --rounds ${IL_ROUNDS:-5} \
+      --backends eager,inductor,nvf_bookend,nvf_fec_execute --rounds ${IL_ROUNDS:-5} \
       --json "$OUT/il14.json" > "$OUT/il14.log" 2>&1
     echo "il rc=$?"; grep -E "^\| [a-z]" "$OUT/il14.log" | grep -v "workload" | cut -c1-150 | head -n 40; echo "elapsed ${SECONDS}s"
     ;;

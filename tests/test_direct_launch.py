@@ -83,13 +83,12 @@ def test_a_launch_error_raises_for_the_runtime_to_drop_the_launcher():
         kernel([x])
 
 
-def test_settings_opt_in_and_off_under_cuda_graphs():
-    assert not Settings().launches_directly()  # opt-in: no step gain measured (settings.direct_launch)
-    on = Settings(direct_launch=True)
-    assert on.launches_directly()
-    assert Settings.from_options({"direct_launch": True}).launches_directly()
-    assert not Settings(direct_launch=True, cuda_graphs=True).launches_directly()
-    assert not on.with_mode("reduce-overhead").launches_directly()
+def test_settings_on_by_default_and_off_under_cuda_graphs():
+    assert Settings().launches_directly()
+    assert not Settings(direct_launch=False).launches_directly()
+    assert not Settings.from_options({"direct_launch": False}).launches_directly()
+    assert not Settings(cuda_graphs=True).launches_directly()
+    assert not Settings().with_mode("reduce-overhead").launches_directly()
 
 
 def _runtime(fn, settings, *example):
@@ -106,16 +105,15 @@ def _runtime(fn, settings, *example):
 def test_runtime_tries_only_static_non_random_regions_without_graphs():
     x = torch.randn(4, 8)
     double = lambda t: (t * 2,)  # noqa: E731  (a region returns a tuple)
-    on = Settings(direct_launch=True)
-    assert _runtime(double, on, x)._direct_countdown == 2
-    assert _runtime(double, Settings(direct_launch=True, cuda_graphs=True), x)._direct_countdown == 0
-    assert _runtime(double, Settings(), x)._direct_countdown == 0
-    assert _runtime(lambda t: (torch.rand_like(t) * t,), on, x)._direct_countdown == 0
+    assert _runtime(double, Settings(), x)._direct_countdown == 2
+    assert _runtime(double, Settings(cuda_graphs=True), x)._direct_countdown == 0
+    assert _runtime(double, Settings(direct_launch=False), x)._direct_countdown == 0
+    assert _runtime(lambda t: (torch.rand_like(t) * t,), Settings(), x)._direct_countdown == 0
 
 
 def test_without_nvfuser_a_region_never_builds_a_launcher():
     x = torch.randn(4, 8)
-    runtime = _runtime(lambda t: (t * 2,), Settings(direct_launch=True), x)
+    runtime = _runtime(lambda t: (t * 2,), Settings(), x)
     for _ in range(4):
         torch.testing.assert_close(runtime(x)[0], x * 2)
     assert runtime._direct is None and runtime.plan.launch == ""

@@ -22,7 +22,7 @@ pytestmark = [
 
 DEV = "cuda"
 STEADY = 4  # calls: the direct launcher is built on the third
-ON = {"min_region_size": 1, "direct_launch": True}  # opt-in
+ON = {"min_region_size": 1}  # direct_launch is on by default
 
 
 def _bias_gelu(x, b):
@@ -74,7 +74,7 @@ def _kernel_names(fn, *args):
 def test_direct_launch_matches_fec_execute_bit_for_bit(case):
     fn, make = CASES[case]
     inputs, fresh = make(), make()  # fresh: the launcher's pointers are per call, sizes and strides not
-    fec_fn, _, fec_plans = _steady(fn, inputs, {"min_region_size": 1})  # the default: fec.execute
+    fec_fn, _, fec_plans = _steady(fn, inputs, {"min_region_size": 1, "direct_launch": False})
     assert all(r.launch == "" for r in _regions(fec_plans))
     reference = fec_fn(*fresh)
 
@@ -120,11 +120,11 @@ def test_training_with_direct_launch_matches_eager():
     check_training(model, [torch.randn(128, 256, device=DEV)], ON, params=list(model.parameters()))
 
 
-def test_default_and_cuda_graphs_never_launch_directly():
+def test_off_switch_and_cuda_graphs_never_launch_directly():
     fn, make = CASES["bias_gelu_bf16"]
     inputs = make()
     STATS.reset()
-    _steady(fn, inputs, {"min_region_size": 1})
+    _steady(fn, inputs, {"min_region_size": 1, "direct_launch": False})
     _steady(fn, inputs, {**ON, "cuda_graphs": True})
     assert STATS.direct_launches == 0, STATS.snapshot()
 

@@ -21,13 +21,13 @@ microseconds of host time. Anything unexpected (another layout, a launch error) 
 `fec.execute`, which stays the reference. nvFuser's executor cache owns the kernel's module, so the
 launcher keeps a reference to it.
 
-What it measured (H100, session 14, scripts/direct_launch_cost.py, one process, medians): a call
-cost 8.5-25 us against fec.execute's 9-29 on the same inputs: 1-3 us less. fec.execute is ~9-12 us
-in steady state, not the 40-170 us first measured, and allocating the outputs from Python (2.3 us
-each with torch.empty_strided) plus a ctypes launch (~5 us) spend most of what it skips. Step times,
-on against off in alternating rounds: 0.90x-0.97x on the forward models, 1.03x-1.09x on two training
-steps, each within its rounds' spread. So it is opt-in (settings.direct_launch); a launcher in C++
-(one call for allocation and launch) would be needed to get below ~6 us.
+What it measured (H100, session 14): per call, in one process (scripts/direct_launch_cost.py,
+medians), 8.5-25 us against fec.execute's 9-29 on the same inputs: 1-3 us less. fec.execute is
+~9-12 us in steady state, not the 40-170 us first measured, and allocating the outputs from Python
+(~2.3 us each) plus a ctypes launch spend most of what it skips. Per step (perf.interleave, 7 rounds,
+10 small-batch models): 0.958x the step time of fec.execute on the geomean, 0.87x-0.97x on the
+forward models, 0.97x-1.017x on training steps. A launcher in C++ (allocation and launch in one
+call) would be needed to get below ~6 us.
 
 Not taken (the reason is kept for explain()): several segments, kernels or memsets (grid reductions'
 zeroed buffers), random numbers, scalar or CPU inputs, outputs that alias inputs, a torch without
