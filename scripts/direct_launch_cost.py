@@ -13,7 +13,6 @@ For each perf workload under nvf_bookend (direct_launch on, the default), after 
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import statistics
 import sys
@@ -24,20 +23,16 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from perf.backends import get_backend, reset_compile_state  # noqa: E402
-from perf.measure import backend_step, device_sync, timed_batches  # noqa: E402
+from perf.measure import backend_step, device_sync, summarize_steps, timed_batches  # noqa: E402
 from perf.workloads import REGISTRY  # noqa: E402
 
 _sync = device_sync()
 
 
 def _per_call_us(fn, calls: int) -> float:
-    _sync()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    took = time.perf_counter() - start
-    _sync()
-    return took / calls * 1e6
+    """Host us per call of `calls` back-to-back calls (perf.measure.timed_batches' enqueue span)."""
+    ((start, returned, _),) = timed_batches(fn, 1, calls, _sync, time.perf_counter)
+    return (returned - start) / calls * 1e6
 
 
 def _runtimes_with_args(step):
@@ -72,37 +67,33 @@ def measure(workload: str, rounds: int, steps: int, calls: int) -> None:
     for rt, _ in runtimes:
         if rt._direct is None:
             print(f"  {rt.plan.name}: {rt.plan.launch or '(no steady fast path)'}")
-    gc.disable()
-    try:
-        if direct:
-            print(f"  {'region':<16} {'direct us':>9} {'fec us':>9} {'alloc us':>9}  (median of {rounds} rounds x {calls} calls)")
-        for rt, args in direct:
-            kernel, fec = rt._direct, rt._fast.fec
-            shapes = kernel._outputs
-            d, f, a = [], [], []
-            for _ in range(rounds):
-                d.append(_per_call_us(lambda: kernel(args), calls))
-                f.append(_per_call_us(lambda: fec.execute(args), calls))
-                a.append(_per_call_us(lambda: [torch.empty_strided(s, st, dtype=dt, device=dev)
-                                               for s, st, dt, dev in shapes], calls))
-            print(f"  {rt.plan.name:<16} {statistics.median(d):>9.1f} {statistics.median(f):>9.1f} "
-                  f"{statistics.median(a):>9.1f}")
-        saved = {id(rt): rt._direct for rt, _ in direct}
-        on, off, ratios = [], [], []
-        for r in range(rounds):
-            walls = {}
-            for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
-                for rt, _ in direct:
-                    rt._direct = saved[id(rt)] if mode == "on" else None
-                spans = timed_batches(step, 3, steps, _sync, time.perf_counter)
-                walls[mode] = statistics.median((end - start) / steps * 1e6 for start, _, end in spans)
-            on.append(walls["on"])
-            off.append(walls["off"])
-            ratios.append(walls["on"] / walls["off"])
-        for rt, _ in direct:
-            rt._direct = saved[id(rt)]
-    finally:
-        gc.enable()
+    if direct:
+        print(f"  {'region':<16} {'direct us':>9} {'fec us':>9} {'alloc us':>9}  (median of {rounds} rounds x {calls} calls)")
+    for rt, args in direct:
+        kernel, fec = rt._direct, rt._fast.fec
+        shapes = kernel._outputs
+        d, f, a = [], [], []
+        for _ in range(rounds):
+            d.append(_per_call_us(lambda: kernel(args), calls))
+            f.append(_per_call_us(lambda: fec.execute(args), calls))
+            a.append(_per_call_us(lambda: [torch.empty_strided(s, st, dtype=dt, device=dev)
+                                           for s, st, dt, dev in shapes], calls))
+        print(f"  {rt.plan.name:<16} {statistics.median(d):>9.1f} {statistics.median(f):>9.1f} "
+              f"{statistics.median(a):>9.1f}")
+    saved = {id(rt): rt._direct for rt, _ in direct}
+    on, off, ratios = [], [], []
+    for r in range(rounds):
+        walls = {}
+        for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
+            for rt, _ in direct:
+                rt._direct = saved[id(rt)] if mode == "on" else None
+            spans = timed_batches(step, 3, steps, _sync, time.perf_counter)
+            walls[mode] = summarize_steps(spans, steps).step_ms_median * 1e3
+        on.append(walls["on"])
+        off.append(walls["off"])
+        ratios.append(walls["on"] / walls["off"])
+    for rt, _ in direct:
+        rt._direct = saved[id(rt)]
     print(f"  step wall us, direct on: {statistics.median(on):.1f}, off (fec.execute): {statistics.median(off):.1f}; "
           f"on/off per round: median {statistics.median(ratios):.3f}x, range [{min(ratios):.3f}, {max(ratios):.3f}]")
 

@@ -356,14 +356,15 @@ class RegionRuntime:
         self._home = home_device(eager)
         self._nvf = nvf_env.nvfuser_module() if nvf_env.nvfuser_available() else None
         self._static = static_region(eager)
-        self._random = settings.verify_regions and has_random_ops(eager)
+        random = has_random_ops(eager)
+        self._random = settings.verify_regions and random
         #: The one entry a static region runs without a cache key, once it has run on nvFuser.
         self._fast: Optional[_Entry] = None
         #: Its kernel launched without fec.execute (runtime/direct_launch.py), once built.
         self._direct: Optional[direct_launch.DirectKernel] = None
         #: Fast calls left before the direct launcher is built (0: never, or already decided).
         self._direct_countdown = DIRECT_AFTER_FAST_CALLS if (
-            settings.launches_directly() and self._static and not has_random_ops(eager)) else 0
+            settings.launches_directly() and self._static and not random) else 0
         if self._nvf is None:
             plan.executor = "eager"
             plan.executor_reason = nvf_env.unavailable_reason()
