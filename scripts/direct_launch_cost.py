@@ -3,8 +3,9 @@
     python scripts/direct_launch_cost.py bert_fwd_bf16_small [more workloads] [--rounds 9] [--steps 40]
 
 For each perf workload under nvf_bookend (direct_launch on, the default), after warm-up:
-- per region that launches directly, host us per call of: the direct launcher alone, fec.execute
-  alone (the same inputs), and the output allocation alone; medians of interleaved rounds;
+- per region that launches directly, host us per call of: the direct (C) launcher alone, the region's
+  whole call (RegionRuntime, which then launches directly), fec.execute alone (the same inputs), and
+  the output allocation alone from Python; medians of interleaved rounds; and its work buffers;
 - the step's wall time with every region's launcher on against all of them off (the regions then
   call fec.execute, as with direct_launch=False), rounds alternating in the same process, so that
   the host's drift between processes and over time cancels in the per-round ratio.
@@ -68,18 +69,20 @@ def measure(workload: str, rounds: int, steps: int, calls: int) -> None:
         if rt._direct is None:
             print(f"  {rt.plan.name}: {rt.plan.launch or '(no steady fast path)'}")
     if direct:
-        print(f"  {'region':<16} {'direct us':>9} {'fec us':>9} {'alloc us':>9}  (median of {rounds} rounds x {calls} calls)")
+        print(f"  {'region':<16} {'direct us':>9} {'call us':>9} {'fec us':>9} {'alloc us':>9} work  "
+              f"(median of {rounds} rounds x {calls} calls; call: the region's whole call, direct)")
     for rt, args in direct:
         kernel, fec = rt._direct, rt._fast.fec
-        shapes = kernel._outputs
-        d, f, a = [], [], []
+        shapes = [(o.shape, o.stride(), o.dtype, o.device) for o in kernel(args)]
+        d, c, f, a = [], [], [], []
         for _ in range(rounds):
             d.append(_per_call_us(lambda: kernel(args), calls))
+            c.append(_per_call_us(lambda: rt(*args), calls))
             f.append(_per_call_us(lambda: fec.execute(args), calls))
             a.append(_per_call_us(lambda: [torch.empty_strided(s, st, dtype=dt, device=dev)
                                            for s, st, dt, dev in shapes], calls))
-        print(f"  {rt.plan.name:<16} {statistics.median(d):>9.1f} {statistics.median(f):>9.1f} "
-              f"{statistics.median(a):>9.1f}")
+        print(f"  {rt.plan.name:<16} {statistics.median(d):>9.1f} {statistics.median(c):>9.1f} "
+              f"{statistics.median(f):>9.1f} {statistics.median(a):>9.1f} {kernel.work_buffers:>4}")
     saved = {id(rt): rt._direct for rt, _ in direct}
     on, off, ratios = [], [], []
     for r in range(rounds):

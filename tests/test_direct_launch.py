@@ -1,5 +1,7 @@
-"""CPU tests of runtime/direct_launch.py's planning: which kernels it takes, the strides it bakes in,
-the entry kernel's source, and when the runtime never tries (GPU tests: test_gpu_direct_launch.py)."""
+"""CPU tests of runtime/direct_launch.py and its C launcher (runtime/launcher.c): which kernels it
+takes, the argument bytes it patches, the work buffers it allocates and zeroes, and when the runtime
+never tries. The driver's cuLaunchKernel and cuMemsetD8Async are recording stand-ins here (ctypes
+callbacks); the GPU tests (test_gpu_direct_launch.py) use the real driver and nvFuser."""
 
 from __future__ import annotations
 
@@ -8,79 +10,177 @@ import ctypes
 import pytest
 import torch
 
+from dynamo_nvf.runtime import c_launcher
 from dynamo_nvf.runtime import direct_launch as dl
 from dynamo_nvf.runtime.region import RegionRuntime
 from dynamo_nvf.settings import Settings
 
-def _struct(pointer: int, sizes, strides) -> bytes:
-    """An nvFuser Tensor<T, N, N> argument with int64 indices: pointer, sizes, strides."""
-    return b"".join(v.to_bytes(8, "little", signed=True) for v in (pointer, *sizes, *strides))
+def _struct(pointer: int, sizes, strides, index: int = 8) -> bytes:
+    """An nvFuser Tensor<T, N, N> argument: pointer, then sizes and strides of `index`-byte integers
+    (padded to 8 bytes, as the struct is)."""
+    raw = pointer.to_bytes(8, "little") + b"".join(v.to_bytes(index, "little", signed=True) for v in (*sizes, *strides))
+    return raw + bytes(-len(raw) % 8)
 
 
-def test_argument_buffers_check_each_argument_is_its_tensors_struct():
+def test_plan_arguments_checks_each_argument_is_its_tensors_struct():
     raw = [_struct(0x7F0000001000, [4, 8], [8, 1]), _struct(0x7F0000002000, [4, 8], [8, 1])]
-    buffers = dl.argument_buffers(raw, [0x7F0000001000, 0x7F0000002000])
-    assert [bytes(b.raw) for b in buffers] == raw
+    assert dl.plan_arguments(raw, [0x7F0000001000, 0x7F0000002000]) == []
     with pytest.raises(dl.NotDirect, match="not the struct of tensor 1"):
-        dl.argument_buffers(raw, [0x7F0000001000, 0x7F0000003000])
-    with pytest.raises(dl.NotDirect, match="3 kernel arguments for 2 tensors"):  # a work buffer or a scalar
-        dl.argument_buffers(raw + [(7).to_bytes(8, "little")], [0x7F0000001000, 0x7F0000002000])
+        dl.plan_arguments(raw, [0x7F0000001000, 0x7F0000003000])
+    with pytest.raises(dl.NotDirect, match="1 kernel arguments for 2 tensors"):
+        dl.plan_arguments(raw[:1], [0x7F0000001000, 0x7F0000002000])
     with pytest.raises(dl.NotDirect):  # a 4-byte scalar argument
-        dl.argument_buffers([raw[0], (3).to_bytes(4, "little")], [0x7F0000001000, 3])
+        dl.plan_arguments([raw[0], (3).to_bytes(4, "little")], [0x7F0000001000, 3])
 
 
-class _RecordingLaunch:
-    """Stands in for cuLaunchKernel in this CPU test of the argument patching (GPU tests use the driver)."""
+SOURCE = """
+__global__ void __launch_bounds__(/*maxThreadsPerBlock=*/256, /*minBlocksPerMultiprocessor=*/1) \
+nvfuser_reduction_f0_c1_r0_g0(Tensor<__bfloat, 2, 2> T0, Tensor<float, 1, 1> T4, Tensor<float, 2, 2> T7,
+                              Tensor<int64_t, 1, 1> T8) {
+  alignas(16) extern __shared__ char array[];
+}
+"""
 
-    def __init__(self, result: int = 0) -> None:
-        self.calls: list[tuple] = []
+
+def test_kernel_parameters_reads_nvfusers_signature():
+    assert dl.kernel_parameters(SOURCE) == [
+        "Tensor<__bfloat, 2, 2> T0", "Tensor<float, 1, 1> T4", "Tensor<float, 2, 2> T7", "Tensor<int64_t, 1, 1> T8"]
+    assert dl.kernel_parameters("__global__ void __cluster_dims__(2, 1, 1) k(Tensor<float, 1, 1> T0, int64_t i1) {}") \
+        == ["Tensor<float, 1, 1> T0", "int64_t i1"]
+    with pytest.raises(dl.NotDirect, match="no __global__"):
+        dl.kernel_parameters("int main() {}")
+
+
+def test_work_buffer_bytes_from_the_struct_with_either_index_width():
+    assert dl.work_buffer_bytes("Tensor<float, 2, 2> T7", _struct(1 << 40, [132, 768], [768, 1])) == 132 * 768 * 4
+    assert dl.work_buffer_bytes("Tensor<float, 2, 2> T7", _struct(1 << 40, [132, 768], [768, 1], index=4)) == 132 * 768 * 4
+    assert dl.work_buffer_bytes("Tensor<int64_t, 1, 1> T8", _struct(1 << 40, [3], [1], index=4)) == 24
+    # an expanded (stride-0) dim is allocated once, as nvFuser allocates it; logical sizes bound it
+    assert dl.work_buffer_bytes("Tensor<__bfloat, 2, 2> T9", _struct(1 << 40, [4, 16], [0, 1])) == 4 * 16 * 2
+    with pytest.raises(dl.NotDirect, match="not a tensor"):
+        dl.work_buffer_bytes("int64_t i3", (5).to_bytes(8, "little"))
+    with pytest.raises(dl.NotDirect, match="unknown dtype"):
+        dl.work_buffer_bytes("Tensor<__e2m1, 1, 1> T3", _struct(1 << 40, [8], [1]))
+
+
+def test_plan_arguments_takes_work_buffers_after_the_outputs_and_marks_the_zeroed_ones():
+    x, out, work, semaphore = 0x7F0000001000, 0x7F0000002000, 0x7F0000003000, 0x7F0000004000
+    raw = [_struct(x, [132, 768], [768, 1]), _struct(out, [768], [1]), _struct(work, [132, 768], [768, 1]),
+           _struct(semaphore, [3], [1])]
+    fill = {132 * 768, 0, semaphore}  # a fill kernel's argument words: numel, value, pointer
+    planned = dl.plan_arguments(raw, [x, out], [fill], source=lambda: SOURCE)
+    assert planned == [(132 * 768 * 4, False), (3 * 8, True)]
+    assert dl.plan_arguments(raw, [x, out], [{semaphore}], source=lambda: SOURCE) == planned  # a memset node
+    with pytest.raises(dl.NotDirect, match="zeroes an input or an output"):
+        dl.plan_arguments(raw, [x, out], [{out}], source=lambda: SOURCE)
+    with pytest.raises(dl.NotDirect, match="not one work buffer"):
+        dl.plan_arguments(raw, [x, out], [{0x7F0000009000}], source=lambda: SOURCE)
+    with pytest.raises(dl.NotDirect, match="declared kernel parameters"):
+        dl.plan_arguments(raw[:3], [x, out], [], source=lambda: SOURCE)
+
+
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                           ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+_MEMSET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t, ctypes.c_void_p)
+
+
+class _Driver:
+    """Stands in for cuLaunchKernel and cuMemsetD8Async (CPU memory; records every call)."""
+
+    def __init__(self, sizes, result: int = 0) -> None:
+        self.sizes = sizes  # each argument's byte size
         self.result = result
+        self.launches: list[tuple] = []
+        self.memsets: list[tuple] = []
+        self.launch = _LAUNCH(self._launch)
+        self.memset = _MEMSET(self._memset)
 
-    def __call__(self, function, gx, gy, gz, bx, by, bz, smem, stream, array, extra):
-        pointers = [int.from_bytes(ctypes.string_at(array[i], 8), "little") for i in range(self.count)]
-        values = tuple(v.value for v in (function, gx, gy, gz, bx, by, bz, smem, stream))
-        self.calls.append((values, pointers))
+    def _launch(self, function, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        arguments = [ctypes.string_at(params[i], size) for i, size in enumerate(self.sizes)]
+        self.launches.append(((function, gx, gy, gz, bx, by, bz, smem, stream), arguments))
         return self.result
 
+    def _memset(self, dst, value, size, stream):
+        ctypes.memset(dst, value, size)
+        self.memsets.append((dst, value, size, stream))
+        return 0
 
-def _kernel(launch, x, out):
-    raw = [_struct(x.data_ptr(), x.shape, x.stride()), _struct(out.data_ptr(), out.shape, out.stride())]
-    buffers = dl.argument_buffers(raw, [x.data_ptr(), out.data_ptr()])
-    launch.count = 2
+    def address(self, callback) -> int:
+        return ctypes.cast(callback, ctypes.c_void_p).value
+
+
+def _launcher(driver, inputs, outputs, work=(), device=0):
+    raw = [_struct(t.data_ptr(), t.shape, t.stride()) for t in (*inputs, *outputs)]
+    raw += [_struct(0x7F0000000000 + i, [size], [1]) for i, (size, _) in enumerate(work)]
     config = dl.LaunchConfig((4, 1, 1), (96, 2, 1), 128)
-    return dl.DirectKernel(launch, 1234, config, 0, buffers, [x], [out], owner=None, stream=lambda device: 77)
+    empty = lambda shape, strides, dtype: torch.empty_strided(shape, strides, dtype=dtype)  # noqa: E731
+    return dl.make_launcher(driver.address(driver.launch), driver.address(driver.memset), 1234, config, 0, raw,
+                            inputs, outputs, work, owner=None, empty=empty, get_device=lambda: device,
+                            get_stream=lambda index: 77), raw
 
 
 def test_each_call_writes_its_pointers_and_allocates_outputs_like_nvfusers():
-    storage = torch.zeros(64 * 8 + 4)
-    x = storage[:256].view(32, 8)  # 16-byte aligned (the storage is)
+    x = torch.zeros(64 * 8 + 4)[:256].view(32, 8)  # 16-byte aligned (the storage is)
     out = torch.empty_strided((8, 32), (1, 8))  # a transposed output layout
-    launch = _RecordingLaunch()
-    kernel = _kernel(launch, x, out)
+    driver = _Driver(sizes=[40, 40])
+    launcher, raw = _launcher(driver, [x], [out])
     y = torch.randn(32, 8)
-    (result,) = kernel([y])
+    (result,) = launcher((y,))
     assert result.shape == (8, 32) and result.stride() == (1, 8) and result.dtype == out.dtype
-    (dims, pointers), = launch.calls
+    (dims, arguments), = driver.launches
     assert dims == (1234, 4, 1, 1, 96, 2, 1, 128, 77)
-    assert pointers == [y.data_ptr(), result.data_ptr()]
-    # the sizes and strides bytes after each pointer are the build's
-    assert kernel._buffers[0].raw[8:] == _struct(0, x.shape, x.stride())[8:]
+    assert [int.from_bytes(a[:8], "little") for a in arguments] == [y.data_ptr(), result.data_ptr()]
+    assert [a[8:] for a in arguments] == [r[8:] for r in raw]  # sizes and strides stay the build's
+    assert launcher.launches == 1 and launcher.dims == ((4, 1, 1), (96, 2, 1), 128) and launcher.work_buffers == 0
+    assert driver.memsets == []
+    (again,) = launcher([torch.randn(32, 8)])  # any sequence of inputs
+    assert again.data_ptr() != 0 and launcher.launches == 2
 
 
-def test_other_strides_or_misaligned_inputs_go_back_to_fec_execute():
+def test_work_buffers_are_allocated_per_call_and_zeroed_where_nvfuser_zeroes_them():
+    x = torch.randn(16, 8)
+    driver = _Driver(sizes=[40, 40, 24, 24])
+    launcher, _ = _launcher(driver, [x], [torch.empty(16, 8)], work=[(4096, False), (24, True)])
+    assert launcher.work_buffers == 2
+    launcher((x,))
+    (_, arguments), = driver.launches
+    semaphore = int.from_bytes(arguments[3][:8], "little")
+    assert driver.memsets == [(semaphore, 0, 24, 77)]
+    assert int.from_bytes(arguments[2][:8], "little") not in (0, 0x7F0000000000)  # a fresh buffer, not the build's
+
+
+def test_other_strides_misaligned_inputs_or_another_device_go_back_to_fec_execute():
     x = torch.zeros(32, 8)
-    launch = _RecordingLaunch()
-    kernel = _kernel(launch, x, torch.empty(8, 32))
-    assert kernel([torch.zeros(8, 32).t()]) is None
-    assert kernel([torch.zeros(32 * 8 + 1)[1:].view(32, 8)]) is None  # 4 bytes off a 16-byte boundary
-    assert launch.calls == []
+    driver = _Driver(sizes=[40, 40])
+    launcher, _ = _launcher(driver, [x], [torch.empty(8, 32)])
+    assert launcher((torch.zeros(8, 32).t(),)) is None
+    assert launcher((torch.zeros(32 * 8 + 1)[1:].view(32, 8),)) is None  # 4 bytes off a 16-byte boundary
+    assert launcher((x, x)) is None  # another number of inputs
+    other, _ = _launcher(driver, [x], [torch.empty(8, 32)], device=1)  # built for device 1, 0 is current
+    assert other((x,)) is None
+    assert driver.launches == []
 
 
 def test_a_launch_error_raises_for_the_runtime_to_drop_the_launcher():
     x = torch.zeros(32, 8)
-    kernel = _kernel(_RecordingLaunch(result=700), x, torch.empty(32, 8))
+    launcher, _ = _launcher(_Driver(sizes=[40, 40], result=700), [x], [torch.empty(32, 8)])
     with pytest.raises(RuntimeError, match="CUresult 700"):
-        kernel([x])
+        launcher((x,))
+
+
+def test_without_a_c_compiler_there_is_no_direct_launch_and_it_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("DYNAMO_NVF_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    c_launcher.reset_for_tests()
+    try:
+        with pytest.raises(c_launcher.LauncherUnavailable, match="no-such-compiler|No such file"):
+            c_launcher.load()
+        with pytest.raises(c_launcher.LauncherUnavailable):  # remembered: no second attempt per process
+            c_launcher.load()
+    finally:
+        monkeypatch.undo()
+        c_launcher.reset_for_tests()
+    assert c_launcher.load().Launcher is not None  # the default compiler builds it
 
 
 def test_settings_on_by_default_and_off_under_cuda_graphs():

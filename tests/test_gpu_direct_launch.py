@@ -1,6 +1,7 @@
 """GPU tests of runtime/direct_launch.py: steady calls of one-kernel static regions launch nvFuser's
-kernel through torch's static launcher, with the same bits as fec.execute, eager's strides, and one
-kernel per region; what cannot be launched directly stays on fec.execute and says why."""
+kernel through the C launcher (runtime/launcher.c), with the same bits as fec.execute, eager's strides,
+and one kernel per region (plus a memset per zeroed work buffer); what cannot be launched directly stays
+on fec.execute and says why."""
 
 from __future__ import annotations
 
@@ -97,15 +98,19 @@ def test_direct_launch_matches_fec_execute_bit_for_bit(case):
     assert len([n for n in names if "nvfuser" in n]) == 1, names
 
 
-def test_grid_reduction_stays_on_fec_execute_and_says_why():
+def test_grid_reduction_launches_directly_with_fresh_zeroed_work_buffers_per_call():
     x = torch.randn(1 << 22, device=DEV)
     fn = lambda t: (t * t).sum()  # noqa: E731  (one value out of 4M: a grid reduction's work buffers)
     compiled, out, plans = _steady(fn, (x,), ON)
     torch.testing.assert_close(out, fn(x), rtol=1e-4, atol=1e-2)
-    for region in _regions(plans):
-        assert region.launch.startswith("fec.execute (") or region.launch.startswith("direct"), region.launch
-    fresh = torch.randn(1 << 22, device=DEV)
-    torch.testing.assert_close(compiled(fresh), fn(fresh), rtol=1e-4, atol=1e-2)
+    (region,) = _regions(plans)
+    assert region.launch.startswith("direct") and "work buffer" in region.launch, region.launch
+    before = STATS.direct_launches
+    with torch.no_grad():  # as _steady ran it (grad mode on would recompile)
+        for _ in range(5):  # a semaphore left nonzero by the last call would hang or corrupt the next
+            fresh = torch.randn(1 << 22, device=DEV)
+            torch.testing.assert_close(compiled(fresh), fn(fresh), rtol=1e-4, atol=1e-2)
+    assert STATS.direct_launches == before + 5
 
 
 def test_training_with_direct_launch_matches_eager():

@@ -38,16 +38,27 @@ graphs there is no host cost to save, so it is off there.
 from __future__ import annotations
 
 import ctypes
-import threading
-from dataclasses import dataclass
+import math
+import re
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from dynamo_nvf.runtime import c_launcher
+
 #: Pointer alignment nvFuser's vectorization keys on (16 bytes: 8 bf16 or 4 f32 per access).
 ALIGNMENT = 16
-#: CUgraphNodeType of a kernel node.
-_KERNEL_NODE = 0
+#: CUgraphNodeType values (cuda.h).
+_KERNEL_NODE, _MEMSET_NODE = 0, 2
+#: CUlaunchAttributeID values (cuda.h) a kernel node may carry and a plain cuLaunchKernel cannot give.
+_COOPERATIVE, _CLUSTER_DIMENSION = 2, 4
+#: Bytes per element of the dtypes nvFuser's kernel signatures print (codegen's `Tensor<dtype, ...>`).
+ELEMENT_BYTES = {
+    "double": 8, "float": 4, "__half": 2, "__bfloat": 2, "int64_t": 8, "int": 4, "int32_t": 4,
+    "uint64_t": 8, "uint32_t": 4, "bool": 1, "char": 1, "int8_t": 1, "uint8_t": 1, "__e4m3": 1, "__e5m2": 1,
+    "std::complex<float>": 8, "std::complex<double>": 16,
+}
 
 
 class NotDirect(Exception):
@@ -69,6 +80,15 @@ class _KernelNodeParams(ctypes.Structure):
     ]
 
 
+class _MemsetNodeParams(ctypes.Structure):
+    """CUDA_MEMSET_NODE_PARAMS (cuda.h)."""
+
+    _fields_ = [
+        ("dst", ctypes.c_uint64), ("pitch", ctypes.c_size_t), ("value", ctypes.c_uint),
+        ("elementSize", ctypes.c_uint), ("width", ctypes.c_size_t), ("height", ctypes.c_size_t),
+    ]
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
     grid: tuple[int, int, int]
@@ -77,26 +97,25 @@ class LaunchConfig:
 
 
 class _Driver:
-    """The few CUDA driver entry points this needs, loaded once (libcuda, as torch.cuda._utils does).
-
-    The launch goes through a PyDLL handle, which keeps the GIL: the argument bytes a call writes
-    cannot be rewritten by another thread before the driver has copied them."""
+    """The CUDA driver entry points this needs, loaded once (libcuda, as torch.cuda._utils does).
+    The C launcher calls cuLaunchKernel and cuMemsetD8Async through their addresses."""
 
     _instance: Optional["_Driver"] = None
 
     def __init__(self) -> None:
         try:
             lib = ctypes.CDLL("libcuda.so.1")
-            held = ctypes.PyDLL("libcuda.so.1")
             self.get_nodes = lib.cuGraphGetNodes
             self.node_type = lib.cuGraphNodeGetType
             self.kernel_node_params = lib.cuGraphKernelNodeGetParams_v2
+            self.memset_node_params = lib.cuGraphMemsetNodeGetParams
+            self.kernel_node_attribute = lib.cuGraphKernelNodeGetAttribute
             self.param_info = lib.cuFuncGetParamInfo
-            launch = held.cuLaunchKernel
+            self.launch_address = ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value
+            self.memset_address = ctypes.cast(lib.cuMemsetD8Async, ctypes.c_void_p).value
         except (OSError, AttributeError) as exc:
             raise NotDirect(f"CUDA driver entry point missing: {exc}") from exc
-        launch.restype = ctypes.c_int  # arguments are passed as ready ctypes values: no conversion per call
-        self.launch = launch
+        self.function_name = getattr(lib, "cuFuncGetName", None)  # CUDA 12.3
 
     @classmethod
     def get(cls) -> "_Driver":
@@ -108,11 +127,68 @@ class _Driver:
         if result != 0:
             raise NotDirect(f"{what} failed (CUresult {result})")
 
+    def name_of(self, function: int) -> str:
+        if self.function_name is None:
+            raise NotDirect("this driver cannot name kernels (cuFuncGetName, CUDA 12.3)")
+        name = ctypes.c_char_p()
+        self.check(self.function_name(ctypes.byref(name), ctypes.c_void_p(function)), "cuFuncGetName")
+        return (name.value or b"").decode(errors="replace")
 
-def captured_kernel(fec: Any, args: Sequence[torch.Tensor], device: torch.device) -> tuple[LaunchConfig, int, list[bytes], list]:
-    """Captures one `fec.execute(args)` in a CUDA graph and reads its only node back: the launch
-    configuration, nvFuser's CUfunction, each kernel argument's bytes, and the outputs of the
-    captured call (whose data pointers the output arguments hold)."""
+    def attribute(self, node: ctypes.c_void_p, attribute: int) -> bytes:
+        value = ctypes.create_string_buffer(64)  # CUlaunchAttributeValue
+        self.check(self.kernel_node_attribute(node, ctypes.c_int(attribute), value), "cuGraphKernelNodeGetAttribute")
+        return value.raw
+
+
+@dataclass
+class _KernelNode:
+    function: int
+    name: str
+    config: LaunchConfig
+    arguments: list[bytes]
+
+
+@dataclass
+class CapturedLaunch:
+    """What one captured `fec.execute` did: nvFuser's kernel, and the buffers zeroed before it."""
+
+    function: int
+    config: LaunchConfig
+    #: The kernel's argument bytes, one entry per parameter.
+    arguments: list[bytes]
+    #: Per node that zeroes memory before the kernel (a memset node, or ATen's fill kernel of
+    #: at::zeros), the words that may be its pointer: the memset's destination, or every 8-byte word
+    #: of the fill kernel's arguments.
+    zeroing: list[set[int]] = field(default_factory=list)
+    outputs: list[torch.Tensor] = field(default_factory=list)
+
+
+def _kernel_node(driver: _Driver, node: ctypes.c_void_p, named: bool) -> _KernelNode:
+    params = _KernelNodeParams()
+    driver.check(driver.kernel_node_params(node, ctypes.byref(params)), "cuGraphKernelNodeGetParams")
+    if not params.func or not params.kernelParams or params.extra:
+        raise NotDirect("kernel node without a function or with packed arguments")
+    arguments: list[bytes] = []
+    while True:
+        offset, size = ctypes.c_size_t(), ctypes.c_size_t()
+        if driver.param_info(ctypes.c_void_p(params.func), ctypes.c_size_t(len(arguments)), ctypes.byref(offset),
+                             ctypes.byref(size)) != 0:
+            break  # past the last parameter
+        arguments.append(ctypes.string_at(params.kernelParams[len(arguments)], size.value))
+    config = LaunchConfig((params.gridDimX, params.gridDimY, params.gridDimZ),
+                          (params.blockDimX, params.blockDimY, params.blockDimZ), params.sharedMemBytes)
+    return _KernelNode(params.func, driver.name_of(params.func) if named else "", config, arguments)
+
+
+def _words(arguments: Sequence[bytes]) -> set[int]:
+    """Every 8-byte-aligned word of a kernel's arguments (where a fill kernel keeps its pointer)."""
+    return {int.from_bytes(raw[i:i + 8], "little") for raw in arguments for i in range(0, len(raw) - 7, 8)}
+
+
+def captured_kernel(fec: Any, args: Sequence[torch.Tensor], device: torch.device) -> CapturedLaunch:
+    """Captures one `fec.execute(args)` in a CUDA graph (never instantiated) and reads it back:
+    nvFuser's one kernel (function, launch configuration, argument bytes), the buffers zeroed before it,
+    and the outputs of the captured call (whose data pointers the output arguments hold)."""
     driver = _Driver.get()
     if not hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph"):
         raise NotDirect("this torch cannot hand out a captured graph (CUDAGraph.raw_cuda_graph)")
@@ -134,105 +210,152 @@ def captured_kernel(fec: Any, args: Sequence[torch.Tensor], device: torch.device
     handle = ctypes.c_void_p(graph.raw_cuda_graph())
     count = ctypes.c_size_t(0)
     driver.check(driver.get_nodes(handle, None, ctypes.byref(count)), "cuGraphGetNodes")
-    if count.value != 1:
-        raise NotDirect(f"{count.value} graph nodes (kernels, memsets of zeroed buffers)")
-    node = ctypes.c_void_p()
-    driver.check(driver.get_nodes(handle, ctypes.byref(node), ctypes.byref(count)), "cuGraphGetNodes")
-    kind = ctypes.c_int(-1)
-    driver.check(driver.node_type(node, ctypes.byref(kind)), "cuGraphNodeGetType")
-    if kind.value != _KERNEL_NODE:
-        raise NotDirect("its one segment launches no kernel")
-    params = _KernelNodeParams()
-    driver.check(driver.kernel_node_params(node, ctypes.byref(params)), "cuGraphKernelNodeGetParams")
-    if not params.func or not params.kernelParams or params.extra:
-        raise NotDirect("kernel node without a function or with packed arguments")
-    raw: list[bytes] = []
-    while True:
-        offset, size = ctypes.c_size_t(), ctypes.c_size_t()
-        if driver.param_info(ctypes.c_void_p(params.func), ctypes.c_size_t(len(raw)), ctypes.byref(offset),
-                             ctypes.byref(size)) != 0:
-            break  # past the last parameter
-        raw.append(ctypes.string_at(params.kernelParams[len(raw)], size.value))
-    config = LaunchConfig((params.gridDimX, params.gridDimY, params.gridDimZ),
-                          (params.blockDimX, params.blockDimY, params.blockDimZ), params.sharedMemBytes)
-    return config, params.func, raw, list(outputs)
+    if count.value == 0:
+        raise NotDirect("no graph node")
+    nodes = (ctypes.c_void_p * count.value)()
+    driver.check(driver.get_nodes(handle, nodes, ctypes.byref(count)), "cuGraphGetNodes")
+    named = count.value > 1  # alone, the kernel is nvFuser's; among fills, its name tells it apart
+    kernels: list[tuple[ctypes.c_void_p, _KernelNode]] = []
+    memsets: list[_MemsetNodeParams] = []
+    for raw_node in nodes:
+        node = ctypes.c_void_p(raw_node)
+        kind = ctypes.c_int(-1)
+        driver.check(driver.node_type(node, ctypes.byref(kind)), "cuGraphNodeGetType")
+        if kind.value == _KERNEL_NODE:
+            kernels.append((node, _kernel_node(driver, node, named)))
+        elif kind.value == _MEMSET_NODE:
+            memset = _MemsetNodeParams()
+            driver.check(driver.memset_node_params(node, ctypes.byref(memset)), "cuGraphMemsetNodeGetParams")
+            memsets.append(memset)
+        else:
+            raise NotDirect(f"a graph node of type {kind.value} (neither a kernel nor a memset)")
+    main = [k for k in kernels if not named or "nvfuser" in k[1].name]
+    if len(main) != 1:
+        raise NotDirect(f"{len(main)} nvFuser kernels (several segments)")
+    node, kernel = main[0]
+    if int.from_bytes(driver.attribute(node, _COOPERATIVE)[:4], "little"):
+        raise NotDirect("a cooperative launch (grid synchronisation)")
+    cluster = [int.from_bytes(driver.attribute(node, _CLUSTER_DIMENSION)[i:i + 4], "little") for i in (0, 4, 8)]
+    if math.prod(max(d, 1) for d in cluster) > 1:
+        raise NotDirect(f"a cluster launch {tuple(cluster)}")
+    zeroing: list[set[int]] = []
+    for _, other in kernels:
+        if other is kernel:
+            continue
+        if "FillFunctor" not in other.name:  # at::zeros of a zero-initialised work buffer
+            raise NotDirect(f"another kernel runs with it ({other.name[:80]})")
+        zeroing.append(_words(other.arguments))  # the filled buffer's pointer is among them
+    for memset in memsets:
+        if memset.value != 0:
+            raise NotDirect("a memset to a nonzero value")
+        zeroing.append({memset.dst})
+    return CapturedLaunch(kernel.function, kernel.config, kernel.arguments, zeroing, list(outputs))
 
 
-def argument_buffers(raw: Sequence[bytes], pointers: Sequence[int]) -> list[ctypes.Array]:
-    """Writable copies of the kernel's argument bytes, after checking that argument i is a tensor
-    struct whose data pointer is `pointers[i]` (inputs, then outputs); NotDirect otherwise."""
-    if len(raw) != len(pointers):
-        raise NotDirect(f"{len(raw)} kernel arguments for {len(pointers)} tensors (work buffers or scalars)")
-    buffers = []
-    for index, (data, pointer) in enumerate(zip(raw, pointers)):
+def kernel_parameters(source: str) -> list[str]:
+    """The parameter declarations of the first `__global__` function in nvFuser's kernel source."""
+    found = re.search(r"__global__\s+void\s+(?:__\w+__\s*\([^)]*\)\s*)*\w+\s*\(", source)
+    if found is None:
+        raise NotDirect("no __global__ function in the kernel source")
+    params, depth, current = [], 0, []
+    for char in source[found.end():]:
+        if char in "<(":
+            depth += 1
+        elif char in ">)":
+            if depth == 0:  # the parameter list's closing parenthesis
+                break
+            depth -= 1
+        if char == "," and depth == 0:
+            params.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    last = "".join(current).strip()
+    return params + [last] if last else params
+
+
+_TENSOR = re.compile(r"^Tensor<\s*(.+?)\s*,\s*(\d+)\s*,\s*(\d+)\s*>\s+\w+$")
+
+
+def work_buffer_bytes(declaration: str, raw: bytes) -> int:
+    """Bytes the kernel may address through a work-buffer argument (`Tensor<T, N, A> name`): read from
+    its struct, a data pointer then N sizes and A strides of 4- or 8-byte indices."""
+    match = _TENSOR.match(declaration)
+    if match is None:
+        raise NotDirect(f"a kernel argument that is not a tensor ({declaration[:60]})")
+    dtype, dims, alloc_dims = match.group(1), int(match.group(2)), int(match.group(3))
+    if dtype not in ELEMENT_BYTES:
+        raise NotDirect(f"a work buffer of unknown dtype {dtype}")
+    index = next((b for b in (8, 4) if len(raw) == 8 + -(-(dims + alloc_dims) * b // 8) * 8), None)
+    if index is None:
+        raise NotDirect(f"a work buffer struct of {len(raw)} bytes for {declaration}")
+    values = [int.from_bytes(raw[8 + i * index:8 + (i + 1) * index], "little", signed=True)
+              for i in range(dims + alloc_dims)]
+    sizes, strides = values[:dims], values[dims:]
+    elements = math.prod(sizes)
+    if len(strides) == dims and all(s >= 0 for s in strides):
+        elements = max(elements, 1 + sum((n - 1) * s for n, s in zip(sizes, strides) if n > 0))
+    return max(elements, 1) * ELEMENT_BYTES[dtype]
+
+
+def plan_arguments(arguments: Sequence[bytes], pointers: Sequence[int], zeroing: Sequence[set[int]] = (),
+                   source: Optional[Callable[[], str]] = None) -> list[tuple[int, bool]]:
+    """Checks that argument i is the struct of tensor i (inputs, then outputs, by data pointer); any
+    arguments after them must be nvFuser's work buffers, each a `Tensor` whose size is read from its
+    struct (`source()` gives the kernel's source, for their declarations), and each zeroing node must
+    zero exactly one of them. Returns (bytes, zeroed) per work buffer; NotDirect otherwise."""
+    if len(arguments) < len(pointers):
+        raise NotDirect(f"{len(arguments)} kernel arguments for {len(pointers)} tensors")
+    for index, (data, pointer) in enumerate(zip(arguments, pointers)):
         if len(data) < 8 or int.from_bytes(data[:8], "little") != pointer:
             raise NotDirect(f"kernel argument {index} is not the struct of tensor {index}")
-        buffers.append(ctypes.create_string_buffer(data, len(data)))
-    return buffers
+    extra = arguments[len(pointers):]
+    buffers = [int.from_bytes(data[:8], "little") for data in extra]
+    zeroed: set[int] = set()
+    for words in zeroing:
+        if words & set(pointers):
+            raise NotDirect("the graph zeroes an input or an output")
+        hits = words & set(buffers)
+        if len(hits) != 1:
+            raise NotDirect("the graph zeroes memory that is not one work buffer of the kernel")
+        zeroed |= hits
+    if not extra:
+        return []
+    declarations = kernel_parameters(source() if source is not None else "")
+    if len(declarations) != len(arguments):
+        raise NotDirect(f"{len(declarations)} declared kernel parameters for {len(arguments)} arguments")
+    return [(work_buffer_bytes(declaration, data), pointer in zeroed)
+            for declaration, data, pointer in zip(declarations[len(pointers):], extra, buffers)]
 
 
-class DirectKernel:
-    """One region's kernel, launched without fec.execute. Call it with the region's inputs; it returns
-    the outputs, or None when an input is not laid out as at build time (the caller then runs
-    fec.execute)."""
-
-    __slots__ = ("config", "_launch", "_fixed", "_device", "_input_strides", "_aligned", "_outputs", "_slots",
-                 "_array", "_stream", "_streams", "_lock", "_owner", "_buffers", "_empty", "_current_device")
-
-    def __init__(self, launch: Callable[..., int], function: int, config: LaunchConfig, device: int,
-                 buffers: Sequence[ctypes.Array], inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
-                 owner: Any, stream: Optional[Callable[[int], int]] = None) -> None:
-        self.config = config
-        self._launch = launch
-        #: cuLaunchKernel's leading arguments: function, grid, block, dynamic shared memory
-        self._fixed = (ctypes.c_void_p(function), *(ctypes.c_uint(v) for v in (*config.grid, *config.block)),
-                       ctypes.c_uint(config.dynamic_smem))
-        self._device = device
-        self._input_strides = tuple(t.stride() for t in inputs)
-        self._aligned = tuple(t.data_ptr() % ALIGNMENT == 0 for t in inputs)
-        self._outputs = tuple((tuple(t.shape), t.stride(), t.dtype, t.device) for t in outputs)
-        self._buffers = list(buffers)
-        #: the data pointer of each argument, written in place before each launch
-        self._slots = [ctypes.c_uint64.from_buffer(b) for b in self._buffers]
-        self._array = (ctypes.c_void_p * len(self._buffers))(*[ctypes.addressof(b) for b in self._buffers])
-        self._stream = stream or torch._C._cuda_getCurrentRawStream  # device index -> cudaStream_t
-        self._streams: dict[int, ctypes.c_void_p] = {}
-        # inductor's allocator for its wrappers (no dispatcher), on the current device; else empty_strided
-        fast_empty = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
-        self._empty = getattr(fast_empty, "_empty_strided_cuda", None) if stream is None else None
-        self._current_device = getattr(torch._C, "_cuda_getDevice", None)
-        self._lock = threading.Lock()
-        self._owner = owner  # nvFuser's executor cache: it owns the kernel's module
-
-    def __call__(self, args: Sequence[torch.Tensor]) -> Optional[list[torch.Tensor]]:
-        pointers = []
-        for arg, strides, aligned in zip(args, self._input_strides, self._aligned):
-            pointer = arg.data_ptr()
-            if arg.stride() != strides or (aligned and pointer % ALIGNMENT):
-                return None
-            pointers.append(pointer)
-        empty = self._empty
-        if empty is not None and self._current_device() == self._device:
-            outputs = [empty(shape, strides, dtype) for shape, strides, dtype, _ in self._outputs]
-        else:
-            outputs = [torch.empty_strided(shape, strides, dtype=dtype, device=device)
-                       for shape, strides, dtype, device in self._outputs]
-        pointers.extend(out.data_ptr() for out in outputs)
-        raw_stream = self._stream(self._device)
-        stream = self._streams.get(raw_stream)
-        if stream is None:
-            stream = self._streams.setdefault(raw_stream, ctypes.c_void_p(raw_stream))
-        with self._lock:
-            for slot, pointer in zip(self._slots, pointers):
-                slot.value = pointer
-            result = self._launch(*self._fixed, stream, self._array, None)
-        if result != 0:
-            raise RuntimeError(f"cuLaunchKernel failed (CUresult {result})")
-        return outputs
+def make_launcher(launch_address: int, memset_address: int, function: int, config: LaunchConfig, device: int,
+                  arguments: Sequence[bytes], inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
+                  work: Sequence[tuple[int, bool]], owner: Any, empty: Callable[..., torch.Tensor],
+                  get_device: Callable[[], int], get_stream: Callable[[int], int]) -> Any:
+    """The C launcher (runtime/launcher.c) of one kernel: inputs checked against these inputs' strides
+    and alignment, outputs allocated like these outputs, work buffers allocated (and zeroed) per call."""
+    module = c_launcher.load()
+    input_strides = tuple(tuple(t.stride()) for t in inputs)
+    aligned = tuple(t.data_ptr() % ALIGNMENT == 0 for t in inputs)
+    output_args = tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in outputs)
+    work_args = tuple(((size,), (1,), torch.uint8) for size, _ in work)
+    work_zero = tuple(size if zero else 0 for size, zero in work)
+    dims = (*config.grid, *config.block, config.dynamic_smem)
+    return module.Launcher(launch_address, memset_address, function, dims, device, list(arguments), len(inputs),
+                           input_strides, aligned, output_args, work_args, work_zero, empty, get_device,
+                           get_stream, owner)
 
 
-def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> DirectKernel:
-    """A DirectKernel for `fec`'s kernel on inputs laid out as `args`, checked bit for bit against
+def _allocator(device: torch.device) -> Callable[..., torch.Tensor]:
+    """inductor's allocator for its wrappers (no dispatcher) on the current device; else empty_strided."""
+    fast = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_empty_strided_cuda", None)
+    if fast is not None:
+        return fast
+    return lambda shape, strides, dtype: torch.empty_strided(shape, strides, dtype=dtype, device=device)
+
+
+def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any:
+    """The C launcher for `fec`'s kernel on inputs laid out as `args`, checked bit for bit against
     nvFuser's own `outputs` for these `args`. Raises NotDirect (with the reason) where it cannot be."""
     if not args or not outputs:
         raise NotDirect("no inputs or no outputs")
@@ -247,16 +370,24 @@ def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Dir
     storages = [t.untyped_storage().data_ptr() for t in outputs]
     if len(set(storages)) != len(storages) or inputs.intersection(storages):
         raise NotDirect("an output shares storage with an input or another output")
+    try:
+        c_launcher.load()
+    except c_launcher.LauncherUnavailable as exc:
+        raise NotDirect(f"no C launcher: {exc}") from exc
 
     with torch.cuda.device(device):
-        config, function, raw, captured = captured_kernel(fec, args, device)
-        if len(captured) != len(outputs) or any(c.stride() != o.stride() or c.shape != o.shape
-                                                 for c, o in zip(captured, outputs)):
+        captured = captured_kernel(fec, args, device)
+        if len(captured.outputs) != len(outputs) or any(c.stride() != o.stride() or c.shape != o.shape
+                                                        for c, o in zip(captured.outputs, outputs)):
             raise NotDirect("the captured call's outputs are laid out otherwise")
-        buffers = argument_buffers(raw, [t.data_ptr() for t in (*args, *captured)])
-        del captured
-        kernel = DirectKernel(_Driver.get().launch, function, config, device.index, buffers, args, outputs, fec)
-        mine = kernel(args)
+        work = plan_arguments(captured.arguments, [t.data_ptr() for t in (*args, *captured.outputs)], captured.zeroing,
+                              source=lambda: fec.get_cuda_kernel(list(args), device=device.index))
+        captured.outputs.clear()
+        driver = _Driver.get()
+        launcher = make_launcher(driver.launch_address, driver.memset_address, captured.function, captured.config,
+                                 device.index, captured.arguments, args, outputs, work, fec, _allocator(device),
+                                 torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream)
+        mine = launcher(args)
     if mine is None:
         raise NotDirect("the inputs' layout check failed on the inputs it was built for")
     for got, want in zip(mine, outputs):
@@ -264,4 +395,9 @@ def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Dir
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, check_stride=True)
         except AssertionError as exc:
             raise NotDirect("its outputs differ from nvFuser's") from exc
-    return kernel
+    return launcher
+
+
+def launch_config(launcher: Any) -> LaunchConfig:
+    grid, block, smem = launcher.dims
+    return LaunchConfig(tuple(grid), tuple(block), smem)

@@ -361,7 +361,7 @@ class RegionRuntime:
         #: The one entry a static region runs without a cache key, once it has run on nvFuser.
         self._fast: Optional[_Entry] = None
         #: Its kernel launched without fec.execute (runtime/direct_launch.py), once built.
-        self._direct: Optional[direct_launch.DirectKernel] = None
+        self._direct: Optional[Callable[[Sequence[Any]], Optional[list]]] = None  # a C Launcher
         #: Fast calls left before the direct launcher is built (0: never, or already decided).
         self._direct_countdown = DIRECT_AFTER_FAST_CALLS if (
             settings.launches_directly() and self._static and not random) else 0
@@ -446,9 +446,11 @@ class RegionRuntime:
             self.plan.launch = f"fec.execute (direct launcher failed: {_short_error(exc)})"
             log.info("%s: direct launcher failed to build: %s", self.plan.name, _short_error(exc))
             return
-        config = self._direct.config
+        config = direct_launch.launch_config(self._direct)
+        work = self._direct.work_buffers
         self.plan.launch = (f"direct (grid {config.grid}, block {config.block}, {config.dynamic_smem} B dynamic "
-                            f"smem; built in {(time.perf_counter() - start) * 1e3:.1f} ms)")
+                            f"smem{f', {work} work buffer(s)' if work else ''}; "
+                            f"built in {(time.perf_counter() - start) * 1e3:.1f} ms)")
         log.debug("%s: %s", self.plan.name, self.plan.launch)
 
     def _drop_direct(self, exc: BaseException) -> None:
