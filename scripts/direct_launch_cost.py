@@ -69,7 +69,7 @@ def measure(workload: str, rounds: int, steps: int, calls: int) -> None:
         if rt._direct is None:
             print(f"  {rt.plan.name}: {rt.plan.launch or '(no steady fast path)'}")
     if direct:
-        print(f"  {'region':<16} {'direct us':>9} {'call us':>9} {'fec us':>9} {'alloc us':>9} work  "
+        print(f"  {'region':<16} {'direct us':>9} {'call us':>9} {'fec us':>9} {'alloc us':>9} kernels/work  "
               f"(median of {rounds} rounds x {calls} calls; call: the region's whole call, direct)")
     for rt, args in direct:
         kernel, fec = rt._direct, rt._fast.fec
@@ -82,7 +82,7 @@ def measure(workload: str, rounds: int, steps: int, calls: int) -> None:
             a.append(_per_call_us(lambda: [torch.empty_strided(s, st, dtype=dt, device=dev)
                                            for s, st, dt, dev in shapes], calls))
         print(f"  {rt.plan.name:<16} {statistics.median(d):>9.1f} {statistics.median(c):>9.1f} "
-              f"{statistics.median(f):>9.1f} {statistics.median(a):>9.1f} {kernel.work_buffers:>4}")
+              f"{statistics.median(f):>9.1f} {statistics.median(a):>9.1f} {len(kernel.dims):>3}/{kernel.work_buffers}")
     saved = {id(rt): rt._direct for rt, _ in direct}
     on, off, ratios = [], [], []
     for r in range(rounds):

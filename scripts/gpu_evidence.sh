@@ -395,8 +395,8 @@ case "${1:-tests}" in
     # work buffers included. The build environment (a C compiler and Python.h, as Triton needs), the
     # tests, then per region call and per step what it saves, and which regions it covers.
     { command -v cc gcc; python3 -c "import sysconfig, os; p = sysconfig.get_paths()['include']; print(p, os.path.exists(os.path.join(p, 'Python.h')))"; } 2>&1 | head -n 4
-    timeout 150 python3 -m pytest -q -m "gpu or not gpu" tests/test_gpu_direct_launch.py tests/test_direct_launch.py \
-      -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1
+    timeout 240 python3 -m pytest -q -m "gpu or not gpu" tests/test_gpu_direct_launch.py tests/test_direct_launch.py \
+      ${S15_TESTS:-} -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1
     echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/tests.log" | head -n 30
     timeout $((585 - SECONDS)) python3 scripts/direct_launch_cost.py ${DLC_WORKLOADS:-bert_fwd_bf16_small llama_fwd_bf16_small convnext_fwd_bf16_small bert_train_bf16_small convnext_train_bf16_small vit_train_bf16_small} \
       --rounds ${DLC_ROUNDS:-5} > "$OUT/cost.txt" 2>&1; echo "cost rc=$?"

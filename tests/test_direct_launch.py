@@ -22,15 +22,25 @@ def _struct(pointer: int, sizes, strides, index: int = 8) -> bytes:
     return raw + bytes(-len(raw) % 8)
 
 
-def test_plan_arguments_checks_each_argument_is_its_tensors_struct():
-    raw = [_struct(0x7F0000001000, [4, 8], [8, 1]), _struct(0x7F0000002000, [4, 8], [8, 1])]
-    assert dl.plan_arguments(raw, [0x7F0000001000, 0x7F0000002000]) == []
-    with pytest.raises(dl.NotDirect, match="not the struct of tensor 1"):
-        dl.plan_arguments(raw, [0x7F0000001000, 0x7F0000003000])
-    with pytest.raises(dl.NotDirect, match="1 kernel arguments for 2 tensors"):
-        dl.plan_arguments(raw[:1], [0x7F0000001000, 0x7F0000002000])
-    with pytest.raises(dl.NotDirect):  # a 4-byte scalar argument
-        dl.plan_arguments([raw[0], (3).to_bytes(4, "little")], [0x7F0000001000, 3])
+def _kernel(arguments, name: str = "", function: int = 1234) -> dl.KernelLaunch:
+    return dl.KernelLaunch(function, name, dl.LaunchConfig((4, 1, 1), (96, 2, 1), 128), list(arguments))
+
+
+def test_plan_maps_each_argument_to_its_tensor_by_data_pointer():
+    x, out = 0x7F0000001000, 0x7F0000002000
+    raw = [_struct(x, [4, 8], [8, 1]), _struct(out, [4, 8], [8, 1])]
+    plan = dl.plan_launches([_kernel(raw)], [x], [out])
+    assert plan.work == [] and plan.kernels == [(1234, (4, 1, 1, 96, 2, 1, 128), raw, (0, 1))]
+    # arguments in another order than the region's inputs (the pointer decides, not the position)
+    y = 0x7F0000003000
+    swapped = [_struct(y, [4], [1]), _struct(x, [4, 8], [8, 1]), _struct(out, [4, 8], [8, 1])]
+    assert dl.plan_launches([_kernel(swapped)], [x, y], [out]).kernels[0][3] == (1, 0, 2)
+    with pytest.raises(dl.NotDirect, match="no __global__"):  # an unknown pointer needs a declaration
+        dl.plan_launches([_kernel(raw)], [x], [0x7F0000009000])
+    with pytest.raises(dl.NotDirect, match="two inputs share"):
+        dl.plan_launches([_kernel(raw)], [x, x], [out])
+    with pytest.raises(dl.NotDirect, match="no kernel writes"):
+        dl.plan_launches([_kernel(raw[:1])], [x], [out])
 
 
 SOURCE = """
@@ -63,20 +73,51 @@ def test_work_buffer_bytes_from_the_struct_with_either_index_width():
         dl.work_buffer_bytes("Tensor<__e2m1, 1, 1> T3", _struct(1 << 40, [8], [1]))
 
 
-def test_plan_arguments_takes_work_buffers_after_the_outputs_and_marks_the_zeroed_ones():
+def test_work_buffers_after_the_outputs_sized_from_their_structs_and_zeroed_where_the_graph_zeroes():
     x, out, work, semaphore = 0x7F0000001000, 0x7F0000002000, 0x7F0000003000, 0x7F0000004000
     raw = [_struct(x, [132, 768], [768, 1]), _struct(out, [768], [1]), _struct(work, [132, 768], [768, 1]),
            _struct(semaphore, [3], [1])]
-    fill = {132 * 768, 0, semaphore}  # a fill kernel's argument words: numel, value, pointer
-    planned = dl.plan_arguments(raw, [x, out], [fill], source=lambda: SOURCE)
-    assert planned == [(132 * 768 * 4, False), (3 * 8, True)]
-    assert dl.plan_arguments(raw, [x, out], [{semaphore}], source=lambda: SOURCE) == planned  # a memset node
+    fill = frozenset({132 * 768, 0, semaphore})  # a fill kernel's argument words: numel, value, pointer
+    plan = dl.plan_launches([fill, _kernel(raw)], [x], [out], source=lambda: SOURCE)
+    assert plan.work == [(132 * 768 * 4, False), (3 * 8, True)]
+    assert plan.kernels[0][3] == (0, 1, 2, 3)
+    assert dl.plan_launches([frozenset({semaphore}), _kernel(raw)], [x], [out], source=lambda: SOURCE) == plan
     with pytest.raises(dl.NotDirect, match="zeroes an input or an output"):
-        dl.plan_arguments(raw, [x, out], [{out}], source=lambda: SOURCE)
+        dl.plan_launches([frozenset({out}), _kernel(raw)], [x], [out], source=lambda: SOURCE)
     with pytest.raises(dl.NotDirect, match="not one work buffer"):
-        dl.plan_arguments(raw, [x, out], [{0x7F0000009000}], source=lambda: SOURCE)
+        dl.plan_launches([frozenset({0x7F0000009000}), _kernel(raw)], [x], [out], source=lambda: SOURCE)
+    with pytest.raises(dl.NotDirect, match="zeroed after a kernel used it"):
+        dl.plan_launches([_kernel(raw), frozenset({semaphore}), _kernel(raw)], [x], [out], source=lambda: SOURCE,
+                         output_bytes=[768 * 4])
     with pytest.raises(dl.NotDirect, match="declared kernel parameters"):
-        dl.plan_arguments(raw[:3], [x, out], [], source=lambda: SOURCE)
+        dl.plan_launches([_kernel(raw[:3])], [x], [out], source=lambda: SOURCE)
+
+
+TWO_SEGMENTS = """
+__global__ void nvfuser_reduction_f0_c1_r0_g0(Tensor<float, 2, 2> T0, Tensor<float, 1, 1> T3) {}
+__global__ void nvfuser_pointwise_f0_c1_r0_g1(Tensor<float, 2, 2> T0, Tensor<float, 1, 1> T3, Tensor<float, 2, 2> T5) {}
+"""
+
+
+def test_segments_share_their_intermediates_by_pointer_and_outputs_may_not_hide_reused_memory():
+    x, mean, out = 0x7F0000001000, 0x7F0000005000, 0x7F0000002000
+    first = _kernel([_struct(x, [64, 32], [32, 1]), _struct(mean, [64], [1])], "_ZN11CudaCodeGen29nvfuser_reduction_f0_c1_r0_g0E", 1)
+    second = _kernel([_struct(x, [64, 32], [32, 1]), _struct(mean, [64], [1]), _struct(out, [64, 32], [32, 1])],
+                     "_ZN11CudaCodeGen29nvfuser_pointwise_f0_c1_r0_g1E", 2)
+    plan = dl.plan_launches([first, second], [x], [out], source=lambda: TWO_SEGMENTS, output_bytes=[64 * 32 * 4])
+    assert [k[0] for k in plan.kernels] == [1, 2]
+    assert [k[3] for k in plan.kernels] == [(0, 2), (0, 2, 1)]  # the intermediate is work buffer 0 (slot 2)
+    assert plan.work == [(64 * 4, False)]
+    # an earlier segment's intermediate at the output's address, larger than the output: refused
+    bigger = _kernel([_struct(x, [64, 32], [32, 1]), _struct(out, [64], [1])], first.name, 1)
+    with pytest.raises(dl.NotDirect, match="reaches past it"):
+        dl.plan_launches([bigger, second], [x], [out], source=lambda: TWO_SEGMENTS, output_bytes=[16])
+
+
+def test_launch_order_follows_the_graphs_edges():
+    assert dl._launch_order([3, 1, 2], [(1, 2), (2, 3)]) == [1, 2, 3]
+    with pytest.raises(dl.NotDirect, match="cycle"):
+        dl._launch_order([1, 2], [(1, 2), (2, 1)])
 
 
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
@@ -109,13 +150,14 @@ class _Driver:
         return ctypes.cast(callback, ctypes.c_void_p).value
 
 
-def _launcher(driver, inputs, outputs, work=(), device=0):
+def _launcher(driver, inputs, outputs, work=(), device=0, kernels=1):
     raw = [_struct(t.data_ptr(), t.shape, t.stride()) for t in (*inputs, *outputs)]
     raw += [_struct(0x7F0000000000 + i, [size], [1]) for i, (size, _) in enumerate(work)]
-    config = dl.LaunchConfig((4, 1, 1), (96, 2, 1), 128)
+    slots = tuple(range(len(raw)))
+    plan = dl.LaunchPlan([(1234 + k, (4, 1, 1, 96, 2, 1, 128), raw, slots) for k in range(kernels)], list(work))
     empty = lambda shape, strides, dtype: torch.empty_strided(shape, strides, dtype=dtype)  # noqa: E731
-    return dl.make_launcher(driver.address(driver.launch), driver.address(driver.memset), 1234, config, 0, raw,
-                            inputs, outputs, work, owner=None, empty=empty, get_device=lambda: device,
+    return dl.make_launcher(driver.address(driver.launch), driver.address(driver.memset), plan, 0,
+                            inputs, outputs, owner=None, empty=empty, get_device=lambda: device,
                             get_stream=lambda index: 77), raw
 
 
@@ -131,7 +173,7 @@ def test_each_call_writes_its_pointers_and_allocates_outputs_like_nvfusers():
     assert dims == (1234, 4, 1, 1, 96, 2, 1, 128, 77)
     assert [int.from_bytes(a[:8], "little") for a in arguments] == [y.data_ptr(), result.data_ptr()]
     assert [a[8:] for a in arguments] == [r[8:] for r in raw]  # sizes and strides stay the build's
-    assert launcher.launches == 1 and launcher.dims == ((4, 1, 1), (96, 2, 1), 128) and launcher.work_buffers == 0
+    assert launcher.launches == 1 and launcher.dims == [((4, 1, 1), (96, 2, 1), 128)] and launcher.work_buffers == 0
     assert driver.memsets == []
     (again,) = launcher([torch.randn(32, 8)])  # any sequence of inputs
     assert again.data_ptr() != 0 and launcher.launches == 2
@@ -147,6 +189,17 @@ def test_work_buffers_are_allocated_per_call_and_zeroed_where_nvfuser_zeroes_the
     semaphore = int.from_bytes(arguments[3][:8], "little")
     assert driver.memsets == [(semaphore, 0, 24, 77)]
     assert int.from_bytes(arguments[2][:8], "little") not in (0, 0x7F0000000000)  # a fresh buffer, not the build's
+
+
+def test_several_kernels_launch_in_order_with_the_same_pointers():
+    x = torch.randn(16, 8)
+    driver = _Driver(sizes=[40, 40, 24])
+    launcher, _ = _launcher(driver, [x], [torch.empty(16, 8)], work=[(512, True)], kernels=3)
+    (out,) = launcher((x,))
+    assert [call[0][0] for call in driver.launches] == [1234, 1235, 1236]
+    pointers = {tuple(int.from_bytes(a[:8], "little") for a in arguments) for _, arguments in driver.launches}
+    assert len(pointers) == 1 and next(iter(pointers))[:2] == (x.data_ptr(), out.data_ptr())
+    assert len(driver.memsets) == 1 and launcher.launches == 1
 
 
 def test_other_strides_misaligned_inputs_or_another_device_go_back_to_fec_execute():

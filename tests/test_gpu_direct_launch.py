@@ -113,6 +113,22 @@ def test_grid_reduction_launches_directly_with_fresh_zeroed_work_buffers_per_cal
     assert STATS.direct_launches == before + 5
 
 
+def test_a_segmented_region_launches_its_kernels_directly_in_order():
+    fn = lambda t: (t.sum(0) * 2.0, (t * 3.0).sum(1))  # noqa: E731  (two reductions over different axes)
+    x = torch.randn(4096, 1024, device=DEV)
+    compiled, out, plans = _steady(fn, (x,), ON)
+    (region,) = _regions(plans)
+    assert region.launch.startswith("direct (") and "kernels:" in region.launch, region.launch
+    before = STATS.direct_launches
+    with torch.no_grad():
+        for _ in range(3):
+            fresh = torch.randn(4096, 1024, device=DEV)
+            for got, want in zip(compiled(fresh), fn(fresh)):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+                assert got.stride() == want.stride()
+    assert STATS.direct_launches == before + 3
+
+
 def test_training_with_direct_launch_matches_eager():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.LayerNorm(512), torch.nn.GELU(),

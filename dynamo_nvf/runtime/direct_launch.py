@@ -41,7 +41,7 @@ import ctypes
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
@@ -116,6 +116,8 @@ class _Driver:
         except (OSError, AttributeError) as exc:
             raise NotDirect(f"CUDA driver entry point missing: {exc}") from exc
         self.function_name = getattr(lib, "cuFuncGetName", None)  # CUDA 12.3
+        self.edges_v2 = getattr(lib, "cuGraphGetEdges_v2", None)  # CUDA 12.3 (edge data); else the first API
+        self.edges = lib.cuGraphGetEdges
 
     @classmethod
     def get(cls) -> "_Driver":
@@ -134,6 +136,20 @@ class _Driver:
         self.check(self.function_name(ctypes.byref(name), ctypes.c_void_p(function)), "cuFuncGetName")
         return (name.value or b"").decode(errors="replace")
 
+    def graph_edges(self, graph: ctypes.c_void_p) -> list[tuple[int, int]]:
+        """(from, to) of every dependency edge in the graph."""
+        def call(sources, targets, count):
+            if self.edges_v2 is not None:
+                return self.edges_v2(graph, sources, targets, None, ctypes.byref(count))
+            return self.edges(graph, sources, targets, ctypes.byref(count))
+        count = ctypes.c_size_t(0)
+        self.check(call(None, None, count), "cuGraphGetEdges")
+        if count.value == 0:
+            return []
+        sources, targets = (ctypes.c_void_p * count.value)(), (ctypes.c_void_p * count.value)()
+        self.check(call(sources, targets, count), "cuGraphGetEdges")
+        return list(zip(sources, targets))
+
     def attribute(self, node: ctypes.c_void_p, attribute: int) -> bytes:
         value = ctypes.create_string_buffer(64)  # CUlaunchAttributeValue
         self.check(self.kernel_node_attribute(node, ctypes.c_int(attribute), value), "cuGraphKernelNodeGetAttribute")
@@ -141,7 +157,9 @@ class _Driver:
 
 
 @dataclass
-class _KernelNode:
+class KernelLaunch:
+    """One captured kernel launch: the function, its launch configuration and argument bytes."""
+
     function: int
     name: str
     config: LaunchConfig
@@ -150,20 +168,25 @@ class _KernelNode:
 
 @dataclass
 class CapturedLaunch:
-    """What one captured `fec.execute` did: nvFuser's kernel, and the buffers zeroed before it."""
+    """What one captured `fec.execute` did, in launch order: nvFuser's kernels (one per segment), and
+    per node that zeroes memory (a memset node, or ATen's fill kernel of at::zeros) the words that may
+    be its pointer: the memset's destination, or every 8-byte word of the fill kernel's arguments."""
 
-    function: int
-    config: LaunchConfig
-    #: The kernel's argument bytes, one entry per parameter.
-    arguments: list[bytes]
-    #: Per node that zeroes memory before the kernel (a memset node, or ATen's fill kernel of
-    #: at::zeros), the words that may be its pointer: the memset's destination, or every 8-byte word
-    #: of the fill kernel's arguments.
-    zeroing: list[set[int]] = field(default_factory=list)
+    steps: list[Union[KernelLaunch, frozenset]] = field(default_factory=list)
     outputs: list[torch.Tensor] = field(default_factory=list)
 
 
-def _kernel_node(driver: _Driver, node: ctypes.c_void_p, named: bool) -> _KernelNode:
+@dataclass
+class LaunchPlan:
+    """What the C launcher replays per call: kernels as (function, dims, argument bytes, slots), a slot
+    being which tensor's data pointer starts that argument (inputs, then outputs, then work buffers),
+    and per work buffer its bytes and whether it is zeroed before the first kernel."""
+
+    kernels: list[tuple[int, tuple[int, ...], list[bytes], tuple[int, ...]]]
+    work: list[tuple[int, bool]]
+
+
+def _kernel_launch(driver: _Driver, node: ctypes.c_void_p, named: bool) -> KernelLaunch:
     params = _KernelNodeParams()
     driver.check(driver.kernel_node_params(node, ctypes.byref(params)), "cuGraphKernelNodeGetParams")
     if not params.func or not params.kernelParams or params.extra:
@@ -177,18 +200,39 @@ def _kernel_node(driver: _Driver, node: ctypes.c_void_p, named: bool) -> _Kernel
         arguments.append(ctypes.string_at(params.kernelParams[len(arguments)], size.value))
     config = LaunchConfig((params.gridDimX, params.gridDimY, params.gridDimZ),
                           (params.blockDimX, params.blockDimY, params.blockDimZ), params.sharedMemBytes)
-    return _KernelNode(params.func, driver.name_of(params.func) if named else "", config, arguments)
+    return KernelLaunch(params.func, driver.name_of(params.func) if named else "", config, arguments)
 
 
-def _words(arguments: Sequence[bytes]) -> set[int]:
+def _words(arguments: Sequence[bytes]) -> frozenset:
     """Every 8-byte-aligned word of a kernel's arguments (where a fill kernel keeps its pointer)."""
-    return {int.from_bytes(raw[i:i + 8], "little") for raw in arguments for i in range(0, len(raw) - 7, 8)}
+    return frozenset(int.from_bytes(raw[i:i + 8], "little") for raw in arguments for i in range(0, len(raw) - 7, 8))
 
 
-def captured_kernel(fec: Any, args: Sequence[torch.Tensor], device: torch.device) -> CapturedLaunch:
-    """Captures one `fec.execute(args)` in a CUDA graph (never instantiated) and reads it back:
-    nvFuser's one kernel (function, launch configuration, argument bytes), the buffers zeroed before it,
-    and the outputs of the captured call (whose data pointers the output arguments hold)."""
+def _launch_order(nodes: Sequence[int], edges: Sequence[tuple[int, int]]) -> list[int]:
+    """The nodes in an order that respects every edge (one stream's capture is a chain)."""
+    waiting = {node: 0 for node in nodes}
+    after: dict[int, list[int]] = {node: [] for node in nodes}
+    for source, target in edges:
+        after[source].append(target)
+        waiting[target] += 1
+    ready = [node for node in nodes if waiting[node] == 0]
+    order = []
+    while ready:
+        node = ready.pop(0)
+        order.append(node)
+        for target in after[node]:
+            waiting[target] -= 1
+            if waiting[target] == 0:
+                ready.append(target)
+    if len(order) != len(nodes):
+        raise NotDirect("the captured graph has a cycle")
+    return order
+
+
+def captured_launches(fec: Any, args: Sequence[torch.Tensor], device: torch.device) -> CapturedLaunch:
+    """Captures one `fec.execute(args)` in a CUDA graph (never instantiated) and reads it back, in
+    launch order: each nvFuser kernel (function, launch configuration, argument bytes) and each node
+    that zeroes a buffer; and the outputs of the captured call (whose data pointers the arguments hold)."""
     driver = _Driver.get()
     if not hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph"):
         raise NotDirect("this torch cannot hand out a captured graph (CUDAGraph.raw_cuda_graph)")
@@ -214,51 +258,51 @@ def captured_kernel(fec: Any, args: Sequence[torch.Tensor], device: torch.device
         raise NotDirect("no graph node")
     nodes = (ctypes.c_void_p * count.value)()
     driver.check(driver.get_nodes(handle, nodes, ctypes.byref(count)), "cuGraphGetNodes")
-    named = count.value > 1  # alone, the kernel is nvFuser's; among fills, its name tells it apart
-    kernels: list[tuple[ctypes.c_void_p, _KernelNode]] = []
-    memsets: list[_MemsetNodeParams] = []
-    for raw_node in nodes:
+    order = _launch_order(list(nodes), driver.graph_edges(handle) if count.value > 1 else [])
+    named = count.value > 1  # alone, the kernel is nvFuser's; among others, its name tells it apart
+    steps: list[Union[KernelLaunch, frozenset]] = []
+    for raw_node in order:
         node = ctypes.c_void_p(raw_node)
         kind = ctypes.c_int(-1)
         driver.check(driver.node_type(node, ctypes.byref(kind)), "cuGraphNodeGetType")
-        if kind.value == _KERNEL_NODE:
-            kernels.append((node, _kernel_node(driver, node, named)))
-        elif kind.value == _MEMSET_NODE:
+        if kind.value == _MEMSET_NODE:
             memset = _MemsetNodeParams()
             driver.check(driver.memset_node_params(node, ctypes.byref(memset)), "cuGraphMemsetNodeGetParams")
-            memsets.append(memset)
-        else:
-            raise NotDirect(f"a graph node of type {kind.value} (neither a kernel nor a memset)")
-    main = [k for k in kernels if not named or "nvfuser" in k[1].name]
-    if len(main) != 1:
-        raise NotDirect(f"{len(main)} nvFuser kernels (several segments)")
-    node, kernel = main[0]
-    if int.from_bytes(driver.attribute(node, _COOPERATIVE)[:4], "little"):
-        raise NotDirect("a cooperative launch (grid synchronisation)")
-    cluster = [int.from_bytes(driver.attribute(node, _CLUSTER_DIMENSION)[i:i + 4], "little") for i in (0, 4, 8)]
-    if math.prod(max(d, 1) for d in cluster) > 1:
-        raise NotDirect(f"a cluster launch {tuple(cluster)}")
-    zeroing: list[set[int]] = []
-    for _, other in kernels:
-        if other is kernel:
+            if memset.value != 0:
+                raise NotDirect("a memset to a nonzero value")
+            steps.append(frozenset({memset.dst}))
             continue
-        if "FillFunctor" not in other.name:  # at::zeros of a zero-initialised work buffer
-            raise NotDirect(f"another kernel runs with it ({other.name[:80]})")
-        zeroing.append(_words(other.arguments))  # the filled buffer's pointer is among them
-    for memset in memsets:
-        if memset.value != 0:
-            raise NotDirect("a memset to a nonzero value")
-        zeroing.append({memset.dst})
-    return CapturedLaunch(kernel.function, kernel.config, kernel.arguments, zeroing, list(outputs))
+        if kind.value != _KERNEL_NODE:
+            raise NotDirect(f"a graph node of type {kind.value} (neither a kernel nor a memset)")
+        launch = _kernel_launch(driver, node, named)
+        if named and "nvfuser" not in launch.name:
+            if "FillFunctor" not in launch.name:  # at::zeros of a zero-initialised work buffer
+                raise NotDirect(f"a kernel that is not nvFuser's runs with it ({launch.name[:80]})")
+            steps.append(_words(launch.arguments))  # the filled buffer's pointer is among them
+            continue
+        if int.from_bytes(driver.attribute(node, _COOPERATIVE)[:4], "little"):
+            raise NotDirect("a cooperative launch (grid synchronisation)")
+        cluster = [int.from_bytes(driver.attribute(node, _CLUSTER_DIMENSION)[i:i + 4], "little") for i in (0, 4, 8)]
+        if math.prod(max(d, 1) for d in cluster) > 1:
+            raise NotDirect(f"a cluster launch {tuple(cluster)}")
+        steps.append(launch)
+    if not any(isinstance(step, KernelLaunch) for step in steps):
+        raise NotDirect("no nvFuser kernel")
+    return CapturedLaunch(steps, list(outputs))
 
 
-def kernel_parameters(source: str) -> list[str]:
-    """The parameter declarations of the first `__global__` function in nvFuser's kernel source."""
-    found = re.search(r"__global__\s+void\s+(?:__\w+__\s*\([^)]*\)\s*)*\w+\s*\(", source)
-    if found is None:
-        raise NotDirect("no __global__ function in the kernel source")
+_GLOBAL = re.compile(r"__global__\s+void\s+(?:__\w+__\s*\([^)]*\)\s*)*(\w+)\s*\(")
+
+
+def kernel_parameters(source: str, name: str = "") -> list[str]:
+    """The parameter declarations of nvFuser's kernel `name` in its source: the `__global__` function
+    whose name the (mangled) `name` contains, the longest such; the first one where `name` is ''."""
+    found = [m for m in _GLOBAL.finditer(source) if m.group(1) in name] if name else list(_GLOBAL.finditer(source))[:1]
+    if not found:
+        raise NotDirect(f"no __global__ function {name[:60]} in the kernel source")
+    match = max(found, key=lambda m: len(m.group(1)))
     params, depth, current = [], 0, []
-    for char in source[found.end():]:
+    for char in source[match.end():]:
         if char in "<(":
             depth += 1
         elif char in ">)":
@@ -298,52 +342,89 @@ def work_buffer_bytes(declaration: str, raw: bytes) -> int:
     return max(elements, 1) * ELEMENT_BYTES[dtype]
 
 
-def plan_arguments(arguments: Sequence[bytes], pointers: Sequence[int], zeroing: Sequence[set[int]] = (),
-                   source: Optional[Callable[[], str]] = None) -> list[tuple[int, bool]]:
-    """Checks that argument i is the struct of tensor i (inputs, then outputs, by data pointer); any
-    arguments after them must be nvFuser's work buffers, each a `Tensor` whose size is read from its
-    struct (`source()` gives the kernel's source, for their declarations), and each zeroing node must
-    zero exactly one of them. Returns (bytes, zeroed) per work buffer; NotDirect otherwise."""
-    if len(arguments) < len(pointers):
-        raise NotDirect(f"{len(arguments)} kernel arguments for {len(pointers)} tensors")
-    for index, (data, pointer) in enumerate(zip(arguments, pointers)):
-        if len(data) < 8 or int.from_bytes(data[:8], "little") != pointer:
-            raise NotDirect(f"kernel argument {index} is not the struct of tensor {index}")
-    extra = arguments[len(pointers):]
-    buffers = [int.from_bytes(data[:8], "little") for data in extra]
+def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Sequence[int], outputs: Sequence[int],
+                  source: Optional[Callable[[], str]] = None,
+                  output_bytes: Optional[Sequence[int]] = None) -> LaunchPlan:
+    """Maps every kernel argument to the tensor whose data pointer starts it: an input, an output, or
+    else a work buffer nvFuser allocated for the call (a grid reduction's buffers, or an intermediate
+    between segments), whose size is read from its `Tensor` struct (`source()` gives the kernels'
+    source, for the declarations). Work buffers are keyed by pointer, as the capture's allocator laid
+    them out. With several kernels the allocator may have reused a freed intermediate's memory for an
+    output, so every argument that points at an output must address no more than the output's
+    `output_bytes`. NotDirect where that is not sound: inputs that share a pointer, an output no
+    kernel writes, a scalar argument, or zeroing that is not of one work buffer before its first use."""
+    if len(set(inputs)) != len(inputs):
+        raise NotDirect("two inputs share a data pointer")
+    if len(set(outputs)) != len(outputs) or set(inputs) & set(outputs):
+        raise NotDirect("an output shares a data pointer with an input or another output")
+    slots = {pointer: index for index, pointer in enumerate((*inputs, *outputs))}
+    work: dict[int, int] = {}  # pointer -> bytes
+    first_use: dict[int, int] = {}  # pointer -> step of the first kernel using it
+    declarations: dict[str, list[str]] = {}
+    kernels = []
+    several = sum(isinstance(step, KernelLaunch) for step in steps) > 1
+
+    def declared(step: KernelLaunch, index: int) -> str:
+        if step.name not in declarations:
+            declarations[step.name] = kernel_parameters(source() if source is not None else "", step.name)
+            if len(declarations[step.name]) != len(step.arguments):
+                raise NotDirect(f"{len(declarations[step.name])} declared kernel parameters for "
+                                f"{len(step.arguments)} arguments")
+        return declarations[step.name][index]
+
+    for position, step in enumerate(steps):
+        if not isinstance(step, KernelLaunch):
+            continue
+        kernel_slots = []
+        for index, raw in enumerate(step.arguments):
+            pointer = int.from_bytes(raw[:8], "little") if len(raw) >= 8 else None
+            if several and pointer in slots and slots[pointer] >= len(inputs) and pointer not in work:
+                limit = output_bytes[slots[pointer] - len(inputs)] if output_bytes is not None else 0
+                if work_buffer_bytes(declared(step, index), raw) > limit:
+                    raise NotDirect("an argument at an output's address reaches past it (reused memory)")
+            if pointer not in slots or pointer in work:
+                size = work_buffer_bytes(declared(step, index), raw)
+                work[pointer] = max(work.get(pointer, 0), size)
+                first_use.setdefault(pointer, position)
+                slots.setdefault(pointer, len(slots))
+            kernel_slots.append(slots[pointer])
+        config = step.config
+        kernels.append((step.function, (*config.grid, *config.block, config.dynamic_smem), list(step.arguments),
+                        tuple(kernel_slots)))
+    used = {slot for *_, kernel_slots in kernels for slot in kernel_slots}
+    if any(len(inputs) + i not in used for i in range(len(outputs))):
+        raise NotDirect("an output no kernel writes (an alias or a host-evaluated segment)")
     zeroed: set[int] = set()
-    for words in zeroing:
-        if words & set(pointers):
+    for position, step in enumerate(steps):
+        if isinstance(step, KernelLaunch):
+            continue
+        if step & (set(slots) - set(work)):
             raise NotDirect("the graph zeroes an input or an output")
-        hits = words & set(buffers)
+        hits = step & set(work)
         if len(hits) != 1:
-            raise NotDirect("the graph zeroes memory that is not one work buffer of the kernel")
-        zeroed |= hits
-    if not extra:
-        return []
-    declarations = kernel_parameters(source() if source is not None else "")
-    if len(declarations) != len(arguments):
-        raise NotDirect(f"{len(declarations)} declared kernel parameters for {len(arguments)} arguments")
-    return [(work_buffer_bytes(declaration, data), pointer in zeroed)
-            for declaration, data, pointer in zip(declarations[len(pointers):], extra, buffers)]
+            raise NotDirect("the graph zeroes memory that is not one work buffer of the kernels")
+        (pointer,) = hits
+        if first_use[pointer] < position:
+            raise NotDirect("a work buffer is zeroed after a kernel used it")
+        zeroed.add(pointer)
+    order = sorted(work, key=lambda pointer: slots[pointer])
+    return LaunchPlan(kernels, [(work[pointer], pointer in zeroed) for pointer in order])
 
 
-def make_launcher(launch_address: int, memset_address: int, function: int, config: LaunchConfig, device: int,
-                  arguments: Sequence[bytes], inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
-                  work: Sequence[tuple[int, bool]], owner: Any, empty: Callable[..., torch.Tensor],
-                  get_device: Callable[[], int], get_stream: Callable[[int], int]) -> Any:
-    """The C launcher (runtime/launcher.c) of one kernel: inputs checked against these inputs' strides
-    and alignment, outputs allocated like these outputs, work buffers allocated (and zeroed) per call."""
+def make_launcher(launch_address: int, memset_address: int, plan: LaunchPlan, device: int,
+                  inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], owner: Any,
+                  empty: Callable[..., torch.Tensor], get_device: Callable[[], int],
+                  get_stream: Callable[[int], int]) -> Any:
+    """The C launcher (runtime/launcher.c) of a plan: inputs checked against these inputs' strides and
+    alignment, outputs allocated like these outputs, work buffers allocated (and zeroed) per call."""
     module = c_launcher.load()
     input_strides = tuple(tuple(t.stride()) for t in inputs)
     aligned = tuple(t.data_ptr() % ALIGNMENT == 0 for t in inputs)
     output_args = tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in outputs)
-    work_args = tuple(((size,), (1,), torch.uint8) for size, _ in work)
-    work_zero = tuple(size if zero else 0 for size, zero in work)
-    dims = (*config.grid, *config.block, config.dynamic_smem)
-    return module.Launcher(launch_address, memset_address, function, dims, device, list(arguments), len(inputs),
-                           input_strides, aligned, output_args, work_args, work_zero, empty, get_device,
-                           get_stream, owner)
+    work_args = tuple(((size,), (1,), torch.uint8) for size, _ in plan.work)
+    work_zero = tuple(size if zero else 0 for size, zero in plan.work)
+    return module.Launcher(launch_address, memset_address, list(plan.kernels), device, len(inputs), input_strides,
+                           aligned, output_args, work_args, work_zero, empty, get_device, get_stream, owner)
 
 
 def _allocator(device: torch.device) -> Callable[..., torch.Tensor]:
@@ -355,7 +436,7 @@ def _allocator(device: torch.device) -> Callable[..., torch.Tensor]:
 
 
 def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any:
-    """The C launcher for `fec`'s kernel on inputs laid out as `args`, checked bit for bit against
+    """The C launcher for `fec`'s kernels on inputs laid out as `args`, checked bit for bit against
     nvFuser's own `outputs` for these `args`. Raises NotDirect (with the reason) where it cannot be."""
     if not args or not outputs:
         raise NotDirect("no inputs or no outputs")
@@ -376,17 +457,18 @@ def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any
         raise NotDirect(f"no C launcher: {exc}") from exc
 
     with torch.cuda.device(device):
-        captured = captured_kernel(fec, args, device)
+        captured = captured_launches(fec, args, device)
         if len(captured.outputs) != len(outputs) or any(c.stride() != o.stride() or c.shape != o.shape
                                                         for c, o in zip(captured.outputs, outputs)):
             raise NotDirect("the captured call's outputs are laid out otherwise")
-        work = plan_arguments(captured.arguments, [t.data_ptr() for t in (*args, *captured.outputs)], captured.zeroing,
-                              source=lambda: fec.get_cuda_kernel(list(args), device=device.index))
+        plan = plan_launches(captured.steps, [t.data_ptr() for t in args], [t.data_ptr() for t in captured.outputs],
+                             source=lambda: fec.get_cuda_kernel(list(args), device=device.index),
+                             output_bytes=[t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
+                                           for t in captured.outputs])
         captured.outputs.clear()
         driver = _Driver.get()
-        launcher = make_launcher(driver.launch_address, driver.memset_address, captured.function, captured.config,
-                                 device.index, captured.arguments, args, outputs, work, fec, _allocator(device),
-                                 torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream)
+        launcher = make_launcher(driver.launch_address, driver.memset_address, plan, device.index, args, outputs, fec,
+                                 _allocator(device), torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream)
         mine = launcher(args)
     if mine is None:
         raise NotDirect("the inputs' layout check failed on the inputs it was built for")
@@ -398,6 +480,5 @@ def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any
     return launcher
 
 
-def launch_config(launcher: Any) -> LaunchConfig:
-    grid, block, smem = launcher.dims
-    return LaunchConfig(tuple(grid), tuple(block), smem)
+def launch_configs(launcher: Any) -> list[LaunchConfig]:
+    return [LaunchConfig(tuple(grid), tuple(block), smem) for grid, block, smem in launcher.dims]

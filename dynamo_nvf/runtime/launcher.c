@@ -25,11 +25,20 @@ typedef int (*memset_fn)(unsigned long long dst, unsigned char value, size_t byt
 #define MAX_TENSORS 256
 
 typedef struct {
+    void *function;
+    unsigned dims[7]; /* grid x, y, z; block x, y, z; dynamic shared memory */
+    Py_ssize_t n_params;
+    char *storage;  /* every argument's bytes */
+    void **params;  /* kernelParams: one pointer per argument into storage */
+    Py_ssize_t *slots; /* per argument: which tensor's data pointer starts it (index into the call's table) */
+} Kernel;
+
+typedef struct {
     PyObject_HEAD
     launch_fn launch;
     memset_fn memset_async;
-    void *function;
-    unsigned dims[7]; /* grid x, y, z; block x, y, z; dynamic shared memory */
+    Kernel *kernels;
+    Py_ssize_t n_kernels;
     long device;
     PyObject *device_object; /* the device index as an int, for get_stream */
     Py_ssize_t n_inputs, n_outputs, n_work;
@@ -39,10 +48,7 @@ typedef struct {
     PyObject *work_args;     /* the same for each work buffer */
     PyObject *work_zero;     /* tuple of ints: bytes to zero in each work buffer (0: none) */
     PyObject *empty, *get_device, *get_stream;
-    PyObject *owner; /* keeps nvFuser's executor cache (the kernel's module) alive */
-    char *storage;   /* every argument's bytes */
-    void **params;   /* kernelParams: one pointer per argument into storage */
-    Py_ssize_t n_params;
+    PyObject *owner; /* keeps nvFuser's executor cache (the kernels' modules) alive */
     long long launches;
 } Launcher;
 
@@ -67,33 +73,88 @@ static void Launcher_dealloc(Launcher *self) {
     Py_XDECREF(self->get_stream);
     Py_XDECREF(self->owner);
     Py_XDECREF(self->device_object);
-    PyMem_Free(self->storage);
-    PyMem_Free(self->params);
+    for (Py_ssize_t k = 0; k < self->n_kernels && self->kernels != NULL; k++) {
+        PyMem_Free(self->kernels[k].storage);
+        PyMem_Free(self->kernels[k].params);
+        PyMem_Free(self->kernels[k].slots);
+    }
+    PyMem_Free(self->kernels);
     PyTypeObject *type = Py_TYPE(self);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
 }
 
-/* Launcher(launch, memset, function, dims, device, arguments, n_inputs, input_strides, aligned,
- *          output_args, work_args, work_zero, empty, get_device, get_stream, owner)
- * `arguments` is a list of bytes, one per kernel parameter: inputs, outputs, then work buffers, each
- * starting with its data pointer. */
+/* One kernel from (function, dims, arguments, slots): `arguments` a list of bytes per kernel
+ * parameter, each starting with a data pointer; `slots` which tensor's pointer goes there. */
+static int Kernel_init(Kernel *kernel, PyObject *spec, Py_ssize_t n_tensors) {
+    unsigned long long function;
+    PyObject *dims, *arguments, *slots;
+    if (!PyArg_ParseTuple(spec, "KO!O!O!", &function, &PyTuple_Type, &dims, &PyList_Type, &arguments, &PyTuple_Type,
+                          &slots))
+        return -1;
+    Py_ssize_t n_params = PyList_GET_SIZE(arguments);
+    if (PyTuple_GET_SIZE(dims) != 7 || PyTuple_GET_SIZE(slots) != n_params) {
+        PyErr_SetString(PyExc_ValueError, "Launcher: a kernel needs 7 dims and one slot per argument");
+        return -1;
+    }
+    kernel->function = (void *)(uintptr_t)function;
+    for (int i = 0; i < 7; i++) {
+        kernel->dims[i] = (unsigned)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(dims, i));
+    }
+    if (PyErr_Occurred()) return -1;
+    size_t total = 0;
+    for (Py_ssize_t i = 0; i < n_params; i++) {
+        PyObject *raw = PyList_GET_ITEM(arguments, i);
+        if (!PyBytes_Check(raw) || PyBytes_GET_SIZE(raw) < 8) {
+            PyErr_SetString(PyExc_ValueError, "Launcher: each argument is bytes starting with a data pointer");
+            return -1;
+        }
+        total += ((size_t)PyBytes_GET_SIZE(raw) + 15) & ~(size_t)15;
+    }
+    kernel->storage = PyMem_Calloc(total ? total : 16, 1);
+    kernel->params = PyMem_Calloc(n_params ? n_params : 1, sizeof(void *));
+    kernel->slots = PyMem_Calloc(n_params ? n_params : 1, sizeof(Py_ssize_t));
+    if (kernel->storage == NULL || kernel->params == NULL || kernel->slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    kernel->n_params = n_params;
+    size_t offset = 0;
+    for (Py_ssize_t i = 0; i < n_params; i++) {
+        PyObject *raw = PyList_GET_ITEM(arguments, i);
+        memcpy(kernel->storage + offset, PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw));
+        kernel->params[i] = kernel->storage + offset;
+        offset += ((size_t)PyBytes_GET_SIZE(raw) + 15) & ~(size_t)15;
+        Py_ssize_t slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
+        if (slot < 0 || slot >= n_tensors) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Launcher: a slot out of range");
+            return -1;
+        }
+        kernel->slots[i] = slot;
+    }
+    return 0;
+}
+
+/* Launcher(launch, memset, kernels, device, n_inputs, input_strides, aligned, output_args, work_args,
+ *          work_zero, empty, get_device, get_stream, owner)
+ * `kernels` lists (function, dims, arguments, slots) in launch order; slots index the call's tensors:
+ * inputs, then outputs, then work buffers. */
 static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    unsigned long long launch, memset_address, function;
-    PyObject *dims, *arguments, *input_strides, *aligned, *output_args, *work_args, *work_zero;
+    unsigned long long launch, memset_address;
+    PyObject *kernels, *input_strides, *aligned, *output_args, *work_args, *work_zero;
     PyObject *empty, *get_device, *get_stream, *owner;
     long device;
     Py_ssize_t n_inputs;
-    if (!PyArg_ParseTuple(args, "KKKO!lO!nO!O!O!O!O!OOOO", &launch, &memset_address, &function, &PyTuple_Type,
-                          &dims, &device, &PyList_Type, &arguments, &n_inputs, &PyTuple_Type, &input_strides,
-                          &PyTuple_Type, &aligned, &PyTuple_Type, &output_args, &PyTuple_Type, &work_args,
-                          &PyTuple_Type, &work_zero, &empty, &get_device, &get_stream, &owner))
+    if (!PyArg_ParseTuple(args, "KKO!lnO!O!O!O!O!OOOO", &launch, &memset_address, &PyList_Type, &kernels, &device,
+                          &n_inputs, &PyTuple_Type, &input_strides, &PyTuple_Type, &aligned, &PyTuple_Type,
+                          &output_args, &PyTuple_Type, &work_args, &PyTuple_Type, &work_zero, &empty, &get_device,
+                          &get_stream, &owner))
         return NULL;
     Py_ssize_t n_outputs = PyTuple_GET_SIZE(output_args), n_work = PyTuple_GET_SIZE(work_args);
-    Py_ssize_t n_params = PyList_GET_SIZE(arguments);
-    if (PyTuple_GET_SIZE(dims) != 7 || PyTuple_GET_SIZE(input_strides) != n_inputs ||
-        PyTuple_GET_SIZE(aligned) != n_inputs || PyTuple_GET_SIZE(work_zero) != n_work ||
-        n_params != n_inputs + n_outputs + n_work || n_params > MAX_TENSORS) {
+    Py_ssize_t n_tensors = n_inputs + n_outputs + n_work;
+    if (PyTuple_GET_SIZE(input_strides) != n_inputs || PyTuple_GET_SIZE(aligned) != n_inputs ||
+        PyTuple_GET_SIZE(work_zero) != n_work || n_tensors > MAX_TENSORS || n_outputs < 1 ||
+        PyList_GET_SIZE(kernels) < 1) {
         PyErr_SetString(PyExc_ValueError, "Launcher: inconsistent argument counts");
         return NULL;
     }
@@ -105,16 +166,11 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     if (self == NULL) return NULL;
     self->launch = (launch_fn)(uintptr_t)launch;
     self->memset_async = (memset_fn)(uintptr_t)memset_address;
-    self->function = (void *)(uintptr_t)function;
-    for (int i = 0; i < 7; i++) {
-        self->dims[i] = (unsigned)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(dims, i));
-    }
     self->device = device;
     self->device_object = PyLong_FromLong(device);
     self->n_inputs = n_inputs;
     self->n_outputs = n_outputs;
     self->n_work = n_work;
-    self->n_params = n_params;
     Py_INCREF(input_strides); self->input_strides = input_strides;
     Py_INCREF(aligned); self->aligned = aligned;
     Py_INCREF(output_args); self->output_args = output_args;
@@ -124,28 +180,21 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Py_INCREF(get_device); self->get_device = get_device;
     Py_INCREF(get_stream); self->get_stream = get_stream;
     Py_INCREF(owner); self->owner = owner;
-    if (PyErr_Occurred()) goto fail;
-    size_t total = 0;
-    for (Py_ssize_t i = 0; i < n_params; i++) {
-        PyObject *raw = PyList_GET_ITEM(arguments, i);
-        if (!PyBytes_Check(raw) || PyBytes_GET_SIZE(raw) < 8) {
-            PyErr_SetString(PyExc_ValueError, "Launcher: each argument is bytes starting with a data pointer");
-            goto fail;
-        }
-        total += ((size_t)PyBytes_GET_SIZE(raw) + 15) & ~(size_t)15;
-    }
-    self->storage = PyMem_Calloc(total ? total : 16, 1);
-    self->params = PyMem_Calloc(n_params ? n_params : 1, sizeof(void *));
-    if (self->storage == NULL || self->params == NULL) {
+    if (self->device_object == NULL) goto fail;
+    Py_ssize_t n_kernels = PyList_GET_SIZE(kernels);
+    self->kernels = PyMem_Calloc(n_kernels, sizeof(Kernel));
+    if (self->kernels == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
-    size_t offset = 0;
-    for (Py_ssize_t i = 0; i < n_params; i++) {
-        PyObject *raw = PyList_GET_ITEM(arguments, i);
-        memcpy(self->storage + offset, PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw));
-        self->params[i] = self->storage + offset;
-        offset += ((size_t)PyBytes_GET_SIZE(raw) + 15) & ~(size_t)15;
+    self->n_kernels = n_kernels;
+    for (Py_ssize_t k = 0; k < n_kernels; k++) {
+        PyObject *spec = PyList_GET_ITEM(kernels, k);
+        if (!PyTuple_Check(spec)) {
+            PyErr_SetString(PyExc_TypeError, "Launcher: each kernel is a tuple");
+            goto fail;
+        }
+        if (Kernel_init(&self->kernels[k], spec, n_tensors) < 0) goto fail;
     }
     return (PyObject *)self;
 fail:
@@ -218,14 +267,18 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
         }
     }
 
-    for (Py_ssize_t i = 0; i < self->n_params; i++) {
-        memcpy(self->params[i], &pointers[i], sizeof(unsigned long long));
-    }
-    int status = self->launch(self->function, self->dims[0], self->dims[1], self->dims[2], self->dims[3],
-                              self->dims[4], self->dims[5], self->dims[6], stream, self->params, NULL);
-    if (status != 0) {
-        PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed (CUresult %d)", status);
-        goto done;
+    for (Py_ssize_t k = 0; k < self->n_kernels; k++) {
+        Kernel *kernel = &self->kernels[k];
+        for (Py_ssize_t i = 0; i < kernel->n_params; i++) {
+            memcpy(kernel->params[i], &pointers[kernel->slots[i]], sizeof(unsigned long long));
+        }
+        int status = self->launch(kernel->function, kernel->dims[0], kernel->dims[1], kernel->dims[2],
+                                  kernel->dims[3], kernel->dims[4], kernel->dims[5], kernel->dims[6], stream,
+                                  kernel->params, NULL);
+        if (status != 0) {
+            PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed (CUresult %d)", status);
+            goto done;
+        }
     }
     self->launches++;
     result = outputs;
@@ -247,8 +300,18 @@ static PyObject *Launcher_get_launches(Launcher *self, void *closure) {
 }
 
 static PyObject *Launcher_get_dims(Launcher *self, void *closure) {
-    return Py_BuildValue("(III)(III)I", self->dims[0], self->dims[1], self->dims[2], self->dims[3], self->dims[4],
-                         self->dims[5], self->dims[6]);
+    PyObject *all = PyList_New(self->n_kernels);
+    if (all == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < self->n_kernels; k++) {
+        unsigned *d = self->kernels[k].dims;
+        PyObject *one = Py_BuildValue("(III)(III)I", d[0], d[1], d[2], d[3], d[4], d[5], d[6]);
+        if (one == NULL) {
+            Py_DECREF(all);
+            return NULL;
+        }
+        PyList_SET_ITEM(all, k, one);
+    }
+    return all;
 }
 
 static PyObject *Launcher_get_work_buffers(Launcher *self, void *closure) {
@@ -256,9 +319,9 @@ static PyObject *Launcher_get_work_buffers(Launcher *self, void *closure) {
 }
 
 static PyGetSetDef Launcher_getset[] = {
-    {"launches", (getter)Launcher_get_launches, NULL, "kernels launched so far", NULL},
+    {"launches", (getter)Launcher_get_launches, NULL, "calls that launched so far", NULL},
     {"work_buffers", (getter)Launcher_get_work_buffers, NULL, "work buffers allocated per call", NULL},
-    {"dims", (getter)Launcher_get_dims, NULL, "((grid), (block), dynamic shared memory)", NULL},
+    {"dims", (getter)Launcher_get_dims, NULL, "per kernel: ((grid), (block), dynamic shared memory)", NULL},
     {NULL},
 };
 
@@ -267,7 +330,7 @@ static PyType_Slot Launcher_slots[] = {
     {Py_tp_dealloc, Launcher_dealloc},
     {Py_tp_call, Launcher_call},
     {Py_tp_getset, Launcher_getset},
-    {Py_tp_doc, "One kernel's launcher: call with the inputs; returns the outputs, or None to decline."},
+    {Py_tp_doc, "A region's kernels' launcher: call with the inputs; returns the outputs, or None to decline."},
     {0, NULL},
 };
 

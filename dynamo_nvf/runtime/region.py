@@ -446,10 +446,11 @@ class RegionRuntime:
             self.plan.launch = f"fec.execute (direct launcher failed: {_short_error(exc)})"
             log.info("%s: direct launcher failed to build: %s", self.plan.name, _short_error(exc))
             return
-        config = direct_launch.launch_config(self._direct)
+        configs = direct_launch.launch_configs(self._direct)
         work = self._direct.work_buffers
-        self.plan.launch = (f"direct (grid {config.grid}, block {config.block}, {config.dynamic_smem} B dynamic "
-                            f"smem{f', {work} work buffer(s)' if work else ''}; "
+        kernels = "; ".join(f"grid {c.grid}, block {c.block}, {c.dynamic_smem} B dynamic smem" for c in configs)
+        self.plan.launch = (f"direct ({f'{len(configs)} kernels: ' if len(configs) > 1 else ''}{kernels}"
+                            f"{f'; {work} work buffer(s)' if work else ''}; "
                             f"built in {(time.perf_counter() - start) * 1e3:.1f} ms)")
         log.debug("%s: %s", self.plan.name, self.plan.launch)
 
