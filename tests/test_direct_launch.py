@@ -37,8 +37,8 @@ def test_plan_maps_each_argument_to_its_tensor_by_data_pointer():
     assert dl.plan_launches([_kernel(swapped)], [x, y], [out]).kernels[0][3] == (1, 0, 2)
     with pytest.raises(dl.NotDirect, match="no __global__"):  # an unknown pointer needs a declaration
         dl.plan_launches([_kernel(raw)], [x], [0x7F0000009000])
-    with pytest.raises(dl.NotDirect, match="two inputs share"):
-        dl.plan_launches([_kernel(raw)], [x, x], [out])
+    # two inputs at one address (views of one tensor) share its slot
+    assert dl.plan_launches([_kernel(raw)], [x, x], [out]).kernels[0][3] == (0, 2)
     with pytest.raises(dl.NotDirect, match="no kernel writes"):
         dl.plan_launches([_kernel(raw[:1])], [x], [out])
 
@@ -200,6 +200,16 @@ def test_several_kernels_launch_in_order_with_the_same_pointers():
     pointers = {tuple(int.from_bytes(a[:8], "little") for a in arguments) for _, arguments in driver.launches}
     assert len(pointers) == 1 and next(iter(pointers))[:2] == (x.data_ptr(), out.data_ptr())
     assert len(driver.memsets) == 1 and launcher.launches == 1
+
+
+def test_inputs_that_shared_a_pointer_at_build_must_share_it_per_call():
+    base = torch.randn(16, 8)
+    driver = _Driver(sizes=[40, 40, 40])
+    launcher, _ = _launcher(driver, [base, base[:, :4]], [torch.empty(16, 8)])
+    assert launcher((base, base[:, :4])) is not None
+    other = torch.randn(16, 8)
+    assert launcher((base, other[:, :4])) is None
+    assert len(driver.launches) == 1
 
 
 def test_other_strides_misaligned_inputs_or_another_device_go_back_to_fec_execute():

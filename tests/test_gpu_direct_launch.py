@@ -114,15 +114,18 @@ def test_grid_reduction_launches_directly_with_fresh_zeroed_work_buffers_per_cal
 
 
 def test_a_segmented_region_launches_its_kernels_directly_in_order():
-    fn = lambda t: (t.sum(0) * 2.0, (t * 3.0).sum(1))  # noqa: E731  (two reductions over different axes)
-    x = torch.randn(4096, 1024, device=DEV)
+    def fn(t):  # reductions over both axes of one tensor; rows too long for one persistent kernel
+        y = torch.relu(t) * 3.0
+        return y.sum(0), y.sum(1)
+
+    x = torch.randn(1024, 65536, device=DEV)
     compiled, out, plans = _steady(fn, (x,), ON)
     (region,) = _regions(plans)
     assert region.launch.startswith("direct (") and "kernels:" in region.launch, region.launch
     before = STATS.direct_launches
     with torch.no_grad():
         for _ in range(3):
-            fresh = torch.randn(4096, 1024, device=DEV)
+            fresh = torch.randn(1024, 65536, device=DEV)
             for got, want in zip(compiled(fresh), fn(fresh)):
                 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
                 assert got.stride() == want.stride()

@@ -138,16 +138,17 @@ class _Driver:
 
     def graph_edges(self, graph: ctypes.c_void_p) -> list[tuple[int, int]]:
         """(from, to) of every dependency edge in the graph."""
-        def call(sources, targets, count):
-            if self.edges_v2 is not None:
-                return self.edges_v2(graph, sources, targets, None, ctypes.byref(count))
+        def call(sources, targets, data, count):
+            if self.edges_v2 is not None:  # edge data (programmatic launches' edges) must be asked for
+                return self.edges_v2(graph, sources, targets, data, ctypes.byref(count))
             return self.edges(graph, sources, targets, ctypes.byref(count))
         count = ctypes.c_size_t(0)
-        self.check(call(None, None, count), "cuGraphGetEdges")
+        self.check(call(None, None, None, count), "cuGraphGetEdges")
         if count.value == 0:
             return []
         sources, targets = (ctypes.c_void_p * count.value)(), (ctypes.c_void_p * count.value)()
-        self.check(call(sources, targets, count), "cuGraphGetEdges")
+        data = ctypes.create_string_buffer(8 * count.value)  # CUgraphEdgeData: ports, type, reserved
+        self.check(call(sources, targets, data, count), "cuGraphGetEdges")
         return list(zip(sources, targets))
 
     def attribute(self, node: ctypes.c_void_p, attribute: int) -> bytes:
@@ -321,9 +322,11 @@ def kernel_parameters(source: str, name: str = "") -> list[str]:
 _TENSOR = re.compile(r"^Tensor<\s*(.+?)\s*,\s*(\d+)\s*,\s*(\d+)\s*>\s+\w+$")
 
 
-def work_buffer_bytes(declaration: str, raw: bytes) -> int:
-    """Bytes the kernel may address through a work-buffer argument (`Tensor<T, N, A> name`): read from
-    its struct, a data pointer then N sizes and A strides of 4- or 8-byte indices."""
+def work_buffer_bytes(declaration: str, raw: bytes, extent: bool = True) -> int:
+    """Bytes of a tensor argument (`Tensor<T, N, A> name`) read from its struct, a data pointer then N
+    logical sizes and A allocation strides of 4- or 8-byte indices: its elements, or with `extent`
+    also at least the reach of its strides where they pair with the sizes (a work buffer is allocated
+    with the larger; the strides follow the allocation domain, which may be permuted)."""
     match = _TENSOR.match(declaration)
     if match is None:
         raise NotDirect(f"a kernel argument that is not a tensor ({declaration[:60]})")
@@ -337,7 +340,7 @@ def work_buffer_bytes(declaration: str, raw: bytes) -> int:
               for i in range(dims + alloc_dims)]
     sizes, strides = values[:dims], values[dims:]
     elements = math.prod(sizes)
-    if len(strides) == dims and all(s >= 0 for s in strides):
+    if extent and len(strides) == dims and all(s >= 0 for s in strides):
         elements = max(elements, 1 + sum((n - 1) * s for n, s in zip(sizes, strides) if n > 0))
     return max(elements, 1) * ELEMENT_BYTES[dtype]
 
@@ -349,15 +352,16 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
     else a work buffer nvFuser allocated for the call (a grid reduction's buffers, or an intermediate
     between segments), whose size is read from its `Tensor` struct (`source()` gives the kernels'
     source, for the declarations). Work buffers are keyed by pointer, as the capture's allocator laid
-    them out. With several kernels the allocator may have reused a freed intermediate's memory for an
-    output, so every argument that points at an output must address no more than the output's
-    `output_bytes`. NotDirect where that is not sound: inputs that share a pointer, an output no
-    kernel writes, a scalar argument, or zeroing that is not of one work buffer before its first use."""
-    if len(set(inputs)) != len(inputs):
-        raise NotDirect("two inputs share a data pointer")
+    them out; inputs that share a pointer (views of one tensor) share a slot, and the launcher checks
+    per call that they still do. With several kernels the allocator may have reused a freed
+    intermediate's memory for an output, so every argument that points at an output must hold no more
+    elements than the output's `output_bytes`. NotDirect where that is not sound: an output no kernel
+    writes, a scalar argument, or zeroing that is not of one work buffer before its first use."""
     if len(set(outputs)) != len(outputs) or set(inputs) & set(outputs):
         raise NotDirect("an output shares a data pointer with an input or another output")
-    slots = {pointer: index for index, pointer in enumerate((*inputs, *outputs))}
+    slots: dict[Optional[int], int] = {}
+    for index, pointer in enumerate((*inputs, *outputs)):
+        slots.setdefault(pointer, index)
     work: dict[int, int] = {}  # pointer -> bytes
     first_use: dict[int, int] = {}  # pointer -> step of the first kernel using it
     declarations: dict[str, list[str]] = {}
@@ -380,7 +384,7 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
             pointer = int.from_bytes(raw[:8], "little") if len(raw) >= 8 else None
             if several and pointer in slots and slots[pointer] >= len(inputs) and pointer not in work:
                 limit = output_bytes[slots[pointer] - len(inputs)] if output_bytes is not None else 0
-                if work_buffer_bytes(declared(step, index), raw) > limit:
+                if work_buffer_bytes(declared(step, index), raw, extent=False) > limit:
                     raise NotDirect("an argument at an output's address reaches past it (reused memory)")
             if pointer not in slots or pointer in work:
                 size = work_buffer_bytes(declared(step, index), raw)
@@ -420,11 +424,13 @@ def make_launcher(launch_address: int, memset_address: int, plan: LaunchPlan, de
     module = c_launcher.load()
     input_strides = tuple(tuple(t.stride()) for t in inputs)
     aligned = tuple(t.data_ptr() % ALIGNMENT == 0 for t in inputs)
+    pointers = [t.data_ptr() for t in inputs]
+    same_as = tuple(pointers.index(pointer) for pointer in pointers)
     output_args = tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in outputs)
     work_args = tuple(((size,), (1,), torch.uint8) for size, _ in plan.work)
     work_zero = tuple(size if zero else 0 for size, zero in plan.work)
     return module.Launcher(launch_address, memset_address, list(plan.kernels), device, len(inputs), input_strides,
-                           aligned, output_args, work_args, work_zero, empty, get_device, get_stream, owner)
+                           aligned, same_as, output_args, work_args, work_zero, empty, get_device, get_stream, owner)
 
 
 def _allocator(device: torch.device) -> Callable[..., torch.Tensor]:

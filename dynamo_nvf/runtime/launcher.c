@@ -44,6 +44,7 @@ typedef struct {
     Py_ssize_t n_inputs, n_outputs, n_work;
     PyObject *input_strides; /* tuple of each input's stride() */
     PyObject *aligned;       /* tuple of bools: input pointer was 16-byte aligned at build */
+    Py_ssize_t *same_as;     /* per input: the first input that had the same data pointer at build */
     PyObject *output_args;   /* tuple of (shape, strides, dtype) argument tuples for `empty` */
     PyObject *work_args;     /* the same for each work buffer */
     PyObject *work_zero;     /* tuple of ints: bytes to zero in each work buffer (0: none) */
@@ -79,6 +80,7 @@ static void Launcher_dealloc(Launcher *self) {
         PyMem_Free(self->kernels[k].slots);
     }
     PyMem_Free(self->kernels);
+    PyMem_Free(self->same_as);
     PyTypeObject *type = Py_TYPE(self);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
@@ -135,24 +137,26 @@ static int Kernel_init(Kernel *kernel, PyObject *spec, Py_ssize_t n_tensors) {
     return 0;
 }
 
-/* Launcher(launch, memset, kernels, device, n_inputs, input_strides, aligned, output_args, work_args,
- *          work_zero, empty, get_device, get_stream, owner)
+/* Launcher(launch, memset, kernels, device, n_inputs, input_strides, aligned, same_as, output_args,
+ *          work_args, work_zero, empty, get_device, get_stream, owner)
  * `kernels` lists (function, dims, arguments, slots) in launch order; slots index the call's tensors:
- * inputs, then outputs, then work buffers. */
+ * inputs, then outputs, then work buffers. Inputs that shared a data pointer at build (views of one
+ * tensor) share a slot, so a call whose inputs do not share it declines. */
 static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     unsigned long long launch, memset_address;
-    PyObject *kernels, *input_strides, *aligned, *output_args, *work_args, *work_zero;
+    PyObject *kernels, *input_strides, *aligned, *same_as, *output_args, *work_args, *work_zero;
     PyObject *empty, *get_device, *get_stream, *owner;
     long device;
     Py_ssize_t n_inputs;
-    if (!PyArg_ParseTuple(args, "KKO!lnO!O!O!O!O!OOOO", &launch, &memset_address, &PyList_Type, &kernels, &device,
-                          &n_inputs, &PyTuple_Type, &input_strides, &PyTuple_Type, &aligned, &PyTuple_Type,
-                          &output_args, &PyTuple_Type, &work_args, &PyTuple_Type, &work_zero, &empty, &get_device,
-                          &get_stream, &owner))
+    if (!PyArg_ParseTuple(args, "KKO!lnO!O!O!O!O!O!OOOO", &launch, &memset_address, &PyList_Type, &kernels,
+                          &device, &n_inputs, &PyTuple_Type, &input_strides, &PyTuple_Type, &aligned, &PyTuple_Type,
+                          &same_as, &PyTuple_Type, &output_args, &PyTuple_Type, &work_args, &PyTuple_Type, &work_zero,
+                          &empty, &get_device, &get_stream, &owner))
         return NULL;
     Py_ssize_t n_outputs = PyTuple_GET_SIZE(output_args), n_work = PyTuple_GET_SIZE(work_args);
     Py_ssize_t n_tensors = n_inputs + n_outputs + n_work;
     if (PyTuple_GET_SIZE(input_strides) != n_inputs || PyTuple_GET_SIZE(aligned) != n_inputs ||
+        PyTuple_GET_SIZE(same_as) != n_inputs ||
         PyTuple_GET_SIZE(work_zero) != n_work || n_tensors > MAX_TENSORS || n_outputs < 1 ||
         PyList_GET_SIZE(kernels) < 1) {
         PyErr_SetString(PyExc_ValueError, "Launcher: inconsistent argument counts");
@@ -181,6 +185,19 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Py_INCREF(get_stream); self->get_stream = get_stream;
     Py_INCREF(owner); self->owner = owner;
     if (self->device_object == NULL) goto fail;
+    self->same_as = PyMem_Calloc(n_inputs ? n_inputs : 1, sizeof(Py_ssize_t));
+    if (self->same_as == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n_inputs; i++) {
+        Py_ssize_t first = PyLong_AsSsize_t(PyTuple_GET_ITEM(same_as, i));
+        if (first < 0 || first > i) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Launcher: same_as names an earlier input");
+            goto fail;
+        }
+        self->same_as[i] = first;
+    }
     Py_ssize_t n_kernels = PyList_GET_SIZE(kernels);
     self->kernels = PyMem_Calloc(n_kernels, sizeof(Kernel));
     if (self->kernels == NULL) {
@@ -229,6 +246,7 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
         if (!same) goto decline;
         if (fetch_pointer(items[i], &pointers[i]) < 0) goto done;
         if (PyTuple_GET_ITEM(self->aligned, i) == Py_True && (pointers[i] & 15)) goto decline;
+        if (pointers[i] != pointers[self->same_as[i]]) goto decline;
     }
 
     outputs = PyList_New(self->n_outputs);
