@@ -390,6 +390,20 @@ case "${1:-tests}" in
       --time-budget $((560 - SECONDS)) --json "$OUT/blocks13.json" > "$OUT/blocks13.log" 2>&1; echo "blocks13 rc=$?"
     tail -n 8 "$OUT/blocks13.log"; echo "elapsed ${SECONDS}s"
     ;;
+  s15b)
+    # Session 15, closing: direct launch's tests (segments, work buffers, cooperative kernels) and the
+    # models' gradients with it on, then issue #10's table from interleaved rounds, with
+    # nvf_fec_execute (direct launch off) beside the default.
+    timeout 150 python3 -m pytest -q -m "gpu or not gpu" tests/test_gpu_direct_launch.py tests/test_direct_launch.py \
+      tests/test_gpu_model_grads.py -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1
+    echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/tests.log" | head -n 30
+    timeout $((590 - SECONDS)) python3 -m perf.interleave \
+      llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small,llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small \
+      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs,nvf_fec_execute --rounds ${IL10_ROUNDS:-7} --acceptance \
+      --json "$OUT/il10.json" > "$OUT/il10.log" 2>&1; echo "il10 rc=$?"
+    sed -n '/^### Acceptance/,$p' "$OUT/il10.log"; grep -E "nvf_fec_execute|nvf_bookend " "$OUT/il10.log" | cut -c1-140 | head -n 20
+    echo "elapsed ${SECONDS}s"
+    ;;
   s15a)
     # Session 15: direct launch through the C launcher (runtime/launcher.c), grid reductions' zeroed
     # work buffers included. The build environment (a C compiler and Python.h, as Triton needs), the

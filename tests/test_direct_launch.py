@@ -30,7 +30,7 @@ def test_plan_maps_each_argument_to_its_tensor_by_data_pointer():
     x, out = 0x7F0000001000, 0x7F0000002000
     raw = [_struct(x, [4, 8], [8, 1]), _struct(out, [4, 8], [8, 1])]
     plan = dl.plan_launches([_kernel(raw)], [x], [out])
-    assert plan.work == [] and plan.kernels == [(1234, (4, 1, 1, 96, 2, 1, 128), raw, (0, 1))]
+    assert plan.work == [] and plan.kernels == [(1234, (4, 1, 1, 96, 2, 1, 128), raw, (0, 1), False)]
     # arguments in another order than the region's inputs (the pointer decides, not the position)
     y = 0x7F0000003000
     swapped = [_struct(y, [4], [1]), _struct(x, [4, 8], [8, 1]), _struct(out, [4, 8], [8, 1])]
@@ -108,10 +108,17 @@ def test_segments_share_their_intermediates_by_pointer_and_outputs_may_not_hide_
     assert [k[0] for k in plan.kernels] == [1, 2]
     assert [k[3] for k in plan.kernels] == [(0, 2), (0, 2, 1)]  # the intermediate is work buffer 0 (slot 2)
     assert plan.work == [(64 * 4, False)]
-    # an earlier segment's intermediate at the output's address, larger than the output: refused
-    bigger = _kernel([_struct(x, [64, 32], [32, 1]), _struct(out, [64], [1])], first.name, 1)
+    # the allocator reused a freed intermediate's memory for the output: before the output's producer,
+    # an argument at its address with other bytes is that earlier tensor, with a buffer of its own
+    reused = _kernel([_struct(x, [64, 32], [32, 1]), _struct(out, [64], [1])], first.name, 1)
+    second_reads = _kernel([_struct(x, [64, 32], [32, 1]), _struct(out, [64], [1]), _struct(out, [64, 32], [32, 1])],
+                           second.name, 2)
+    plan = dl.plan_launches([reused, second_reads], [x], [out], source=lambda: TWO_SEGMENTS, output_bytes=[64 * 32 * 4])
+    assert [k[3] for k in plan.kernels] == [(0, 2), (0, 2, 1)] and plan.work == [(64 * 4, False)]
+    # after the producer, an argument at the output's address that reaches past it is refused
+    past = _kernel([_struct(x, [64, 32], [32, 1]), _struct(out, [4096], [1])], first.name, 1)
     with pytest.raises(dl.NotDirect, match="reaches past it"):
-        dl.plan_launches([bigger, second], [x], [out], source=lambda: TWO_SEGMENTS, output_bytes=[16])
+        dl.plan_launches([second, past], [x], [out], source=lambda: TWO_SEGMENTS, output_bytes=[64 * 32 * 4])
 
 
 def test_launch_order_follows_the_graphs_edges():
@@ -122,11 +129,14 @@ def test_launch_order_follows_the_graphs_edges():
 
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
                            ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+_COOPERATIVE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                                ctypes.POINTER(ctypes.c_void_p))
 _MEMSET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t, ctypes.c_void_p)
 
 
 class _Driver:
-    """Stands in for cuLaunchKernel and cuMemsetD8Async (CPU memory; records every call)."""
+    """Stands in for cuLaunchKernel, cuLaunchCooperativeKernel and cuMemsetD8Async (CPU memory;
+    records every call; a cooperative launch is recorded with `cooperative` as its last value)."""
 
     def __init__(self, sizes, result: int = 0) -> None:
         self.sizes = sizes  # each argument's byte size
@@ -135,10 +145,13 @@ class _Driver:
         self.memsets: list[tuple] = []
         self.launch = _LAUNCH(self._launch)
         self.memset = _MEMSET(self._memset)
+        self.cooperative = _COOPERATIVE(
+            lambda f, gx, gy, gz, bx, by, bz, smem, stream, params: self._launch(f, gx, gy, gz, bx, by, bz, smem,
+                                                                                 stream, params, "cooperative"))
 
     def _launch(self, function, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
         arguments = [ctypes.string_at(params[i], size) for i, size in enumerate(self.sizes)]
-        self.launches.append(((function, gx, gy, gz, bx, by, bz, smem, stream), arguments))
+        self.launches.append(((function, gx, gy, gz, bx, by, bz, smem, stream, extra), arguments))
         return self.result
 
     def _memset(self, dst, value, size, stream):
@@ -150,13 +163,15 @@ class _Driver:
         return ctypes.cast(callback, ctypes.c_void_p).value
 
 
-def _launcher(driver, inputs, outputs, work=(), device=0, kernels=1):
+def _launcher(driver, inputs, outputs, work=(), device=0, kernels=1, cooperative=()):
     raw = [_struct(t.data_ptr(), t.shape, t.stride()) for t in (*inputs, *outputs)]
     raw += [_struct(0x7F0000000000 + i, [size], [1]) for i, (size, _) in enumerate(work)]
     slots = tuple(range(len(raw)))
-    plan = dl.LaunchPlan([(1234 + k, (4, 1, 1, 96, 2, 1, 128), raw, slots) for k in range(kernels)], list(work))
+    plan = dl.LaunchPlan([(1234 + k, (4, 1, 1, 96, 2, 1, 128), raw, slots, k in cooperative) for k in range(kernels)],
+                         list(work))
     empty = lambda shape, strides, dtype: torch.empty_strided(shape, strides, dtype=dtype)  # noqa: E731
-    return dl.make_launcher(driver.address(driver.launch), driver.address(driver.memset), plan, 0,
+    return dl.make_launcher(driver.address(driver.launch), driver.address(driver.cooperative),
+                            driver.address(driver.memset), plan, 0,
                             inputs, outputs, owner=None, empty=empty, get_device=lambda: device,
                             get_stream=lambda index: 77), raw
 
@@ -170,7 +185,7 @@ def test_each_call_writes_its_pointers_and_allocates_outputs_like_nvfusers():
     (result,) = launcher((y,))
     assert result.shape == (8, 32) and result.stride() == (1, 8) and result.dtype == out.dtype
     (dims, arguments), = driver.launches
-    assert dims == (1234, 4, 1, 1, 96, 2, 1, 128, 77)
+    assert dims == (1234, 4, 1, 1, 96, 2, 1, 128, 77, None)
     assert [int.from_bytes(a[:8], "little") for a in arguments] == [y.data_ptr(), result.data_ptr()]
     assert [a[8:] for a in arguments] == [r[8:] for r in raw]  # sizes and strides stay the build's
     assert launcher.launches == 1 and launcher.dims == [((4, 1, 1), (96, 2, 1), 128)] and launcher.work_buffers == 0
@@ -194,9 +209,10 @@ def test_work_buffers_are_allocated_per_call_and_zeroed_where_nvfuser_zeroes_the
 def test_several_kernels_launch_in_order_with_the_same_pointers():
     x = torch.randn(16, 8)
     driver = _Driver(sizes=[40, 40, 24])
-    launcher, _ = _launcher(driver, [x], [torch.empty(16, 8)], work=[(512, True)], kernels=3)
+    launcher, _ = _launcher(driver, [x], [torch.empty(16, 8)], work=[(512, True)], kernels=3, cooperative={1})
     (out,) = launcher((x,))
     assert [call[0][0] for call in driver.launches] == [1234, 1235, 1236]
+    assert [call[0][-1] for call in driver.launches] == [None, "cooperative", None]  # grid-synchronising kernel
     pointers = {tuple(int.from_bytes(a[:8], "little") for a in arguments) for _, arguments in driver.launches}
     assert len(pointers) == 1 and next(iter(pointers))[:2] == (x.data_ptr(), out.data_ptr())
     assert len(driver.memsets) == 1 and launcher.launches == 1

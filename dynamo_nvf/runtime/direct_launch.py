@@ -1,38 +1,41 @@
-"""Direct launch: a one-kernel region's steady calls launch nvFuser's own kernel without `fec.execute`.
+"""Direct launch: a static region's steady calls replay nvFuser's kernels without `fec.execute`.
 
-Why: `fec.execute` costs ~9-30 us of host time per call even when nothing changes between calls
-(input-id string, runtime lookup, argument building, output allocation, launch; see region.py's
+Why: `fec.execute` costs ~9-100 us of host time per call even when nothing changes between calls
+(input-id string, runtime lookup, argument building, allocations, launches; see region.py's
 docstring), and a transformer step makes dozens of such calls without CUDA graphs. For a region whose
-input layouts are fixed at compile time (`region.static_region`) and which nvFuser runs as exactly
-one kernel with no work buffers, everything `fec.execute` recomputes per call is constant except the
-data pointers. So, once the region has run on nvFuser:
+input layouts are fixed at compile time (`region.static_region`), everything `fec.execute` recomputes
+per call is constant except the data pointers. So, once the region has run on nvFuser:
 
-1. one `fec.execute` is captured in a CUDA graph (not instantiated) and the graph's single kernel
-   node is read back through the driver: nvFuser's CUfunction, grid, block, dynamic shared memory
-   and the exact argument bytes it passed (each tensor's struct: data pointer, sizes, strides);
-2. each argument's first 8 bytes must be the data pointer of the matching input or output, in
-   order, else the kernel takes something else (a scalar, a work buffer) and it is not used;
-3. the launcher is checked once: its outputs must equal nvFuser's bit for bit on the same inputs.
+1. one `fec.execute` is captured in a CUDA graph (not instantiated) and read back through the driver,
+   in the graph's order: each nvFuser kernel (one per segment: CUfunction, grid, block, dynamic shared
+   memory, cooperative or not, the exact argument bytes, each tensor's struct of data pointer, sizes
+   and strides) and each node that zeroes a buffer (a memset, or ATen's fill kernel of at::zeros);
+2. every argument is mapped by its data pointer to an input, an output, or a work buffer that
+   nvFuser allocated for the call (a grid reduction's buffers and semaphores, or an intermediate
+   between segments), sized from its `Tensor` declaration in nvFuser's kernel source
+   (`plan_launches` says what is refused, and why);
+3. the C launcher (runtime/launcher.c, built once per machine by runtime/c_launcher.py) is checked
+   once: its outputs must equal nvFuser's bit for bit on the same inputs.
 
-A call then checks each input's strides and 16-byte alignment (what nvFuser's cache key would see),
-allocates the outputs with nvFuser's strides, writes the new data pointers into the saved argument
-bytes and calls the driver's `cuLaunchKernel`: the same binary, so the same bits, with a few
-microseconds of host time. Anything unexpected (another layout, a launch error) goes back to
-`fec.execute`, which stays the reference. nvFuser's executor cache owns the kernel's module, so the
+A call then, in C: checks each input's strides and 16-byte alignment (what nvFuser's cache key would
+see), allocates the outputs with nvFuser's strides and the work buffers (zeroing those nvFuser zeroes),
+writes the data pointers into the saved argument bytes and launches each kernel in order: the same
+binaries, so the same bits. Anything unexpected (another layout, a launch error) goes back to
+`fec.execute`, which stays the reference. nvFuser's executor cache owns the kernels' modules, so the
 launcher keeps a reference to it.
 
-What it measured (H100, session 14): per call, in one process (scripts/direct_launch_cost.py,
-medians), 8.5-25 us against fec.execute's 9-29 on the same inputs: 1-3 us less. fec.execute is
-~9-12 us in steady state, not the 40-170 us first measured, and allocating the outputs from Python
-(~2.3 us each) plus a ctypes launch spend most of what it skips. Per step (perf.interleave, 7 rounds,
-10 small-batch models): 0.958x the step time of fec.execute on the geomean, 0.87x-0.97x on the
-forward models, 0.97x-1.017x on training steps. A launcher in C++ (allocation and launch in one
-call) would be needed to get below ~6 us.
+What it measured (H100, session 15, scripts/direct_launch_cost.py, medians in one process): per
+call 5-57 us against fec.execute's 9-100 on the same inputs (one-kernel forward regions 7-12 against
+12-22; 4-6-kernel norm backward regions 29-57 against 54-100); per step, every launcher on against
+all off: 0.74-0.80x on LLaMA-style inference and BERT-style training, 0.87-0.88x on ViT and ConvNeXt
+training. In session 14 a Python launcher (ctypes) saved only 1-3 us per call, and one-kernel regions
+only.
 
-Not taken (the reason is kept for explain()): several segments, kernels or memsets (grid reductions'
-zeroed buffers), random numbers, scalar or CPU inputs, outputs that alias inputs, a torch without
-`CUDAGraph.raw_cuda_graph`, or a driver without `cuFuncGetParamInfo` (CUDA 12.4). Under CUDA
-graphs there is no host cost to save, so it is off there.
+Not taken (the reason is kept for explain()): random numbers, scalar or CPU inputs, outputs that
+alias inputs or that no kernel writes (host-evaluated segments), cluster launches, a torch without
+`CUDAGraph.raw_cuda_graph`, a driver without `cuFuncGetParamInfo` (CUDA 12.4) or `cuFuncGetName`
+(several kernels), or a machine without a C compiler and Python's headers. Under CUDA graphs there is
+no host cost to save, so it is off there.
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ class _Driver:
             self.kernel_node_attribute = lib.cuGraphKernelNodeGetAttribute
             self.param_info = lib.cuFuncGetParamInfo
             self.launch_address = ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value
+            self.cooperative_address = ctypes.cast(lib.cuLaunchCooperativeKernel, ctypes.c_void_p).value
             self.memset_address = ctypes.cast(lib.cuMemsetD8Async, ctypes.c_void_p).value
         except (OSError, AttributeError) as exc:
             raise NotDirect(f"CUDA driver entry point missing: {exc}") from exc
@@ -165,6 +169,8 @@ class KernelLaunch:
     name: str
     config: LaunchConfig
     arguments: list[bytes]
+    #: launched cooperatively (a grid-synchronising persistent kernel; cuLaunchCooperativeKernel)
+    cooperative: bool = False
 
 
 @dataclass
@@ -179,11 +185,11 @@ class CapturedLaunch:
 
 @dataclass
 class LaunchPlan:
-    """What the C launcher replays per call: kernels as (function, dims, argument bytes, slots), a slot
-    being which tensor's data pointer starts that argument (inputs, then outputs, then work buffers),
-    and per work buffer its bytes and whether it is zeroed before the first kernel."""
+    """What the C launcher replays per call: kernels as (function, dims, argument bytes, slots,
+    cooperative), a slot being which tensor's data pointer starts that argument (inputs, then outputs,
+    then work buffers), and per work buffer its bytes and whether it is zeroed before the first kernel."""
 
-    kernels: list[tuple[int, tuple[int, ...], list[bytes], tuple[int, ...]]]
+    kernels: list[tuple[int, tuple[int, ...], list[bytes], tuple[int, ...], bool]]
     work: list[tuple[int, bool]]
 
 
@@ -281,8 +287,7 @@ def captured_launches(fec: Any, args: Sequence[torch.Tensor], device: torch.devi
                 raise NotDirect(f"a kernel that is not nvFuser's runs with it ({launch.name[:80]})")
             steps.append(_words(launch.arguments))  # the filled buffer's pointer is among them
             continue
-        if int.from_bytes(driver.attribute(node, _COOPERATIVE)[:4], "little"):
-            raise NotDirect("a cooperative launch (grid synchronisation)")
+        launch.cooperative = bool(int.from_bytes(driver.attribute(node, _COOPERATIVE)[:4], "little"))
         cluster = [int.from_bytes(driver.attribute(node, _CLUSTER_DIMENSION)[i:i + 4], "little") for i in (0, 4, 8)]
         if math.prod(max(d, 1) for d in cluster) > 1:
             raise NotDirect(f"a cluster launch {tuple(cluster)}")
@@ -354,16 +359,18 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
     source, for the declarations). Work buffers are keyed by pointer, as the capture's allocator laid
     them out; inputs that share a pointer (views of one tensor) share a slot, and the launcher checks
     per call that they still do. With several kernels the allocator may have reused a freed
-    intermediate's memory for an output, so every argument that points at an output must hold no more
-    elements than the output's `output_bytes`. NotDirect where that is not sound: an output no kernel
-    writes, a scalar argument, or zeroing that is not of one work buffer before its first use."""
+    intermediate's memory for an output: an argument at an output's address is that output from the
+    first one of exactly its bytes (`output_bytes`: elements times element size) on; before it, it is
+    an earlier tensor, given a work buffer of its own. NotDirect where that is not sound: an output no
+    kernel writes, a scalar argument, or zeroing that is not of one work buffer before its first use."""
     if len(set(outputs)) != len(outputs) or set(inputs) & set(outputs):
         raise NotDirect("an output shares a data pointer with an input or another output")
     slots: dict[Optional[int], int] = {}
     for index, pointer in enumerate((*inputs, *outputs)):
         slots.setdefault(pointer, index)
-    work: dict[int, int] = {}  # pointer -> bytes
-    first_use: dict[int, int] = {}  # pointer -> step of the first kernel using it
+    work: dict[Any, int] = {}  # pointer (or ("before", an output's pointer)) -> bytes
+    first_use: dict[Any, int] = {}  # the same keys -> step of the first kernel using it
+    produced: set[int] = set()  # outputs' pointers once their producing kernel was seen
     declarations: dict[str, list[str]] = {}
     kernels = []
     several = sum(isinstance(step, KernelLaunch) for step in steps) > 1
@@ -382,20 +389,26 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
         kernel_slots = []
         for index, raw in enumerate(step.arguments):
             pointer = int.from_bytes(raw[:8], "little") if len(raw) >= 8 else None
+            key: Any = pointer
             if several and pointer in slots and slots[pointer] >= len(inputs) and pointer not in work:
-                limit = output_bytes[slots[pointer] - len(inputs)] if output_bytes is not None else 0
-                if work_buffer_bytes(declared(step, index), raw, extent=False) > limit:
-                    raise NotDirect("an argument at an output's address reaches past it (reused memory)")
-            if pointer not in slots or pointer in work:
+                size = work_buffer_bytes(declared(step, index), raw, extent=False)
+                need = output_bytes[slots[pointer] - len(inputs)] if output_bytes is not None else -1
+                if pointer not in produced and size == need:
+                    produced.add(pointer)  # the output, from its producing segment on
+                elif pointer not in produced:
+                    key = ("before", pointer)  # a freed intermediate's memory, reused for the output later
+                elif size > need:
+                    raise NotDirect("an argument at an output's address reaches past it")
+            if key not in slots or key in work:
                 size = work_buffer_bytes(declared(step, index), raw)
-                work[pointer] = max(work.get(pointer, 0), size)
-                first_use.setdefault(pointer, position)
-                slots.setdefault(pointer, len(slots))
-            kernel_slots.append(slots[pointer])
+                work[key] = max(work.get(key, 0), size)
+                first_use.setdefault(key, position)
+                slots.setdefault(key, len(slots))
+            kernel_slots.append(slots[key])
         config = step.config
         kernels.append((step.function, (*config.grid, *config.block, config.dynamic_smem), list(step.arguments),
-                        tuple(kernel_slots)))
-    used = {slot for *_, kernel_slots in kernels for slot in kernel_slots}
+                        tuple(kernel_slots), step.cooperative))
+    used = {slot for kernel in kernels for slot in kernel[3]}
     if any(len(inputs) + i not in used for i in range(len(outputs))):
         raise NotDirect("an output no kernel writes (an alias or a host-evaluated segment)")
     zeroed: set[int] = set()
@@ -415,7 +428,7 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
     return LaunchPlan(kernels, [(work[pointer], pointer in zeroed) for pointer in order])
 
 
-def make_launcher(launch_address: int, memset_address: int, plan: LaunchPlan, device: int,
+def make_launcher(launch_address: int, cooperative_address: int, memset_address: int, plan: LaunchPlan, device: int,
                   inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], owner: Any,
                   empty: Callable[..., torch.Tensor], get_device: Callable[[], int],
                   get_stream: Callable[[int], int]) -> Any:
@@ -429,7 +442,7 @@ def make_launcher(launch_address: int, memset_address: int, plan: LaunchPlan, de
     output_args = tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in outputs)
     work_args = tuple(((size,), (1,), torch.uint8) for size, _ in plan.work)
     work_zero = tuple(size if zero else 0 for size, zero in plan.work)
-    return module.Launcher(launch_address, memset_address, list(plan.kernels), device, len(inputs), input_strides,
+    return module.Launcher(launch_address, cooperative_address, memset_address, list(plan.kernels), device, len(inputs), input_strides,
                            aligned, same_as, output_args, work_args, work_zero, empty, get_device, get_stream, owner)
 
 
@@ -469,11 +482,10 @@ def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any
             raise NotDirect("the captured call's outputs are laid out otherwise")
         plan = plan_launches(captured.steps, [t.data_ptr() for t in args], [t.data_ptr() for t in captured.outputs],
                              source=lambda: fec.get_cuda_kernel(list(args), device=device.index),
-                             output_bytes=[t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
-                                           for t in captured.outputs])
+                             output_bytes=[t.numel() * t.element_size() for t in captured.outputs])
         captured.outputs.clear()
         driver = _Driver.get()
-        launcher = make_launcher(driver.launch_address, driver.memset_address, plan, device.index, args, outputs, fec,
+        launcher = make_launcher(driver.launch_address, driver.cooperative_address, driver.memset_address, plan, device.index, args, outputs, fec,
                                  _allocator(device), torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream)
         mine = launcher(args)
     if mine is None:

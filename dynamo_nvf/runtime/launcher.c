@@ -20,6 +20,8 @@
 
 typedef int (*launch_fn)(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                          unsigned bz, unsigned smem, void *stream, void **params, void **extra);
+typedef int (*cooperative_fn)(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                              unsigned bz, unsigned smem, void *stream, void **params);
 typedef int (*memset_fn)(unsigned long long dst, unsigned char value, size_t bytes, void *stream);
 
 #define MAX_TENSORS 256
@@ -31,11 +33,13 @@ typedef struct {
     char *storage;  /* every argument's bytes */
     void **params;  /* kernelParams: one pointer per argument into storage */
     Py_ssize_t *slots; /* per argument: which tensor's data pointer starts it (index into the call's table) */
+    int cooperative;   /* launched with cuLaunchCooperativeKernel (its grid synchronises) */
 } Kernel;
 
 typedef struct {
     PyObject_HEAD
     launch_fn launch;
+    cooperative_fn launch_cooperative;
     memset_fn memset_async;
     Kernel *kernels;
     Py_ssize_t n_kernels;
@@ -86,14 +90,16 @@ static void Launcher_dealloc(Launcher *self) {
     Py_DECREF(type);
 }
 
-/* One kernel from (function, dims, arguments, slots): `arguments` a list of bytes per kernel
- * parameter, each starting with a data pointer; `slots` which tensor's pointer goes there. */
+/* One kernel from (function, dims, arguments, slots, cooperative): `arguments` a list of bytes per
+ * kernel parameter, each starting with a data pointer; `slots` which tensor's pointer goes there. */
 static int Kernel_init(Kernel *kernel, PyObject *spec, Py_ssize_t n_tensors) {
     unsigned long long function;
     PyObject *dims, *arguments, *slots;
-    if (!PyArg_ParseTuple(spec, "KO!O!O!", &function, &PyTuple_Type, &dims, &PyList_Type, &arguments, &PyTuple_Type,
-                          &slots))
+    int cooperative;
+    if (!PyArg_ParseTuple(spec, "KO!O!O!p", &function, &PyTuple_Type, &dims, &PyList_Type, &arguments, &PyTuple_Type,
+                          &slots, &cooperative))
         return -1;
+    kernel->cooperative = cooperative;
     Py_ssize_t n_params = PyList_GET_SIZE(arguments);
     if (PyTuple_GET_SIZE(dims) != 7 || PyTuple_GET_SIZE(slots) != n_params) {
         PyErr_SetString(PyExc_ValueError, "Launcher: a kernel needs 7 dims and one slot per argument");
@@ -137,18 +143,19 @@ static int Kernel_init(Kernel *kernel, PyObject *spec, Py_ssize_t n_tensors) {
     return 0;
 }
 
-/* Launcher(launch, memset, kernels, device, n_inputs, input_strides, aligned, same_as, output_args,
+/* Launcher(launch, launch_cooperative, memset, kernels, device, n_inputs, input_strides, aligned, same_as, output_args,
  *          work_args, work_zero, empty, get_device, get_stream, owner)
  * `kernels` lists (function, dims, arguments, slots) in launch order; slots index the call's tensors:
  * inputs, then outputs, then work buffers. Inputs that shared a data pointer at build (views of one
  * tensor) share a slot, so a call whose inputs do not share it declines. */
 static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    unsigned long long launch, memset_address;
+    unsigned long long launch, cooperative_address, memset_address;
     PyObject *kernels, *input_strides, *aligned, *same_as, *output_args, *work_args, *work_zero;
     PyObject *empty, *get_device, *get_stream, *owner;
     long device;
     Py_ssize_t n_inputs;
-    if (!PyArg_ParseTuple(args, "KKO!lnO!O!O!O!O!O!OOOO", &launch, &memset_address, &PyList_Type, &kernels,
+    if (!PyArg_ParseTuple(args, "KKKO!lnO!O!O!O!O!O!OOOO", &launch, &cooperative_address, &memset_address,
+                          &PyList_Type, &kernels,
                           &device, &n_inputs, &PyTuple_Type, &input_strides, &PyTuple_Type, &aligned, &PyTuple_Type,
                           &same_as, &PyTuple_Type, &output_args, &PyTuple_Type, &work_args, &PyTuple_Type, &work_zero,
                           &empty, &get_device, &get_stream, &owner))
@@ -169,6 +176,7 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Launcher *self = (Launcher *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->launch = (launch_fn)(uintptr_t)launch;
+    self->launch_cooperative = (cooperative_fn)(uintptr_t)cooperative_address;
     self->memset_async = (memset_fn)(uintptr_t)memset_address;
     self->device = device;
     self->device_object = PyLong_FromLong(device);
@@ -212,6 +220,10 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
             goto fail;
         }
         if (Kernel_init(&self->kernels[k], spec, n_tensors) < 0) goto fail;
+        if (self->kernels[k].cooperative && self->launch_cooperative == NULL) {
+            PyErr_SetString(PyExc_ValueError, "Launcher: a cooperative kernel without cuLaunchCooperativeKernel");
+            goto fail;
+        }
     }
     return (PyObject *)self;
 fail:
@@ -290,9 +302,11 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
         for (Py_ssize_t i = 0; i < kernel->n_params; i++) {
             memcpy(kernel->params[i], &pointers[kernel->slots[i]], sizeof(unsigned long long));
         }
-        int status = self->launch(kernel->function, kernel->dims[0], kernel->dims[1], kernel->dims[2],
-                                  kernel->dims[3], kernel->dims[4], kernel->dims[5], kernel->dims[6], stream,
-                                  kernel->params, NULL);
+        unsigned *d = kernel->dims;
+        int status = kernel->cooperative
+            ? self->launch_cooperative(kernel->function, d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream,
+                                       kernel->params)
+            : self->launch(kernel->function, d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, kernel->params, NULL);
         if (status != 0) {
             PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed (CUresult %d)", status);
             goto done;
