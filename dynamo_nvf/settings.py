@@ -151,12 +151,14 @@ class Settings:
     #: of the tensor its chain starts from, where that tensor's layout is known (passes/lean_views.py):
     #: less host time per call. False keeps the aten view calls (for measuring the difference).
     lean_views: bool = True
-    #: Relaunch a static one-kernel region's kernel through the CUDA driver once it has run, instead of
-    #: calling fec.execute (runtime/direct_launch.py; checked bit for bit first; never under
-    #: cuda_graphs). On an H100 (session 14) a call cost 1-3 us less than fec.execute's 9-29, and in
-    #: one interleaved perf run (7 rounds) the small-batch model steps took 0.958x the time with it
-    #: off on the geomean (0.87x-1.017x; faster in 46 of 70 rounds; BERT training 1.017x, ViT
-    #: training 1.003x). False: always fec.execute (perf backend nvf_fec_execute).
+    #: Replay a static region's nvFuser kernels (every segment, with the work buffers nvFuser
+    #: allocates and zeroes) through a small C launcher once the region has run, instead of calling
+    #: fec.execute (runtime/direct_launch.py; read back from one captured CUDA graph, checked bit for
+    #: bit first; never under cuda_graphs). On an H100 (session 15) a call cost 5-57 us against
+    #: fec.execute's 9-100, and in one interleaved perf run (7 rounds) the small-batch model steps took
+    #: 0.83x the time with it off on the geomean (0.71x-0.90x; faster in 68 of 70 rounds). It needs a
+    #: C compiler and Python's headers (built once, cached under ~/.cache/dynamo_nvf); without them
+    #: explain() says so and fec.execute runs. False: always fec.execute (perf backend nvf_fec_execute).
     direct_launch: bool = True
     #: Run each compiled aten graph (forward, backward, inference) as a CUDA graph through torch's
     #: cudagraph trees, as `torch.compile(mode="reduce-overhead")` does for inductor: one replay per
