@@ -89,6 +89,23 @@ region_compile() {  # first call of WORKLOAD under BACKEND in a fresh process, r
   TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout "$4" python3 scripts/compile_times.py --child "$1" "$2" \
     --regions "$3" 2>&1 | grep RESULT | cut -c1-400
 }
+direct_tests() {  # pytest (markers "gpu or not gpu") of the given files within $1 s: $OUT/tests.log and its summary
+  local limit=$1; shift
+  timeout "$limit" python3 -m pytest -q -m "gpu or not gpu" "$@" -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1
+  echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/tests.log" | head -n 30
+}
+IL10_WORKLOADS=llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small,llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small
+il10_table() {  # issue #10's acceptance table, interleaved rounds, with nvf_fec_execute (direct launch off) beside the default
+  timeout $((590 - SECONDS)) python3 -m perf.interleave "$IL10_WORKLOADS" \
+    --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs,nvf_fec_execute --rounds ${IL10_ROUNDS:-7} --acceptance \
+    --json "$OUT/il10.json" > "$OUT/il10.log" 2>&1; echo "il10 rc=$?"
+  sed -n '/^### Acceptance/,$p' "$OUT/il10.log"; grep -E "nvf_fec_execute|nvf_bookend " "$OUT/il10.log" | cut -c1-140 | head -n 20
+}
+direct_cost() {  # scripts/direct_launch_cost.py on $DLC_WORKLOADS (default $1), $DLC_ROUNDS rounds (default $2)
+  timeout $((585 - SECONDS)) python3 scripts/direct_launch_cost.py ${DLC_WORKLOADS:-$1} --rounds ${DLC_ROUNDS:-$2} \
+    > "$OUT/cost.txt" 2>&1; echo "cost rc=$?"
+  grep -E "^===|step wall|^  nvf_region" "$OUT/cost.txt" | cut -c1-160
+}
 case "${1:-tests}" in
   gpu)
     timeout 330 python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfs \
@@ -394,14 +411,8 @@ case "${1:-tests}" in
     # Session 15, closing: direct launch's tests (segments, work buffers, cooperative kernels) and the
     # models' gradients with it on, then issue #10's table from interleaved rounds, with
     # nvf_fec_execute (direct launch off) beside the default.
-    timeout 150 python3 -m pytest -q -m "gpu or not gpu" tests/test_gpu_direct_launch.py tests/test_direct_launch.py \
-      tests/test_gpu_model_grads.py -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1
-    echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/tests.log" | head -n 30
-    timeout $((590 - SECONDS)) python3 -m perf.interleave \
-      llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small,llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small \
-      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs,nvf_fec_execute --rounds ${IL10_ROUNDS:-7} --acceptance \
-      --json "$OUT/il10.json" > "$OUT/il10.log" 2>&1; echo "il10 rc=$?"
-    sed -n '/^### Acceptance/,$p' "$OUT/il10.log"; grep -E "nvf_fec_execute|nvf_bookend " "$OUT/il10.log" | cut -c1-140 | head -n 20
+    direct_tests 150 tests/test_gpu_direct_launch.py tests/test_direct_launch.py tests/test_gpu_model_grads.py
+    il10_table
     echo "elapsed ${SECONDS}s"
     ;;
   s15a)
@@ -409,36 +420,24 @@ case "${1:-tests}" in
     # work buffers included. The build environment (a C compiler and Python.h, as Triton needs), the
     # tests, then per region call and per step what it saves, and which regions it covers.
     { command -v cc gcc; python3 -c "import sysconfig, os; p = sysconfig.get_paths()['include']; print(p, os.path.exists(os.path.join(p, 'Python.h')))"; } 2>&1 | head -n 4
-    timeout 240 python3 -m pytest -q -m "gpu or not gpu" tests/test_gpu_direct_launch.py tests/test_direct_launch.py \
-      ${S15_TESTS:-} -p no:cacheprovider --tb=short -rfs > "$OUT/tests.log" 2>&1
-    echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/tests.log" | head -n 30
-    timeout $((585 - SECONDS)) python3 scripts/direct_launch_cost.py ${DLC_WORKLOADS:-bert_fwd_bf16_small llama_fwd_bf16_small convnext_fwd_bf16_small bert_train_bf16_small convnext_train_bf16_small vit_train_bf16_small} \
-      --rounds ${DLC_ROUNDS:-5} > "$OUT/cost.txt" 2>&1; echo "cost rc=$?"
-    grep -E "^===|step wall|^  nvf_region" "$OUT/cost.txt" | cut -c1-160; echo "elapsed ${SECONDS}s"
+    direct_tests 240 tests/test_gpu_direct_launch.py tests/test_direct_launch.py ${S15_TESTS:-}
+    direct_cost "bert_fwd_bf16_small llama_fwd_bf16_small convnext_fwd_bf16_small bert_train_bf16_small convnext_train_bf16_small vit_train_bf16_small" 5
+    echo "elapsed ${SECONDS}s"
     ;;
   s14c)
     # Session 14: direct launch's GPU tests, then issue #10's table from interleaved rounds, with
     # nvf_fec_execute (direct launch off) beside the default. (Session 14 ran it while direct launch
     # was opt-in, as backend nvf_direct_launch beside nvf_bookend.)
-    timeout 100 python3 -m pytest -q -m gpu tests/test_gpu_direct_launch.py -p no:cacheprovider --tb=short -rfs \
-      > "$OUT/tests.log" 2>&1
-    echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/tests.log" | head -n 30
-    timeout $((590 - SECONDS)) python3 -m perf.interleave \
-      llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small,llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small \
-      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs,nvf_fec_execute --rounds ${IL10_ROUNDS:-7} --acceptance \
-      --json "$OUT/il10.json" > "$OUT/il10.log" 2>&1; echo "il10 rc=$?"
-    sed -n '/^### Acceptance/,$p' "$OUT/il10.log"; grep -E "nvf_fec_execute|nvf_bookend " "$OUT/il10.log" | cut -c1-140 | head -n 20
+    direct_tests 100 tests/test_gpu_direct_launch.py
+    il10_table
     echo "elapsed ${SECONDS}s"
     ;;
   s14b)
     # Session 14: direct launch with ready ctypes arguments and inductor's allocator; its GPU tests;
     # then what it saves per region call and per step, in one process (scripts/direct_launch_cost.py).
-    timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_direct_launch.py -p no:cacheprovider --tb=short -rfs \
-      > "$OUT/tests.log" 2>&1
-    echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/tests.log" | head -n 30
-    timeout $((585 - SECONDS)) python3 scripts/direct_launch_cost.py ${DLC_WORKLOADS:-bert_fwd_bf16_small llama_fwd_bf16_small gpt_fwd_bf16_small vit_fwd_bf16_small convnext_fwd_bf16_small bert_train_bf16_small convnext_train_bf16_small} \
-      --rounds ${DLC_ROUNDS:-7} > "$OUT/cost.txt" 2>&1; echo "cost rc=$?"
-    grep -E "^===|step wall|^  nvf_region" "$OUT/cost.txt" | cut -c1-160; echo "elapsed ${SECONDS}s"
+    direct_tests 150 tests/test_gpu_direct_launch.py
+    direct_cost "bert_fwd_bf16_small llama_fwd_bf16_small gpt_fwd_bf16_small vit_fwd_bf16_small convnext_fwd_bf16_small bert_train_bf16_small convnext_train_bf16_small" 7
+    echo "elapsed ${SECONDS}s"
     ;;
   s14a)
     # Session 14: direct launch (runtime/direct_launch.py). Its GPU tests and the backend's; which

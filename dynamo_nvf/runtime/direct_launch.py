@@ -424,8 +424,8 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
         if first_use[pointer] < position:
             raise NotDirect("a work buffer is zeroed after a kernel used it")
         zeroed.add(pointer)
-    order = sorted(work, key=lambda pointer: slots[pointer])
-    return LaunchPlan(kernels, [(work[pointer], pointer in zeroed) for pointer in order])
+    # work keys were added in slot order (each took the next slot), so the dict's order is theirs
+    return LaunchPlan(kernels, [(size, key in zeroed) for key, size in work.items()])
 
 
 def make_launcher(launch_address: int, cooperative_address: int, memset_address: int, plan: LaunchPlan, device: int,

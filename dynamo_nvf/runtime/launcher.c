@@ -51,7 +51,7 @@ typedef struct {
     Py_ssize_t *same_as;     /* per input: the first input that had the same data pointer at build */
     PyObject *output_args;   /* tuple of (shape, strides, dtype) argument tuples for `empty` */
     PyObject *work_args;     /* the same for each work buffer */
-    PyObject *work_zero;     /* tuple of ints: bytes to zero in each work buffer (0: none) */
+    size_t *work_zero;       /* per work buffer: bytes to zero before the first kernel (0: none) */
     PyObject *empty, *get_device, *get_stream;
     PyObject *owner; /* keeps nvFuser's executor cache (the kernels' modules) alive */
     long long launches;
@@ -72,7 +72,6 @@ static void Launcher_dealloc(Launcher *self) {
     Py_XDECREF(self->aligned);
     Py_XDECREF(self->output_args);
     Py_XDECREF(self->work_args);
-    Py_XDECREF(self->work_zero);
     Py_XDECREF(self->empty);
     Py_XDECREF(self->get_device);
     Py_XDECREF(self->get_stream);
@@ -85,6 +84,7 @@ static void Launcher_dealloc(Launcher *self) {
     }
     PyMem_Free(self->kernels);
     PyMem_Free(self->same_as);
+    PyMem_Free(self->work_zero);
     PyTypeObject *type = Py_TYPE(self);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
@@ -187,7 +187,6 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Py_INCREF(aligned); self->aligned = aligned;
     Py_INCREF(output_args); self->output_args = output_args;
     Py_INCREF(work_args); self->work_args = work_args;
-    Py_INCREF(work_zero); self->work_zero = work_zero;
     Py_INCREF(empty); self->empty = empty;
     Py_INCREF(get_device); self->get_device = get_device;
     Py_INCREF(get_stream); self->get_stream = get_stream;
@@ -205,6 +204,15 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
             goto fail;
         }
         self->same_as[i] = first;
+    }
+    self->work_zero = PyMem_Calloc(n_work ? n_work : 1, sizeof(size_t));
+    if (self->work_zero == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n_work; i++) {
+        self->work_zero[i] = PyLong_AsSize_t(PyTuple_GET_ITEM(work_zero, i));
+        if (self->work_zero[i] == (size_t)-1 && PyErr_Occurred()) goto fail;
     }
     Py_ssize_t n_kernels = PyList_GET_SIZE(kernels);
     self->kernels = PyMem_Calloc(n_kernels, sizeof(Kernel));
@@ -228,6 +236,24 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     return (PyObject *)self;
 fail:
     Py_DECREF(self);
+    return NULL;
+}
+
+/* A list of `empty(*args)` for each argument tuple in `arguments`, their data pointers written to
+ * `pointers`; NULL with an exception set on failure. */
+static PyObject *allocate(PyObject *empty, PyObject *arguments, unsigned long long *pointers) {
+    Py_ssize_t count = PyTuple_GET_SIZE(arguments);
+    PyObject *tensors = PyList_New(count);
+    if (tensors == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *tensor = PyObject_Call(empty, PyTuple_GET_ITEM(arguments, i), NULL);
+        if (tensor == NULL) goto fail;
+        PyList_SET_ITEM(tensors, i, tensor);
+        if (fetch_pointer(tensor, &pointers[i]) < 0) goto fail;
+    }
+    return tensors;
+fail:
+    Py_DECREF(tensors);
     return NULL;
 }
 
@@ -261,14 +287,8 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
         if (pointers[i] != pointers[self->same_as[i]]) goto decline;
     }
 
-    outputs = PyList_New(self->n_outputs);
+    outputs = allocate(self->empty, self->output_args, &pointers[n]);
     if (outputs == NULL) goto done;
-    for (Py_ssize_t i = 0; i < self->n_outputs; i++) {
-        PyObject *tensor = PyObject_Call(self->empty, PyTuple_GET_ITEM(self->output_args, i), NULL);
-        if (tensor == NULL) goto done;
-        PyList_SET_ITEM(outputs, i, tensor);
-        if (fetch_pointer(tensor, &pointers[n + i]) < 0) goto done;
-    }
     n += self->n_outputs;
 
     value = PyObject_CallOneArg(self->get_stream, self->device_object);
@@ -277,22 +297,17 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
     Py_CLEAR(value);
     if (PyErr_Occurred()) goto done;
 
+    /* work buffers are kept until the launches are enqueued, then freed stream-ordered */
     if (self->n_work) {
-        work = PyList_New(self->n_work);  /* kept until the launch is enqueued, then freed stream-ordered */
+        work = allocate(self->empty, self->work_args, &pointers[n]);
         if (work == NULL) goto done;
-        for (Py_ssize_t i = 0; i < self->n_work; i++) {
-            PyObject *tensor = PyObject_Call(self->empty, PyTuple_GET_ITEM(self->work_args, i), NULL);
-            if (tensor == NULL) goto done;
-            PyList_SET_ITEM(work, i, tensor);
-            if (fetch_pointer(tensor, &pointers[n + i]) < 0) goto done;
-            size_t zero = PyLong_AsSize_t(PyTuple_GET_ITEM(self->work_zero, i));
-            if (zero == (size_t)-1 && PyErr_Occurred()) goto done;
-            if (zero) {
-                int status = self->memset_async(pointers[n + i], 0, zero, stream);
-                if (status != 0) {
-                    PyErr_Format(PyExc_RuntimeError, "cuMemsetD8Async failed (CUresult %d)", status);
-                    goto done;
-                }
+    }
+    for (Py_ssize_t i = 0; i < self->n_work; i++) {
+        if (self->work_zero[i]) {
+            int status = self->memset_async(pointers[n + i], 0, self->work_zero[i], stream);
+            if (status != 0) {
+                PyErr_Format(PyExc_RuntimeError, "cuMemsetD8Async failed (CUresult %d)", status);
+                goto done;
             }
         }
     }
