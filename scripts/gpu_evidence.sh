@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s16c     scalar kernel arguments launched directly; a graph-mode training step's host call tree
+#   scripts/gpu_evidence.sh s16b     cProfile of graph replays (nvf_cudagraphs, inductor_ro); ConvNeXt inference host ops and kernels
+#   scripts/gpu_evidence.sh s16a     kernel tables and segments of the forwards over inductor (graphs or not); host op tables
 #   scripts/gpu_evidence.sh gpu      the whole GPU suite (CUDA graphs, aliasing, kernel cache, shared
 #                                    fusions, attention, perf models...), host latency and wrapper cost
 #                                    per region, explain() of the LLaMA model (segments per region)
@@ -406,6 +409,47 @@ case "${1:-tests}" in
     timeout $((585 - SECONDS)) python3 -m perf --all --tag block --backends inductor,nvf_bookend,nvf_untrimmed,eager --no-host \
       --time-budget $((560 - SECONDS)) --json "$OUT/blocks13.json" > "$OUT/blocks13.log" 2>&1; echo "blocks13 rc=$?"
     tail -n 8 "$OUT/blocks13.log"; echo "elapsed ${SECONDS}s"
+    ;;
+  s16a)
+    # Session 16, diagnosis: kernel tables (inductor against nvf_bookend) and nvFuser's segments of the
+    # forwards whose graph-mode step time is over inductor_ro (#10, #11); host op tables of the
+    # forwards whose step time without graphs is over inductor's.
+    for w in ${S16_KERNEL_WORKLOADS:-llama_fwd_bf16_small bert_fwd_bf16_small gpt_fwd_bf16_small}; do for b in nvf_bookend inductor explain; do
+      timeout 90 python3 scripts/block_kernels.py $w $b > "$OUT/k_${w}_$b.txt" 2>&1; echo "$w $b rc=$?: $(tail -n 1 "$OUT/k_${w}_$b.txt" | cut -c1-120)"
+    done; done
+    for w in ${S16_HOST_WORKLOADS:-gpt_fwd_bf16_small convnext_fwd_bf16_small}; do for b in nvf_bookend inductor; do
+      timeout 90 python3 scripts/step_host_split.py $w --backend $b --steps 60 --ops > "$OUT/split_${w}_$b.txt" 2>&1
+      echo "$w $b rc=$?"; grep -E "^step wall|^region calls" "$OUT/split_${w}_$b.txt"
+    done; done
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s16c)
+    # Session 16: scalar kernel arguments launched directly (tests, ConvNeXt inference's host split);
+    # a training step's graph replay on the host, call tree (cProfile sorted by cumulative time).
+    direct_tests 200 tests/test_gpu_direct_launch.py tests/test_direct_launch.py
+    timeout 90 python3 scripts/step_host_split.py convnext_fwd_bf16_small --steps 60 > "$OUT/split_convnext_fwd.txt" 2>&1
+    echo "split rc=$?"; grep -E "^step wall|^region calls|^nvf_region" "$OUT/split_convnext_fwd.txt" | cut -c1-150
+    timeout 90 python3 scripts/block_kernels.py convnext_fwd_bf16_small nvf_bookend:ops > "$OUT/ops_convnext_fwd.txt" 2>&1
+    echo "ops rc=$?"
+    timeout 150 python3 scripts/host_profile.py ${S16_TRAIN:-bert_train_bf16_small} nvf_cudagraphs inductor_ro --steps 100 --top 70 \
+      --cumulative > "$OUT/prof_train.txt" 2>&1; echo "profile rc=$?"; grep "^==" "$OUT/prof_train.txt"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s16b)
+    # Session 16: where a graph replay's host time goes (cProfile, nvf_cudagraphs against inductor_ro)
+    # on the forwards that are host-bound under graphs; ConvNeXt inference without graphs, host ops
+    # and kernels against inductor's. One file per question (at most 8 files come back).
+    for w in ${S16_PROFILE_WORKLOADS:-llama_fwd_bf16_small bert_fwd_bf16_small}; do
+      timeout 120 python3 scripts/host_profile.py $w nvf_cudagraphs inductor_ro --steps 300 --top 45 > "$OUT/prof_$w.txt" 2>&1
+      echo "$w rc=$?"; grep "^==" "$OUT/prof_$w.txt"
+    done
+    w=convnext_fwd_bf16_small
+    for b in nvf_bookend inductor; do
+      echo "=== split $b" >> "$OUT/convnext_fwd.txt"; timeout 90 python3 scripts/step_host_split.py $w --backend $b --steps 60 --ops >> "$OUT/convnext_fwd.txt" 2>&1
+      echo "=== kernels $b" >> "$OUT/convnext_fwd.txt"; timeout 90 python3 scripts/block_kernels.py $w $b >> "$OUT/convnext_fwd.txt" 2>&1
+    done
+    grep -E "^===|^step wall|^region calls|TOTAL" "$OUT/convnext_fwd.txt"
+    echo "elapsed ${SECONDS}s"
     ;;
   s15b)
     # Session 15, closing: direct launch's tests (segments, work buffers, cooperative kernels) and the

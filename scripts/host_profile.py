@@ -24,7 +24,7 @@ from perf.measure import backend_step, device_sync  # noqa: E402
 from perf.workloads import REGISTRY  # noqa: E402
 
 
-def profile(workload: str, backend_name: str, steps: int, top: int) -> None:
+def profile(workload: str, backend_name: str, steps: int, top: int, by_cumulative: bool = False) -> None:
     reset_compile_state()
     backend = get_backend(backend_name)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -49,7 +49,7 @@ def profile(workload: str, backend_name: str, steps: int, top: int) -> None:
     rows = []
     for (path, line, name), (_, calls, own, cum, _) in stats.stats.items():  # type: ignore[attr-defined]
         rows.append((own / steps * 1e6, cum / steps * 1e6, calls / steps, f"{os.path.basename(path)}:{line}:{name}"))
-    rows.sort(reverse=True)
+    rows.sort(key=(lambda r: r[1]) if by_cumulative else None, reverse=True)
     print(f"== {workload} / {backend_name}: {wall_us:.1f} us per step unprofiled, "
           f"{sum(r[0] for r in rows):.1f} us own time per step profiled")
     print(f"{'own us':>8} {'cum us':>9} {'calls':>6}  function")
@@ -63,9 +63,10 @@ def main() -> None:
     parser.add_argument("backends", nargs="+")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--top", type=int, default=35)
+    parser.add_argument("--cumulative", action="store_true", help="sort by cumulative time (call tree) instead of own")
     args = parser.parse_args()
     for name in args.backends:
-        profile(args.workload, name, args.steps, args.top)
+        profile(args.workload, name, args.steps, args.top, args.cumulative)
 
 
 if __name__ == "__main__":

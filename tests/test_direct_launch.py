@@ -121,6 +121,42 @@ def test_segments_share_their_intermediates_by_pointer_and_outputs_may_not_hide_
         dl.plan_launches([second, past], [x], [out], source=lambda: TWO_SEGMENTS, output_bytes=[64 * 32 * 4])
 
 
+PERSISTENT = """
+__global__ void nvfuser_inner_persistent_f0_c1_r0_g1(Tensor<__bfloat, 2, 2> T0, nvfuser_index_t i0, float f1,
+                                                     Tensor<__bfloat, 2, 2> T5) {}
+"""
+
+
+def test_scalar_parameters_keep_the_builds_bytes_and_other_non_tensors_are_refused():
+    x, out = 0x7F0000001000, 0x7F0000002000
+    extent, scale = (768).to_bytes(8, "little"), bytes(ctypes.c_float(0.125))
+    raw = [_struct(x, [4, 768], [768, 1]), extent, scale, _struct(out, [4, 768], [768, 1])]
+    plan = dl.plan_launches([_kernel(raw)], [x], [out], source=lambda: PERSISTENT)
+    assert plan.kernels[0][3] == (0, dl.CONSTANT, dl.CONSTANT, 1) and plan.work == []
+    with pytest.raises(dl.NotDirect, match="not a tensor"):  # a struct that may carry pointers
+        dl.plan_launches([_kernel(raw + [bytes(8)])], [x], [out],
+                         source=lambda: PERSISTENT.replace("T5)", "T5, Array<float, 2> a2)"))
+    assert dl.is_scalar("nvfuser_index_t i0") and dl.is_scalar("const float f3")
+    assert not dl.is_scalar("Tensor<float, 1, 1> T4") and not dl.is_scalar("TensorMap tm0")
+    # the launcher writes the pointers around them and leaves their bytes alone, call after call
+    a = torch.zeros(64 * 8 + 4)[:256].view(32, 8)
+    driver = _Driver(sizes=[40, 8, 4, 40])
+    raw = [_struct(a.data_ptr(), a.shape, a.stride()), extent, scale, _struct(a.data_ptr(), a.shape, a.stride())]
+    launcher = dl.make_launcher(driver.address(driver.launch), driver.address(driver.cooperative),
+                                driver.address(driver.memset),
+                                dl.LaunchPlan([(7, (4, 1, 1, 96, 2, 1, 128), raw, (0, dl.CONSTANT, dl.CONSTANT, 1), False)], []),
+                                0, [a], [torch.empty(32, 8)], owner=None,
+                                empty=lambda shape, strides, dtype: torch.empty_strided(shape, strides, dtype=dtype),
+                                get_device=lambda: 0, get_stream=lambda index: 77)
+    assert launcher.constants == 2
+    for _ in range(2):
+        y = torch.randn(32, 8)
+        (result,) = launcher((y,))
+        arguments = driver.launches[-1][1]
+        assert arguments[1:3] == [extent, scale]
+        assert [int.from_bytes(arguments[i][:8], "little") for i in (0, 3)] == [y.data_ptr(), result.data_ptr()]
+
+
 def test_launch_order_follows_the_graphs_edges():
     assert dl._launch_order([3, 1, 2], [(1, 2), (2, 3)]) == [1, 2, 3]
     with pytest.raises(dl.NotDirect, match="cycle"):

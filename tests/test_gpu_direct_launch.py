@@ -132,6 +132,33 @@ def test_a_segmented_region_launches_its_kernels_directly_in_order():
     assert STATS.direct_launches == before + 3
 
 
+def test_a_region_whose_kernels_take_scalar_arguments_launches_directly():
+    """ConvNeXt's head: the last residual, a mean over the spatial axes and a LayerNorm, channels last.
+    nvFuser's kernels for it take a host-evaluated extent (`nvfuser_index_t`), kept as built."""
+    def fn(x, y, g, w, b):
+        z = x + (g * y).permute(0, 3, 1, 2)
+        return F.layer_norm(z.mean((2, 3)), (z.shape[1],), w, b)
+
+    def make():
+        c = 192
+        x = torch.randn(2, 28, 28, c, device=DEV, dtype=torch.bfloat16).permute(0, 3, 1, 2)
+        return (x, torch.randn(2, 28, 28, c, device=DEV, dtype=torch.bfloat16),
+                *(torch.randn(c, device=DEV, dtype=torch.bfloat16) for _ in range(3)))
+
+    compiled, out, plans = _steady(fn, make(), ON)
+    launches = [r.launch for r in _regions(plans)]
+    assert any("scalar argument" in launch for launch in launches), launches
+    assert all(launch.startswith("direct") for launch in launches), launches
+    before = STATS.direct_launches
+    with torch.no_grad():
+        for _ in range(3):
+            fresh = make()
+            got, want = compiled(*fresh), fn(*fresh)
+            assert_same(got, want)
+            assert_same_layout(got, want)
+    assert STATS.direct_launches >= before + 3
+
+
 def test_training_with_direct_launch_matches_eager():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.LayerNorm(512), torch.nn.GELU(),

@@ -31,6 +31,9 @@ all off: 0.74-0.80x on LLaMA-style inference and BERT-style training, 0.87-0.88x
 training. In session 14 a Python launcher (ctypes) saved only 1-3 us per call, and one-kernel regions
 only.
 
+Scalar kernel parameters (extents the host evaluated, e.g. a persistent kernel's `nvfuser_index_t i0`)
+keep the bytes of the build: with fixed sizes and no random numbers they never change (`is_scalar`).
+
 Not taken (the reason is kept for explain()): random numbers, scalar or CPU inputs, outputs that
 alias inputs or that no kernel writes (host-evaluated segments), cluster launches, a torch without
 `CUDAGraph.raw_cuda_graph`, a driver without `cuFuncGetParamInfo` (CUDA 12.4) or `cuFuncGetName`
@@ -325,6 +328,20 @@ def kernel_parameters(source: str, name: str = "") -> list[str]:
 
 
 _TENSOR = re.compile(r"^Tensor<\s*(.+?)\s*,\s*(\d+)\s*,\s*(\d+)\s*>\s+\w+$")
+#: A scalar kernel parameter nvFuser's codegen declares (an extent or a value the host evaluated from
+#: sizes, such as `nvfuser_index_t i0`). Pointer-carrying structs (TensorMap, Array) are not scalars.
+_SCALAR = re.compile(r"^(?:const\s+)?(?:nvfuser_index_t|int64_t|int32_t|int|unsigned|uint64_t|uint32_t|float|double|bool|"
+                     r"__half|__bfloat)\s+\w+$")
+#: The slot of an argument whose bytes stay the build's on every call (a scalar).
+CONSTANT = -1
+
+
+def is_scalar(declaration: str) -> bool:
+    """True for a scalar kernel parameter. In a region direct launch takes, all of the fusion's inputs
+    are tensors whose sizes are fixed (region.static_region, guarded by Dynamo), whose strides and
+    alignment the launcher checks per call, and no op draws random numbers (no seed or offset): such a
+    scalar is a function of those sizes alone, the same on every call."""
+    return _SCALAR.match(declaration) is not None
 
 
 def work_buffer_bytes(declaration: str, raw: bytes, extent: bool = True) -> int:
@@ -361,8 +378,10 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
     per call that they still do. With several kernels the allocator may have reused a freed
     intermediate's memory for an output: an argument at an output's address is that output from the
     first one of exactly its bytes (`output_bytes`: elements times element size) on; before it, it is
-    an earlier tensor, given a work buffer of its own. NotDirect where that is not sound: an output no
-    kernel writes, a scalar argument, or zeroing that is not of one work buffer before its first use."""
+    an earlier tensor, given a work buffer of its own. A scalar parameter keeps the build's bytes
+    (slot CONSTANT; see is_scalar). NotDirect where that is not sound: an output no kernel writes, an
+    argument that is neither a tensor nor a scalar, or zeroing that is not of one work buffer before
+    its first use."""
     if len(set(outputs)) != len(outputs) or set(inputs) & set(outputs):
         raise NotDirect("an output shares a data pointer with an input or another output")
     slots: dict[Optional[int], int] = {}
@@ -399,6 +418,9 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
                     key = ("before", pointer)  # a freed intermediate's memory, reused for the output later
                 elif size > need:
                     raise NotDirect("an argument at an output's address reaches past it")
+            if key not in slots and is_scalar(declared(step, index)):
+                kernel_slots.append(CONSTANT)
+                continue
             if key not in slots or key in work:
                 size = work_buffer_bytes(declared(step, index), raw)
                 work[key] = max(work.get(key, 0), size)

@@ -91,7 +91,8 @@ static void Launcher_dealloc(Launcher *self) {
 }
 
 /* One kernel from (function, dims, arguments, slots, cooperative): `arguments` a list of bytes per
- * kernel parameter, each starting with a data pointer; `slots` which tensor's pointer goes there. */
+ * kernel parameter, each starting with a data pointer; `slots` which tensor's pointer goes there, or -1
+ * for a constant (a scalar parameter, whose bytes stay as given). */
 static int Kernel_init(Kernel *kernel, PyObject *spec, Py_ssize_t n_tensors) {
     unsigned long long function;
     PyObject *dims, *arguments, *slots;
@@ -113,7 +114,10 @@ static int Kernel_init(Kernel *kernel, PyObject *spec, Py_ssize_t n_tensors) {
     size_t total = 0;
     for (Py_ssize_t i = 0; i < n_params; i++) {
         PyObject *raw = PyList_GET_ITEM(arguments, i);
-        if (!PyBytes_Check(raw) || PyBytes_GET_SIZE(raw) < 8) {
+        Py_ssize_t slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
+        if (slot == -1 && PyErr_Occurred()) return -1;
+        /* a tensor's bytes start with its data pointer; a constant (slot -1) is any size */
+        if (!PyBytes_Check(raw) || (slot != -1 && PyBytes_GET_SIZE(raw) < 8) || PyBytes_GET_SIZE(raw) == 0) {
             PyErr_SetString(PyExc_ValueError, "Launcher: each argument is bytes starting with a data pointer");
             return -1;
         }
@@ -134,7 +138,7 @@ static int Kernel_init(Kernel *kernel, PyObject *spec, Py_ssize_t n_tensors) {
         kernel->params[i] = kernel->storage + offset;
         offset += ((size_t)PyBytes_GET_SIZE(raw) + 15) & ~(size_t)15;
         Py_ssize_t slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
-        if (slot < 0 || slot >= n_tensors) {
+        if (slot < -1 || slot >= n_tensors) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Launcher: a slot out of range");
             return -1;
         }
@@ -315,7 +319,8 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
     for (Py_ssize_t k = 0; k < self->n_kernels; k++) {
         Kernel *kernel = &self->kernels[k];
         for (Py_ssize_t i = 0; i < kernel->n_params; i++) {
-            memcpy(kernel->params[i], &pointers[kernel->slots[i]], sizeof(unsigned long long));
+            if (kernel->slots[i] >= 0) /* -1: a constant, the build's bytes */
+                memcpy(kernel->params[i], &pointers[kernel->slots[i]], sizeof(unsigned long long));
         }
         unsigned *d = kernel->dims;
         int status = kernel->cooperative
@@ -365,7 +370,15 @@ static PyObject *Launcher_get_work_buffers(Launcher *self, void *closure) {
     return PyLong_FromSsize_t(self->n_work);
 }
 
+static PyObject *Launcher_get_constants(Launcher *self, void *closure) {
+    Py_ssize_t count = 0;
+    for (Py_ssize_t k = 0; k < self->n_kernels; k++)
+        for (Py_ssize_t i = 0; i < self->kernels[k].n_params; i++) count += self->kernels[k].slots[i] < 0;
+    return PyLong_FromSsize_t(count);
+}
+
 static PyGetSetDef Launcher_getset[] = {
+    {"constants", (getter)Launcher_get_constants, NULL, "scalar arguments launched with the build's bytes", NULL},
     {"launches", (getter)Launcher_get_launches, NULL, "calls that launched so far", NULL},
     {"work_buffers", (getter)Launcher_get_work_buffers, NULL, "work buffers allocated per call", NULL},
     {"dims", (getter)Launcher_get_dims, NULL, "per kernel: ((grid), (block), dynamic shared memory)", NULL},

@@ -447,10 +447,11 @@ class RegionRuntime:
             log.info("%s: direct launcher failed to build: %s", self.plan.name, _short_error(exc))
             return
         configs = direct_launch.launch_configs(self._direct)
-        work = self._direct.work_buffers
+        work, constants = self._direct.work_buffers, self._direct.constants
         kernels = "; ".join(f"grid {c.grid}, block {c.block}, {c.dynamic_smem} B dynamic smem" for c in configs)
         self.plan.launch = (f"direct ({f'{len(configs)} kernels: ' if len(configs) > 1 else ''}{kernels}"
-                            f"{f'; {work} work buffer(s)' if work else ''}; "
+                            f"{f'; {work} work buffer(s)' if work else ''}"
+                            f"{f'; {constants} scalar argument(s)' if constants else ''}; "
                             f"built in {(time.perf_counter() - start) * 1e3:.1f} ms)")
         log.debug("%s: %s", self.plan.name, self.plan.launch)
 
