@@ -42,7 +42,10 @@ class InterleavedResult:
 
     workload: str
     reference: str
-    steps_per_batch: int
+    #: Steps per timed batch, per backend: each backend's batch lasts about ``batch_s`` at its own step
+    #: time. (One count for all, sized by the slowest backend, gave a CUDA-graph backend 3 ms batches
+    #: beside eager's 50 ms, and per-round ratios spread +-10%: session 16.)
+    steps_per_batch: dict[str, int] = field(default_factory=dict)
     step_ms: dict[str, list[float]] = field(default_factory=dict)
     #: Host enqueue ms per step (until the batch's last call returned), one per round.
     enqueue_ms: dict[str, list[float]] = field(default_factory=dict)
@@ -101,19 +104,19 @@ def interleaved_steps(
     wl = REGISTRY[workload]
     reset_compile_state()
     steps: dict[str, Callable[[], object]] = {}
-    one_step_s = 0.0
+    counts: dict[str, int] = {}
     for name in backends:
         step = backend_step(get_backend(name), wl.instantiate(device, tiny=device == "cpu"))
         for _ in range(1 + warmup):  # first call compiles (and, with graphs, records)
             step()
-        span = timed_batches(step, 1, 2, sync, time.perf_counter)[0]
-        one_step_s = max(one_step_s, (span[2] - span[0]) / 2)
+        span = timed_batches(step, 1, 3, sync, time.perf_counter)[0]
+        counts[name] = steps_per_batch((span[2] - span[0]) / 3, batch_s, min_steps, max_steps)
         steps[name] = step
-    n = steps_per_batch(one_step_s, batch_s, min_steps, max_steps)
-    result = InterleavedResult(workload=workload, reference=backends[0], steps_per_batch=n,
+    result = InterleavedResult(workload=workload, reference=backends[0], steps_per_batch=counts,
                                step_ms={name: [] for name in backends}, enqueue_ms={name: [] for name in backends})
     for r in range(rounds):
         for name in rotated(backends, r):
+            n = counts[name]
             start, returned, end = timed_batches(steps[name], 1, n, sync, time.perf_counter)[0]
             result.step_ms[name].append((end - start) / n * 1e3)
             result.enqueue_ms[name].append((returned - start) / n * 1e3)
@@ -156,7 +159,8 @@ def table(results: Sequence[InterleavedResult]) -> str:
                 f"{s['ratio_median']:.3f}x [{s['ratio_low']:.3f}, {s['ratio_high']:.3f}]")
             gpu = "-" if s["kernel_ms"] is None else f"{s['kernel_ms']:.3f}"
             kernels = "-" if s["kernels"] is None else f"{s['kernels']:g}"
-            rows.append([res.workload, name, f"{s['median_ms']:.3f}", ratio, gpu, kernels, res.steps_per_batch])
+            rows.append([res.workload, name, f"{s['median_ms']:.3f}", ratio, gpu, kernels,
+                         res.steps_per_batch.get(name, "-")])
     return tabulate(rows, headers=["workload", "backend", "step ms (median of rounds)",
                                    "/ first backend: median [low, high] of rounds", "GPU kernel ms", "kernels",
                                    "steps/batch"], tablefmt="github")
@@ -168,7 +172,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("workloads", help="comma-separated perf workload names (see python -m perf --list)")
     p.add_argument("--backends", required=True, help="comma-separated; the first is the reference of the ratios")
     p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--batch-s", type=float, default=0.05, help="target seconds per batch (default 0.05)")
+    p.add_argument("--batch-s", type=float, default=0.05,
+                   help="target seconds per batch, each backend at its own step time (default 0.05)")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--acceptance", action="store_true",
                    help="issue #10's criteria from the per-round ratios (backends eager, inductor, inductor_ro, "

@@ -26,6 +26,31 @@ def test_each_backend_compiles_its_own_graph_and_gets_one_time_per_round():
     assert summary["eager"]["ratio_median"] == 1.0
     assert summary["nvf_bookend"]["ratio_low"] <= summary["nvf_bookend"]["ratio_median"] <= summary["nvf_bookend"]["ratio_high"]
     assert "nvf_untrimmed" in interleave.table([res])
+    assert set(res.steps_per_batch) == set(res.step_ms) and all(2 <= n <= 3 for n in res.steps_per_batch.values())
+
+
+def test_each_backend_times_batches_of_its_own_length(monkeypatch):
+    """A backend with a 10x shorter step runs ~10x more steps per batch: every batch lasts ~batch_s."""
+    import time as time_module
+
+    import pytest
+
+
+    clock = [0.0]
+    cost = {"eager": 0.010, "nvf_bookend": 0.001}
+
+    def fake_step(name):
+        def step():
+            clock[0] += cost[name]
+        return step
+
+    monkeypatch.setattr(interleave, "backend_step", lambda backend, inst: fake_step(backend.name))
+    monkeypatch.setattr(time_module, "perf_counter", lambda: clock[0])
+    res = interleave.interleaved_steps("gelu_views", ["eager", "nvf_bookend"], rounds=2, batch_s=0.05,
+                                       min_steps=3, max_steps=200, warmup=0, device="cpu", sync=lambda: None,
+                                       profile_steps=0)
+    assert res.steps_per_batch == {"eager": 5, "nvf_bookend": 50}
+    assert res.step_ms["eager"] == pytest.approx([10.0, 10.0]) and res.step_ms["nvf_bookend"] == pytest.approx([1.0, 1.0])
 
 
 def test_duplicate_backends_are_refused():
@@ -37,7 +62,7 @@ def test_duplicate_backends_are_refused():
 
 def _result(workload, rounds):
     """An InterleavedResult from per-round step ms {backend: [..]} (enqueue = step - 0.01)."""
-    res = interleave.InterleavedResult(workload=workload, reference="eager", steps_per_batch=3)
+    res = interleave.InterleavedResult(workload=workload, reference="eager", steps_per_batch={n: 3 for n in rounds})
     for name, times in rounds.items():
         res.step_ms[name] = list(times)
         res.enqueue_ms[name] = [t - 0.01 for t in times]
