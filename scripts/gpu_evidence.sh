@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s16d     back-to-back training steps under graphs: which backend or option faults
+#   scripts/gpu_evidence.sh s16e     the llama_train fault with all five backends in one process; inputs watched for writes
 #   scripts/gpu_evidence.sh s16c     scalar kernel arguments launched directly; a graph-mode training step's host call tree
 #   scripts/gpu_evidence.sh s16b     cProfile of graph replays (nvf_cudagraphs, inductor_ro); ConvNeXt inference host ops and kernels
 #   scripts/gpu_evidence.sh s16a     kernel tables and segments of the forwards over inductor (graphs or not); host op tables
@@ -421,6 +423,64 @@ case "${1:-tests}" in
       timeout 90 python3 scripts/step_host_split.py $w --backend $b --steps 60 --ops > "$OUT/split_${w}_$b.txt" 2>&1
       echo "$w $b rc=$?"; grep -E "^step wall|^region calls" "$OUT/split_${w}_$b.txt"
     done; done
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s16d)
+    # Session 16: llama_train_bf16_small faulted (an ATen gather's index out of bounds) in perf.interleave
+    # once each backend ran ~200 back-to-back steps: which backend, alone or beside inductor_ro, and
+    # which option removes it. One process per case (a device assert kills the context).
+    w=${S16_WORKLOAD:-llama_train_bf16_small}
+    run_case() {  # name, then scripts/graph_steps_repro.py arguments
+      local name=$1; shift
+      timeout 120 python3 scripts/graph_steps_repro.py $w "$@" > "/tmp/case_$name.txt" 2>&1
+      echo "== $name rc=$?: $(grep -E '^OK|^FAULT' /tmp/case_$name.txt | head -n 1)"
+    }
+    run_case graphs nvf_cudagraphs --steps 300
+    run_case inductor_ro inductor_ro --steps 300
+    run_case both inductor_ro,nvf_cudagraphs --steps 200
+    run_case nographs nvf_bookend --steps 100
+    if grep -q "^FAULT" /tmp/case_graphs.txt /tmp/case_both.txt; then
+      for opt in fuse_embedding=false atomic_embedding_backward=false fuse_cross_entropy=false fuse_data_movement=false; do
+        run_case "graphs_$opt" nvf_cudagraphs --steps 300 --option $opt
+      done
+    fi
+    for f in /tmp/case_*.txt; do echo "#### $f"; grep -v "IndexKernelUtils" "$f" | tail -n 40; done > "$OUT/cases.txt"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s16e)
+    # Session 16: the llama_train fault of perf.interleave, in its own setting: the five backends in one
+    # process, inputs and parameters watched for writes; then perf.interleave itself, and with
+    # nvf_fec_execute (direct launch off) in place of nvf_bookend if it faults.
+    w=${S16_WORKLOAD:-llama_train_bf16_small}
+    timeout 200 python3 scripts/graph_steps_repro.py $w eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs --steps 100 --rounds 3 \
+      > "$OUT/five.txt" 2>&1; echo "five rc=$?"; grep -E "^OK|^FAULT|^CHANGED" "$OUT/five.txt" | head -n 12
+    for b in nvf_bookend nvf_fec_execute; do
+      timeout 150 python3 -m perf.interleave $w --backends eager,inductor,inductor_ro,$b,nvf_cudagraphs --rounds 9 \
+        > "$OUT/il_$b.txt" 2>&1; rc=$?; echo "interleave with $b rc=$rc"; grep -E "^\| $w" "$OUT/il_$b.txt" | tail -n 5 | cut -c1-160
+      grep -q "device-side assert\|AcceleratorError" "$OUT/il_$b.txt" && echo "FAULT with $b" || break
+    done
+    for f in "$OUT"/il_*.txt; do grep -v "IndexKernelUtils" "$f" | tail -n 30 > "$f.short"; mv "$f.short" "$f"; done
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s16f)
+    # Session 16: which direct launch faults beside the other backends (blocking launches, dynamo_nvf's
+    # debug log of each launcher and the scalars it keeps), and whether it does without scalar constants.
+    w=${S16_WORKLOAD:-llama_train_bf16_small}
+    CUDA_LAUNCH_BLOCKING=1 timeout 200 python3 scripts/graph_steps_repro.py $w eager,inductor,inductor_ro,nvf_bookend --steps 20 --rounds 1 \
+      --log DEBUG > "$OUT/blocking.txt" 2>&1; echo "blocking rc=$?"; grep -E "^OK|^FAULT|^CHANGED" "$OUT/blocking.txt" | head -n 5
+    grep -E "launch failed|launcher failed|cuLaunch|CUresult" "$OUT/blocking.txt" | cut -c1-300 | head -n 10
+    DYNAMO_NVF_DEBUG_NO_SCALARS=1 timeout 200 python3 scripts/graph_steps_repro.py $w eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs \
+      --steps 100 --rounds 2 > "$OUT/noscalars.txt" 2>&1; echo "no scalars rc=$?"; grep -E "^OK|^FAULT|^CHANGED" "$OUT/noscalars.txt" | head -n 5
+    grep -v IndexKernelUtils "$OUT/blocking.txt" | grep -E "keeps|direct \(|fec.execute \(|launch|FAULT|Error" | cut -c1-400 > "$OUT/blocking_short.txt"; rm -f "$OUT/blocking.txt"
+    grep -v IndexKernelUtils "$OUT/noscalars.txt" | tail -n 30 > "$OUT/noscalars_short.txt"; rm -f "$OUT/noscalars.txt"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s16g)
+    # Session 16: the launchers whose outputs differ from nvFuser's (llama_train backward): their plans.
+    w=${S16_WORKLOAD:-llama_train_bf16_small}
+    timeout 200 python3 scripts/graph_steps_repro.py $w nvf_bookend --steps 5 --rounds 1 --log DEBUG > "$OUT/differ.txt" 2>&1
+    echo "differ rc=$?"; grep -E "^OK|^FAULT|differs" "$OUT/differ.txt" | cut -c1-300 | head
+    command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 2
     echo "elapsed ${SECONDS}s"
     ;;
   s16c)

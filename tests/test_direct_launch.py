@@ -43,6 +43,26 @@ def test_plan_maps_each_argument_to_its_tensor_by_data_pointer():
         dl.plan_launches([_kernel(raw[:1])], [x], [out])
 
 
+def test_work_buffers_take_slots_after_every_input_and_output_position_when_inputs_share_a_pointer():
+    """Inputs x and x (views of one tensor) share slot 0, so the pointers are 3 but the positions 4:
+    the work buffer is slot 4, never output 1's slot 3 (an intermediate written into an output)."""
+    x, out0, out1, mid = 0x7F0000001000, 0x7F0000002000, 0x7F0000003000, 0x7F0000004000
+    first = _kernel([_struct(x, [64, 32], [32, 1]), _struct(mid, [64], [1]), _struct(out0, [64, 32], [32, 1])],
+                    "_ZN11CudaCodeGen29nvfuser_reduction_f0_c1_r0_g0E", 1)
+    second = _kernel([_struct(x, [64, 32], [32, 1]), _struct(mid, [64], [1]), _struct(out1, [64, 32], [32, 1])],
+                     "_ZN11CudaCodeGen29nvfuser_pointwise_f0_c1_r0_g1E", 2)
+    source = TWO_SEGMENTS.replace("T3) {}", "T3, Tensor<float, 2, 2> T4) {}", 1)
+    plan = dl.plan_launches([first, second], [x, x], [out0, out1], source=lambda: source,
+                            output_bytes=[64 * 32 * 4, 64 * 32 * 4])
+    assert [k[3] for k in plan.kernels] == [(0, 4, 2), (0, 4, 3)] and plan.work == [(64 * 4, False)]
+    # an argument that maps to an output's slot but holds more than the output is refused
+    wide = _kernel([_struct(x, [64, 32], [32, 1]), _struct(out0, [64, 64], [64, 1])], "", 1)
+    with pytest.raises(dl.NotDirect, match="holds more than the output"):
+        dl.plan_launches([wide], [x], [out0], source=lambda: SOURCE.replace(
+            "Tensor<float, 1, 1> T4, Tensor<float, 2, 2> T7,\n                              Tensor<int64_t, 1, 1> T8",
+            "Tensor<float, 2, 2> T4"), output_bytes=[64 * 32 * 4])
+
+
 SOURCE = """
 __global__ void __launch_bounds__(/*maxThreadsPerBlock=*/256, /*minBlocksPerMultiprocessor=*/1) \
 nvfuser_reduction_f0_c1_r0_g0(Tensor<__bfloat, 2, 2> T0, Tensor<float, 1, 1> T4, Tensor<float, 2, 2> T7,

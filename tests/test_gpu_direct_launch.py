@@ -159,6 +159,23 @@ def test_a_region_whose_kernels_take_scalar_arguments_launches_directly():
     assert STATS.direct_launches >= before + 3
 
 
+@pytest.mark.parametrize("workload", ["llama_train_bf16_small", "bert_train_bf16_small"])
+def test_training_steps_with_direct_launch_keep_every_launcher_and_gradient_right(workload):
+    """Session 16: in LLaMA-style backward regions whose inputs share a pointer, a work buffer took an
+    output's slot; the launcher's check run wrote an f32 intermediate past a bf16 output (outputs
+    differ, and beside other models an illegal address or a corrupted token-id tensor). Five steps:
+    the launchers are built on the third and run on the fourth and fifth, whose gradients are checked."""
+    from perf import grad_check
+
+    lines: list[str] = []
+    with recording() as rec:
+        ok = grad_check.check_workload(workload, ["nvf_bookend"], steps=5, report=lines.append)
+    assert ok, "\n".join(lines)
+    launches = [r.launch for r in _regions(rec.plans)]
+    assert not [launch for launch in launches if "differ" in launch], launches
+    assert sum(launch.startswith("direct") for launch in launches) >= len(launches) - 3, launches
+
+
 def test_training_with_direct_launch_matches_eager():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.LayerNorm(512), torch.nn.GELU(),

@@ -44,6 +44,7 @@ no host cost to save, so it is off there.
 from __future__ import annotations
 
 import ctypes
+import logging
 import math
 import re
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ from typing import Any, Callable, Optional, Sequence, Union
 import torch
 
 from dynamo_nvf.runtime import c_launcher
+
+log = logging.getLogger("dynamo_nvf")
 
 #: Pointer alignment nvFuser's vectorization keys on (16 bytes: 8 bf16 or 4 f32 per access).
 ALIGNMENT = 16
@@ -184,6 +187,8 @@ class CapturedLaunch:
 
     steps: list[Union[KernelLaunch, frozenset]] = field(default_factory=list)
     outputs: list[torch.Tensor] = field(default_factory=list)
+    #: Bytes each memset node zeroes, by destination.
+    memset_bytes: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -271,6 +276,7 @@ def captured_launches(fec: Any, args: Sequence[torch.Tensor], device: torch.devi
     order = _launch_order(list(nodes), driver.graph_edges(handle) if count.value > 1 else [])
     named = count.value > 1  # alone, the kernel is nvFuser's; among others, its name tells it apart
     steps: list[Union[KernelLaunch, frozenset]] = []
+    memset_bytes: dict[int, int] = {}
     for raw_node in order:
         node = ctypes.c_void_p(raw_node)
         kind = ctypes.c_int(-1)
@@ -281,6 +287,7 @@ def captured_launches(fec: Any, args: Sequence[torch.Tensor], device: torch.devi
             if memset.value != 0:
                 raise NotDirect("a memset to a nonzero value")
             steps.append(frozenset({memset.dst}))
+            memset_bytes[memset.dst] = memset.width * memset.elementSize * max(memset.height, 1)
             continue
         if kind.value != _KERNEL_NODE:
             raise NotDirect(f"a graph node of type {kind.value} (neither a kernel nor a memset)")
@@ -297,7 +304,7 @@ def captured_launches(fec: Any, args: Sequence[torch.Tensor], device: torch.devi
         steps.append(launch)
     if not any(isinstance(step, KernelLaunch) for step in steps):
         raise NotDirect("no nvFuser kernel")
-    return CapturedLaunch(steps, list(outputs))
+    return CapturedLaunch(steps, list(outputs), memset_bytes)
 
 
 _GLOBAL = re.compile(r"__global__\s+void\s+(?:__\w+__\s*\([^)]*\)\s*)*(\w+)\s*\(")
@@ -419,14 +426,20 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
                 elif size > need:
                     raise NotDirect("an argument at an output's address reaches past it")
             if key not in slots and is_scalar(declared(step, index)):
+                log.debug("direct launch: kernel %s keeps %s = %s", step.name[-40:], declared(step, index), raw.hex())
                 kernel_slots.append(CONSTANT)
                 continue
             if key not in slots or key in work:
                 size = work_buffer_bytes(declared(step, index), raw)
+                if key not in work:  # the next work buffer's slot, after every input and output position
+                    slots[key] = len(inputs) + len(outputs) + len(work)
                 work[key] = max(work.get(key, 0), size)
                 first_use.setdefault(key, position)
-                slots.setdefault(key, len(slots))
-            kernel_slots.append(slots[key])
+            slot = slots[key]
+            if (output_bytes is not None and source is not None and len(inputs) <= slot < len(inputs) + len(outputs)
+                    and work_buffer_bytes(declared(step, index), raw, extent=False) > output_bytes[slot - len(inputs)]):
+                raise NotDirect("a kernel argument at an output's slot holds more than the output")
+            kernel_slots.append(slot)
         config = step.config
         kernels.append((step.function, (*config.grid, *config.block, config.dynamic_smem), list(step.arguments),
                         tuple(kernel_slots), step.cooperative))
@@ -446,7 +459,10 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
         if first_use[pointer] < position:
             raise NotDirect("a work buffer is zeroed after a kernel used it")
         zeroed.add(pointer)
-    # work keys were added in slot order (each took the next slot), so the dict's order is theirs
+    # work keys were added in slot order (each took the next slot), so the dict's order is theirs.
+    # Slots count positions, not distinct pointers: inputs that share a pointer leave a position
+    # unused, and numbering work buffers by distinct pointers gave one an output's slot (session 16:
+    # LLaMA-style backward regions wrote an f32 intermediate into a bf16 output, past its end).
     return LaunchPlan(kernels, [(size, key in zeroed) for key, size in work.items()])
 
 
@@ -512,12 +528,38 @@ def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any
         mine = launcher(args)
     if mine is None:
         raise NotDirect("the inputs' layout check failed on the inputs it was built for")
-    for got, want in zip(mine, outputs):
+    for index, (got, want) in enumerate(zip(mine, outputs)):
         try:  # bit for bit, as region._materialize_outputs checks its rebuilt definitions
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, check_stride=True)
         except AssertionError as exc:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("direct launch: output %d differs: %s\n%s", index, str(exc).splitlines()[:6],
+                          _describe(captured, plan, args, outputs,
+                                    fec.get_cuda_kernel(list(args), device=device.index)))
             raise NotDirect("its outputs differ from nvFuser's") from exc
     return launcher
+
+
+def _describe(captured: CapturedLaunch, plan: LaunchPlan, args: Sequence[torch.Tensor],
+              outputs: Sequence[torch.Tensor], source: str) -> str:
+    """The captured call and its plan, for a debug log: each kernel's arguments with their slots."""
+    lines = [f"inputs {[(tuple(t.shape), t.stride(), t.dtype, hex(t.data_ptr())) for t in args]}",
+             f"outputs {[(tuple(t.shape), t.stride(), t.dtype) for t in outputs]}",
+             f"work {plan.work}", f"memsets {[(hex(d), n) for d, n in captured.memset_bytes.items()]}"]
+    kernels = iter(plan.kernels)
+    for step in captured.steps:
+        if not isinstance(step, KernelLaunch):
+            lines.append(f"  zero {[hex(w) for w in step if w > 1 << 32][:4]}")
+            continue
+        _, dims, _, slots, cooperative = next(kernels)
+        lines.append(f"  kernel {step.name[-50:]} dims {dims} cooperative {cooperative}")
+        try:
+            declared = kernel_parameters(source, step.name)
+        except NotDirect:
+            declared = [""] * len(step.arguments)
+        for raw, slot, declaration in zip(step.arguments, slots, declared):
+            lines.append(f"    slot {slot:3d} {declaration[:40]:40s} {raw[:8].hex()} {raw[8:56].hex()}")
+    return "\n".join(lines)
 
 
 def launch_configs(launcher: Any) -> list[LaunchConfig]:
