@@ -2,6 +2,9 @@
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
 #   scripts/gpu_evidence.sh s16d     back-to-back training steps under graphs: which backend or option faults
+#   scripts/gpu_evidence.sh s16h     after the slot fix: direct-launch tests with training steps, the five-backend repro, il10
+#   scripts/gpu_evidence.sh s16g     plans of the launchers whose outputs differ (debug log)
+#   scripts/gpu_evidence.sh s16f     the fault with blocking launches; without scalar constants
 #   scripts/gpu_evidence.sh s16e     the llama_train fault with all five backends in one process; inputs watched for writes
 #   scripts/gpu_evidence.sh s16c     scalar kernel arguments launched directly; a graph-mode training step's host call tree
 #   scripts/gpu_evidence.sh s16b     cProfile of graph replays (nvf_cudagraphs, inductor_ro); ConvNeXt inference host ops and kernels
@@ -473,6 +476,19 @@ case "${1:-tests}" in
       --steps 100 --rounds 2 > "$OUT/noscalars.txt" 2>&1; echo "no scalars rc=$?"; grep -E "^OK|^FAULT|^CHANGED" "$OUT/noscalars.txt" | head -n 5
     grep -v IndexKernelUtils "$OUT/blocking.txt" | grep -E "keeps|direct \(|fec.execute \(|launch|FAULT|Error" | cut -c1-400 > "$OUT/blocking_short.txt"; rm -f "$OUT/blocking.txt"
     grep -v IndexKernelUtils "$OUT/noscalars.txt" | tail -n 30 > "$OUT/noscalars_short.txt"; rm -f "$OUT/noscalars.txt"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s16h)
+    # Session 16, after the work-buffer slot fix: direct launch's tests (five training steps per model,
+    # every launcher checked) and the models' gradients; the five-backend repro that faulted; then
+    # issue #10's table (perf.interleave, each backend's batches ~50 ms at its own step time).
+    direct_tests 200 tests/test_gpu_direct_launch.py tests/test_direct_launch.py tests/test_gpu_model_grads.py
+    timeout 150 python3 scripts/graph_steps_repro.py llama_train_bf16_small eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs \
+      --steps 100 --rounds 2 > "$OUT/five.txt" 2>&1; echo "five rc=$?"; grep -E "^OK|^FAULT|^CHANGED" "$OUT/five.txt" | head -n 8
+    timeout $((590 - SECONDS)) python3 -m perf.interleave "$IL10_WORKLOADS" \
+      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs --rounds ${IL10_ROUNDS:-9} --acceptance \
+      --json "$OUT/il10.json" > "$OUT/il10.log" 2>&1; echo "il10 rc=$?"
+    sed -n '/^### Acceptance/,$p' "$OUT/il10.log"; grep -E "device-side|AcceleratorError" "$OUT/il10.log" | head -n 3
     echo "elapsed ${SECONDS}s"
     ;;
   s16g)
