@@ -423,8 +423,6 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
                     produced.add(pointer)  # the output, from its producing segment on
                 elif pointer not in produced:
                     key = ("before", pointer)  # a freed intermediate's memory, reused for the output later
-                elif size > need:
-                    raise NotDirect("an argument at an output's address reaches past it")
             if key not in slots and is_scalar(declared(step, index)):
                 log.debug("direct launch: kernel %s keeps %s = %s", step.name[-40:], declared(step, index), raw.hex())
                 kernel_slots.append(CONSTANT)
@@ -436,9 +434,10 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
                 work[key] = max(work.get(key, 0), size)
                 first_use.setdefault(key, position)
             slot = slots[key]
+            # Every argument at an output's slot (its producer's and later segments' alike) fits in it.
             if (output_bytes is not None and source is not None and len(inputs) <= slot < len(inputs) + len(outputs)
                     and work_buffer_bytes(declared(step, index), raw, extent=False) > output_bytes[slot - len(inputs)]):
-                raise NotDirect("a kernel argument at an output's slot holds more than the output")
+                raise NotDirect("an argument at an output's address reaches past it (holds more than the output)")
             kernel_slots.append(slot)
         config = step.config
         kernels.append((step.function, (*config.grid, *config.block, config.dynamic_smem), list(step.arguments),
