@@ -151,6 +151,21 @@ def acceptance_document(results: Sequence[InterleavedResult]) -> dict:
     return doc
 
 
+def write_json(path: str, results: Sequence[InterleavedResult]) -> None:
+    """The per-round results and their acceptance document (what ``--from-json`` reads back)."""
+    with open(path, "w") as f:
+        json.dump({"interleaved": [{**asdict(r), "summary": r.summary()} for r in results],
+                   "acceptance_document": acceptance_document(results)}, f, indent=1)
+
+
+def load_results(path: str) -> list[InterleavedResult]:
+    """The InterleavedResults a ``--json`` file holds."""
+    with open(path) as f:
+        doc = json.load(f)
+    names = set(InterleavedResult.__dataclass_fields__)
+    return [InterleavedResult(**{k: v for k, v in entry.items() if k in names}) for entry in doc["interleaved"]]
+
+
 def table(results: Sequence[InterleavedResult]) -> str:
     rows = []
     for res in results:
@@ -169,8 +184,9 @@ def table(results: Sequence[InterleavedResult]) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf.interleave", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("workloads", help="comma-separated perf workload names (see python -m perf --list)")
-    p.add_argument("--backends", required=True, help="comma-separated; the first is the reference of the ratios")
+    p.add_argument("workloads", nargs="?", default="",
+                   help="comma-separated perf workload names (see python -m perf --list)")
+    p.add_argument("--backends", help="comma-separated; the first is the reference of the ratios")
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--batch-s", type=float, default=0.05,
                    help="target seconds per batch, each backend at its own step time (default 0.05)")
@@ -178,13 +194,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--acceptance", action="store_true",
                    help="issue #10's criteria from the per-round ratios (backends eager, inductor, inductor_ro, "
                         "nvf_bookend, nvf_cudagraphs); exit 1 when not met")
+    p.add_argument("--from-json", metavar="PATH[,PATH...]",
+                   help="measure nothing: read the results of earlier runs' --json files (one device call "
+                        "each, when all workloads do not fit in one) and print their tables and acceptance")
     args = p.parse_args(argv)
-    names = [b for b in args.backends.split(",") if b]
-    results = []
-    for workload in [w for w in args.workloads.split(",") if w]:
-        res = interleaved_steps(workload, names, rounds=args.rounds, batch_s=args.batch_s)
-        results.append(res)
-        print(table([res]), flush=True)
+    if args.from_json:
+        results = [r for path in args.from_json.split(",") if path for r in load_results(path)]
+    else:
+        if not args.workloads or not args.backends:
+            p.error("workloads and --backends are required unless --from-json is given")
+        names = [b for b in args.backends.split(",") if b]
+        results = []
+        for workload in [w for w in args.workloads.split(",") if w]:
+            res = interleaved_steps(workload, names, rounds=args.rounds, batch_s=args.batch_s)
+            results.append(res)
+            print(table([res]), flush=True)
+            if args.json:  # after each workload: a call cut off by its time limit keeps what it measured
+                write_json(args.json, results)
     print()
     print(table(results))
     doc = acceptance_document(results)
@@ -196,9 +222,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(render_acceptance(doc))
         verdict_ok = passed(doc)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"interleaved": [{**asdict(r), "summary": r.summary()} for r in results],
-                       "acceptance_document": doc}, f, indent=1)
+        write_json(args.json, results)
     return 0 if verdict_ok else 1
 
 

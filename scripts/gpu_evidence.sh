@@ -18,6 +18,8 @@
 #   scripts/gpu_evidence.sh blocks   perf's default (block) set against perf/baseline.json, GPU time vs inductor
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
+#   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
+#   scripts/gpu_evidence.sh s17a     kernel tables and segments of llama/bert training against inductor (#11)
 #   scripts/gpu_evidence.sh il10     issue #10's criteria from interleaved rounds on the small-batch model workloads
 #   scripts/gpu_evidence.sh defaults7 the nvFuser wrong-result repro; default backend's gradients on 5 model steps
 #   scripts/gpu_evidence.sh suite7   the minimised nvFuser repro, then the GPU suite
@@ -103,6 +105,8 @@ direct_tests() {  # pytest (markers "gpu or not gpu") of the given files within 
   echo "tests rc=$?"; tail -n 1 "$OUT/tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/tests.log" | head -n 30
 }
 IL10_WORKLOADS=llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small,llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small
+IL10_FWD=llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small
+IL10_TRAIN=llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small
 il10_table() {  # issue #10's acceptance table, interleaved rounds, with nvf_fec_execute (direct launch off) beside the default
   timeout $((590 - SECONDS)) python3 -m perf.interleave "$IL10_WORKLOADS" \
     --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs,nvf_fec_execute --rounds ${IL10_ROUNDS:-7} --acceptance \
@@ -476,6 +480,26 @@ case "${1:-tests}" in
       --steps 100 --rounds 2 > "$OUT/noscalars.txt" 2>&1; echo "no scalars rc=$?"; grep -E "^OK|^FAULT|^CHANGED" "$OUT/noscalars.txt" | head -n 5
     grep -v IndexKernelUtils "$OUT/blocking.txt" | grep -E "keeps|direct \(|fec.execute \(|launch|FAULT|Error" | cut -c1-400 > "$OUT/blocking_short.txt"; rm -f "$OUT/blocking.txt"
     grep -v IndexKernelUtils "$OUT/noscalars.txt" | tail -n 30 > "$OUT/noscalars_short.txt"; rm -f "$OUT/noscalars.txt"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s17a)
+    # Session 17, #11: kernel tables (nvf_bookend against inductor) and nvFuser's segments of the model
+    # steps whose GPU time is over inductor's (llama_train 0.327 against 0.311 ms, bert_train, bert_fwd).
+    for w in ${S17_KERNEL_WORKLOADS:-llama_train_bf16_small bert_train_bf16_small}; do for b in nvf_bookend inductor explain nvf_bookend:ops; do
+      f="$OUT/k_${w}_${b/:/_}.txt"
+      timeout 120 python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
+    done; done
+    echo "elapsed ${SECONDS}s"
+    ;;
+  il10a|il10b)
+    # Issue #10's table in two calls (one call's 590 s does not hold ten workloads at 9 rounds): the
+    # forwards, then the training steps; `python -m perf.interleave --from-json a.json,b.json
+    # --acceptance` judges them together.
+    half=$IL10_FWD; [ "$1" = il10b ] && half=$IL10_TRAIN
+    timeout $((590 - SECONDS)) python3 -m perf.interleave "$half" \
+      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs --rounds ${IL10_ROUNDS:-9} --acceptance \
+      --json "$OUT/$1.json" > "$OUT/$1.log" 2>&1; echo "$1 rc=$?"
+    grep -E "^\| [a-z]" "$OUT/$1.log" | tail -n 25 | cut -c1-170
     echo "elapsed ${SECONDS}s"
     ;;
   s16h)

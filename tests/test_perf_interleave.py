@@ -99,3 +99,31 @@ def test_acceptance_without_a_needed_backend_is_incomplete():
     doc = interleave.acceptance_document([_result("bert_train_bf16_small", {"eager": [1.0], "nvf_bookend": [0.9]})])
     statuses = {v.criterion.reference: v.status for v in evaluate(doc)}
     assert statuses["inductor_ro"] == INCOMPLETE and statuses["inductor"] == INCOMPLETE
+
+
+def test_results_of_two_runs_are_read_back_and_judged_together(tmp_path, capsys):
+    """--json after each workload, --from-json a,b: the acceptance of workloads timed in two device calls."""
+    rounds = {
+        "eager": [1.0, 1.0, 1.0], "inductor": [1.0, 1.0, 1.0], "inductor_ro": [0.5, 0.5, 0.5],
+        "nvf_bookend": [0.8, 0.8, 0.8], "nvf_cudagraphs": [0.4, 0.4, 0.4],
+    }
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    interleave.write_json(str(first), [_result("llama_fwd_bf16_small", rounds)])
+    interleave.write_json(str(second), [_result("bert_train_bf16_small", dict(rounds, nvf_cudagraphs=[0.6, 0.6, 0.6]))])
+    loaded = interleave.load_results(str(first)) + interleave.load_results(str(second))
+    assert [r.workload for r in loaded] == ["llama_fwd_bf16_small", "bert_train_bf16_small"]
+    assert loaded[1].step_ms["nvf_cudagraphs"] == [0.6, 0.6, 0.6]
+    # bert_train's graphs ratio 1.2x fails the every-workload criterion: the merged verdict exits 1.
+    assert interleave.main(["--from-json", f"{first},{second}", "--acceptance"]) == 1
+    out = capsys.readouterr().out
+    assert "llama_fwd_bf16_small" in out and "bert_train_bf16_small" in out and "FAIL" in out
+    assert interleave.main(["--from-json", str(first), "--acceptance"]) == 0
+
+
+def test_json_is_written_after_each_workload(tmp_path, monkeypatch):
+    written = []
+    monkeypatch.setattr(interleave, "interleaved_steps",
+                        lambda w, names, rounds, batch_s: _result(w, {n: [1.0] for n in names}))
+    monkeypatch.setattr(interleave, "write_json", lambda path, results: written.append([r.workload for r in results]))
+    interleave.main(["a,b", "--backends", "eager,nvf_bookend", "--json", str(tmp_path / "x.json")])
+    assert written[:2] == [["a"], ["a", "b"]]
