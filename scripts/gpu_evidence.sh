@@ -491,6 +491,23 @@ case "${1:-tests}" in
     done; done
     echo "elapsed ${SECONDS}s"
     ;;
+  s17b)
+    # Session 17: the mean's count in float32 (decompositions._count): the cross-entropy tests and the
+    # GPU suite's files suite560 did not reach; then the LM training steps' kernel totals and the
+    # cross-entropy region's segments.
+    timeout 320 python3 -m pytest -q -m gpu tests/test_cross_entropy.py "tests/test_gpu_backend.py::test_a_mean_cross_entropy_forward_is_two_kernels" \
+      tests/test_output_aliasing.py tests/test_perf_models.py tests/test_split_norm_backward.py tests/test_training_extras.py \
+      tests/test_unflatten_reductions.py tests/test_unpermute_reductions.py tests/test_verify_regions.py \
+      -p no:cacheprovider --tb=short -rfs > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
+    tail -n 3 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/gpu_tests.log" | head -20
+    for w in llama_train_bf16_small bert_train_bf16_small gpt_train_bf16_small; do
+      timeout 100 python3 scripts/block_kernels.py $w nvf_bookend > "$OUT/k_$w.txt" 2>&1; echo "$w rc=$?: $(grep TOTAL "$OUT/k_$w.txt")"
+      grep -E "no_op|reduction_f0_c1_r0_g[0-9]\(nvf::Tensor<(bool|float), 1" "$OUT/k_$w.txt" | cut -c1-120
+    done
+    timeout 100 python3 scripts/block_kernels.py llama_train_bf16_small explain > "$OUT/explain_llama_train.txt" 2>&1
+    echo "explain rc=$?"; grep -B2 -A8 "iota(length=8192" "$OUT/explain_llama_train.txt" | grep -E "^nvFuser segments|^  +[0-9] " | head; grep -A8 "^nvFuser segments: [0-9]" "$OUT/explain_llama_train.txt" | grep -E "no_op" | head -n 3
+    echo "elapsed ${SECONDS}s"
+    ;;
   il10a|il10b)
     # Issue #10's table in two calls (one call's 590 s does not hold ten workloads at 9 rounds): the
     # forwards, then the training steps; `python -m perf.interleave --from-json a.json,b.json
