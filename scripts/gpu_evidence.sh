@@ -505,7 +505,12 @@ case "${1:-tests}" in
       grep -E "no_op|reduction_f0_c1_r0_g[0-9]\(nvf::Tensor<(bool|float), 1" "$OUT/k_$w.txt" | cut -c1-120
     done
     timeout 100 python3 scripts/block_kernels.py llama_train_bf16_small explain > "$OUT/explain_llama_train.txt" 2>&1
-    echo "explain rc=$?"; grep -B2 -A8 "iota(length=8192" "$OUT/explain_llama_train.txt" | grep -E "^nvFuser segments|^  +[0-9] " | head; grep -A8 "^nvFuser segments: [0-9]" "$OUT/explain_llama_train.txt" | grep -E "no_op" | head -n 3
+    echo "explain rc=$?"; python3 -c "
+import re, sys
+for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
+    if 'iota(length=8192' in block:
+        print('region', block.split(':')[0], *[l for l in block.splitlines() if re.match(r'(nvFuser segments| +[0-9]+ +[a-z_]+ +nvfuser)', l)], sep='\n  ')
+" "$OUT/explain_llama_train.txt"
     echo "elapsed ${SECONDS}s"
     ;;
   il10a|il10b)
