@@ -111,24 +111,6 @@ def _zero_like(t: torch.Tensor) -> torch.Tensor:
     return torch.scalar_tensor(0, dtype=t.dtype, device=t.device)
 
 
-#: Counts below this are exact in a float32 sum (every partial sum is an integer under 2**24).
-_EXACT_FLOAT32_COUNT = 2 ** 24
-
-
-def _count(mask: torch.Tensor) -> torch.Tensor:
-    """The number of true elements of `mask`, as float32 where that is exact, else int64.
-
-    Why float: the mean's divisor is then a float sum over the same rows as the loss's own sum, and
-    nvFuser schedules the two, and the division after them, as one reduction kernel. Counted in
-    int64 and cast, it made three more segments (an int reduction, a float one, and a kernel for
-    the 0-dim division: LLaMA-style training, H100, 2026-11-24), where inductor launches one.
-    """
-    numel = mask.numel()
-    if isinstance(numel, int) and numel < _EXACT_FLOAT32_COUNT:
-        return mask.sum(dtype=torch.float32)
-    return mask.sum()
-
-
 def _plain_nll(logits: torch.Tensor, target: torch.Tensor, weight: Any, reduction: int, any_device: bool) -> bool:
     return (logits.dim() == 2 and target.dim() == 1 and weight is None and reduction in
             (_REDUCTION_NONE, _REDUCTION_MEAN, _REDUCTION_SUM) and _on_gpu(logits, any_device))
@@ -144,7 +126,10 @@ def _nll_loss_forward_as_masked_sum(logits: torch.Tensor, target: torch.Tensor, 
     losses = -picked
     if reduction == _REDUCTION_NONE:
         return losses, logits.new_zeros(())
-    total_weight = _count(target != ignore_index).to(logits.dtype)
+    # Counted in int64 and cast, as ATen. nvFuser 0.2.36 runs the count, the loss's sum and the
+    # division as three small kernels (two reductions and a 0-dim one) where inductor launches one;
+    # counting in float32 instead (exact under 2**24 rows) left the same three (H100, 2026-11-24).
+    total_weight = (target != ignore_index).sum().to(logits.dtype)
     loss = losses.sum()
     return (loss / total_weight if reduction == _REDUCTION_MEAN else loss), total_weight
 

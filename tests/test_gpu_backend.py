@@ -531,28 +531,3 @@ def test_bias_gradient_of_a_cast_expanded_loss_gradient():
     check_training(lambda x: linear(x).float().sum(), [x], STRICT, params=list(linear.parameters()),
                    rtol=2e-2, atol=2e-1)
     _ran_on_nvfuser()
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_mean_cross_entropy_forward_is_two_kernels(dtype):
-    """The loss's mean divides by a count: counted in float32 beside the loss's own row sum, nvFuser
-    takes both sums and the division as one reduction kernel after the rows' persistent kernel (two
-    kernels, as inductor launches); counted in int64 it added an int reduction and a kernel for the
-    0-dim division (four)."""
-    import torch.nn.functional as F
-
-    def loss_fn(logits, target):
-        return F.cross_entropy(logits.float(), target)
-
-    compiled = compile_fn(loss_fn, STRICT)
-    logits = _r(256, 8192, dtype=dtype)
-    target = torch.randint(0, 8192, (256,), device=DEV)
-    target[::7] = -100
-    with torch.no_grad():
-        for _ in range(2):
-            compiled(logits, target)
-        kernels = nvfuser_kernels(compiled, logits, target)
-        got = compiled(logits, target)
-    assert len(kernels) == 2, kernels
-    torch.testing.assert_close(got, loss_fn(logits, target), rtol=1e-5, atol=1e-5)
-    _ran_on_nvfuser()
