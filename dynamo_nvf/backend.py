@@ -39,7 +39,7 @@ from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.passes.unfuse_addmm import unfuse_addmm_bias
 from dynamo_nvf.passes.unpermute_reductions import unpermute_reductions
-from dynamo_nvf.plan import GraphPlan
+from dynamo_nvf.plan import GraphPlan, region_label
 from dynamo_nvf.plan_text import render_plan_text
 from dynamo_nvf.runtime.cudagraphs import CudaGraphs, boxed
 from dynamo_nvf.runtime.lean_forward import lean_forward
@@ -85,7 +85,8 @@ def install_runtimes(gm: GraphModule, plan: GraphPlan, settings: Settings) -> Gr
     regions = {r.name: r for r in plan.regions}
     for node in list(gm.graph.nodes):
         if node.op == "call_module" and node.target in regions:
-            runtime = RegionRuntime(getattr(gm, node.target), regions[node.target], settings)
+            region = regions[node.target]
+            runtime = RegionRuntime(getattr(gm, node.target), region, settings, region_label(plan, region))
             runtime.__name__ = node.target  # read by FX code generation
             node.op = "call_function"
             node.target = runtime

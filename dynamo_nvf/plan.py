@@ -162,3 +162,8 @@ class GraphPlan:
             "planning_error": self.planning_error,
             "rewrites": list(self.rewrites),
         }
+
+
+def region_label(graph: "GraphPlan", region: RegionPlan) -> str:
+    """A region's name in a torch.profiler trace, unique in the process (graph ids are)."""
+    return f"dynamo_nvf {graph.kind} graph {graph.graph_id} {region.name}"

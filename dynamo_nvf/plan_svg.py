@@ -168,7 +168,9 @@ def _boundary_reasons(plan: GraphPlan) -> dict[tuple[str, str], str]:
 
 def _segments(region: RegionPlan) -> str:
     if region.kernels:
-        return f"nvFuser: {region.segments if region.segments is not None else len(region.kernels)} segment(s)"
+        if region.segments is None:
+            return f"nvFuser: {len(region.kernels)} kernel(s)"
+        return f"nvFuser: {region.segments} segment(s)"
     if region.profile_source:
         return "nvFuser segments: unknown"
     return ""

@@ -79,7 +79,9 @@ def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
             lines.append(f"launch: {region.launch}")
         if region.kernels:
             first = "" if region.first_run_ms is None else f"; first run with compile {region.first_run_ms:.1f} ms"
-            lines.append(f"nvFuser segments: {region.segments} ({region.profile_source}{first})")
+            counted = (f"nvFuser segments: {region.segments}" if region.segments is not None
+                       else f"nvFuser kernels: {len(region.kernels)}")
+            lines.append(f"{counted} ({region.profile_source}{first})")
             lines.append(tabulate(kernel_rows(region), headers=["segment", "scheduler", "kernel", "time ms", "compile ms"],
                                   tablefmt="simple"))
         elif region.profile_source:

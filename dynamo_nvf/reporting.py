@@ -9,9 +9,11 @@ plan a GPU would get (CPU tensors are planned as CUDA tensors) and says that not
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import json
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from tabulate import tabulate
 
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.backend import nvf_bookend, recording
-from dynamo_nvf.plan import GraphPlan
+from dynamo_nvf.plan import GraphPlan, KernelInfo, RegionPlan, region_label
 from dynamo_nvf.plan_svg import region_color, render_plan_svg
 from dynamo_nvf.plan_text import decision_rows, fusion_note, io_rows, kernel_rows, region_status, render_plan_text
 from dynamo_nvf.runtime.region import PROFILING
@@ -240,21 +242,76 @@ def _grad_leaves(fn_or_module: Any, inputs: Sequence[Any]) -> list[torch.Tensor]
     return leaves
 
 
-def _count_kernels(run: Callable[[], Any]) -> tuple[Any, Optional[int], Optional[int], str]:
-    """Runs `run` under torch.profiler; returns its result and (all, nvFuser) GPU kernel counts."""
+#: A kernel name nvFuser generates: `nvfuser_<scheduler>_f<fusion>_c<...>_r<...>_g<segment>`, with a
+#: `nvf::` namespace and the parameter list in torch.profiler's names.
+_NVFUSER_KERNEL = re.compile(r"nvfuser_([a-z_]+?)_f\d+_c\d+_r\d+_g(\d+)")
+
+TORCH_PROFILE_SOURCE = "torch.profiler (a segment that launches no kernel is not seen)"
+
+
+def _region_kernel(name: str, duration_us: float) -> KernelInfo:
+    """A kernel a region's call launched, read from its name: nvFuser's scheduler and segment, or
+    "aten" for a library kernel that one of nvFuser's host-evaluated segments ran (a matmul, SDPA)."""
+    match = _NVFUSER_KERNEL.search(name)
+    short = name.split("(", 1)[0].removeprefix("nvf::")
+    if match is None:
+        return KernelInfo(name=short, scheduler="aten", time_ms=duration_us / 1e3)
+    return KernelInfo(name=short, scheduler=match.group(1), time_ms=duration_us / 1e3, segment_id=int(match.group(2)))
+
+
+def _is_copy(name: str) -> bool:
+    return "memcpy" in name.lower() or "memset" in name.lower()
+
+
+def attach_torch_kernels(events: Any, regions: dict[str, RegionPlan]) -> None:
+    """Each region's kernels, from a torch.profiler run whose region calls ran inside a
+    `record_function` named `region_label(...)` (PROFILING in "torch" mode): the kernels the profiler
+    linked to that range or to the ops inside it. A region called more than once in the run keeps its
+    first call's."""
+    seen: set[str] = set()
+    for event in events:
+        region = regions.get(event.name)
+        if region is None or event.name in seen:
+            continue
+        seen.add(event.name)
+        kernels, stack = [], [event]
+        while stack:
+            current = stack.pop()
+            kernels.extend(current.kernels)
+            stack.extend(current.cpu_children)
+        region.kernels = [_region_kernel(k.name, k.duration) for k in kernels if not _is_copy(k.name)]
+        region.kernels.sort(key=lambda k: (k.segment_id is None, k.segment_id or 0))
+        region.segments = None
+        region.profile_source = TORCH_PROFILE_SOURCE
+
+
+def _count_kernels(run: Callable[[], Any], regions: Optional[dict[str, RegionPlan]] = None,
+                   ) -> tuple[Any, Optional[int], Optional[int], str]:
+    """Runs `run` under torch.profiler; returns its result and (all, nvFuser) GPU kernel counts, and
+    gives each of `regions` (by profile label) the kernels its call launched."""
     if not torch.cuda.is_available():
         return run(), None, None, "no CUDA: no kernels launched"
     torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        result = run()
+    activities = [torch.profiler.ProfilerActivity.CUDA]
+    if regions:
+        activities.append(torch.profiler.ProfilerActivity.CPU)  # the regions' ranges are CPU events
+    with torch.profiler.profile(activities=activities) as prof:
+        with PROFILING.on("torch") if regions else contextlib.nullcontext():
+            result = run()
         torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    names = [n for n in names if "memcpy" not in n.lower() and "memset" not in n.lower()]
+    events = prof.events()
+    names = [e.name for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    names = [n for n in names if not _is_copy(n)]
     nvf = [n for n in names if "nvfuser" in n.lower() or "CudaCodeGen" in n]
+    if regions:
+        attach_torch_kernels(events, regions)
     return result, len(names), len(nvf), "torch.profiler"
 
 
 _torch_profiler_used = False
+#: nvFuser's profiler leaves CUPTI subscribed for the rest of the process: torch.profiler after it
+#: cannot be trusted, so "auto" stays with nvFuser's once it ran.
+_nvfuser_profiler_used = False
 
 
 def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Optional[dict[str, Any]] = None,
@@ -264,21 +321,24 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
 
     `options` are the backend's options; `kwargs` go to `fn_or_module`.
 
-    `profiler` chooses how kernels are seen on a GPU: "nvfuser" (nvFuser's own profiler: each region's
-    segments with scheduler, kernel and compile times), "torch" (torch.profiler: every kernel of the
-    call, nvFuser's and eager's, by name) or "none". "auto" is "nvfuser" where nvFuser runs. Only one
-    of the two can be used per process: both subscribe to CUPTI, which takes one subscriber, and
-    nvFuser's profiler aborts the process if torch.profiler subscribed first. With CUDA graphs on
-    (`options={"cuda_graphs": True}`) the program runs as a training loop would under them: each run
-    starts a new step and from cleared gradients, and nvFuser's profiler is not used (its
-    synchronization is forbidden during capture). With `cuda_source=True`
-    and `scheduled_ir=True` (profiler "nvfuser") the report carries each region's generated CUDA
-    source and nvFuser's scheduled IR of its segments.
+    `profiler` chooses how kernels are seen on a GPU. "torch" (the default, "auto", where nvFuser
+    runs): torch.profiler sees every kernel of the call, eager's and nvFuser's, and each region's call
+    runs inside a `record_function` of its own, so each region lists the kernels it launched, with
+    scheduler and segment read from nvFuser's kernel names and their GPU times. "nvfuser": nvFuser's
+    own profiler, which also gives each segment's compile time and lists segments that launch no
+    kernel (host-evaluated); it subscribes to CUPTI for the rest of the process, so a later
+    torch.profiler (a user's, or explain's) cannot be trusted, and it aborts the process if
+    torch.profiler subscribed first. Once it has run, "auto" keeps choosing it. "none": no profiling.
+    With CUDA graphs on (`options={"cuda_graphs": True}`) the program runs as a training loop would
+    under them: each run starts a new step and from cleared gradients; replays run no Python, so no
+    region lists kernels (torch.profiler still counts them), and nvFuser's profiler is not used (its
+    synchronization is forbidden during capture). With `cuda_source=True` and `scheduled_ir=True` the
+    report carries each region's generated CUDA source and nvFuser's scheduled IR of its segments.
     """
-    global _torch_profiler_used
+    global _torch_profiler_used, _nvfuser_profiler_used
     available = nvf_env.nvfuser_available()
     if profiler == "auto":
-        profiler = "nvfuser" if available and not _torch_profiler_used else ("torch" if available else "none")
+        profiler = ("nvfuser" if _nvfuser_profiler_used else "torch") if available else "none"
     if profiler not in ("nvfuser", "torch", "none"):
         raise ValueError(f"profiler must be 'auto', 'nvfuser', 'torch' or 'none', not {profiler!r}")
     if profiler == "nvfuser" and _torch_profiler_used:
@@ -325,9 +385,11 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
             source = "CUDA graphs: nvFuser's profiler not used (capture forbids its syncs)"
         if available and profiler == "torch":
             _torch_profiler_used = True
-            _, total, nvf_count, source = _count_kernels(run)
+            regions = {region_label(g, r): r for g in recorder.plans for r in g.regions}
+            _, total, nvf_count, source = _count_kernels(run, regions)
         elif available and profiler == "nvfuser":
-            with PROFILING.on():
+            _nvfuser_profiler_used = True
+            with PROFILING.on("nvfuser"):
                 run()
             source = "nvfuser_direct.PythonProfiler (torch.profiler not used: one CUPTI subscriber per process)"
     breaks = _graph_break_counter() - breaks_before

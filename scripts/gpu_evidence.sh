@@ -107,6 +107,12 @@ direct_tests() {  # pytest (markers "gpu or not gpu") of the given files within 
 IL10_WORKLOADS=llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small,llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small
 IL10_FWD=llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small
 IL10_TRAIN=llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small
+il10_half() {  # NAME WORKLOADS: perf.interleave of five backends in the call's time left, $OUT/NAME.json
+  timeout $((590 - SECONDS)) python3 -m perf.interleave "$2" \
+    --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs --rounds ${IL10_ROUNDS:-9} --acceptance \
+    --json "$OUT/$1.json" > "$OUT/$1.log" 2>&1; echo "$1 rc=$?"
+  grep -E "^\| [a-z]" "$OUT/$1.log" | tail -n 25 | cut -c1-170
+}
 il10_table() {  # issue #10's acceptance table, interleaved rounds, with nvf_fec_execute (direct launch off) beside the default
   timeout $((590 - SECONDS)) python3 -m perf.interleave "$IL10_WORKLOADS" \
     --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs,nvf_fec_execute --rounds ${IL10_ROUNDS:-7} --acceptance \
@@ -513,15 +519,23 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
 " "$OUT/explain_llama_train.txt"
     echo "elapsed ${SECONDS}s"
     ;;
+  s17c)
+    # Session 17: explain() profiles with torch.profiler by default, each region's kernels read from
+    # its own record_function range: explain's GPU tests, then issue #10's forwards (il10a).
+    timeout 200 python3 -m pytest -q -m gpu tests/test_gpu_explain.py \
+      "tests/test_gpu_cuda_graphs.py::test_explain_under_cuda_graphs_says_captured" \
+      -p no:cacheprovider --tb=short -rfs > "$OUT/explain_tests.log" 2>&1; echo "explain tests rc=$?"
+    tail -n 2 "$OUT/explain_tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/explain_tests.log" | head -20
+    timeout 60 python3 tests/gpu_explain_runs.py default_then_user_profiler > "$OUT/explain_default.txt" 2>&1
+    grep -E "^kernel counts|^nvFuser kernels|^ +[0-9]+ +[a-z_]+ +nvfuser" "$OUT/explain_default.txt" | head
+    il10_half il10a "$IL10_FWD"
+    echo "elapsed ${SECONDS}s"
+    ;;
   il10a|il10b)
     # Issue #10's table in two calls (one call's 590 s does not hold ten workloads at 9 rounds): the
     # forwards, then the training steps; `python -m perf.interleave --from-json a.json,b.json
     # --acceptance` judges them together.
-    half=$IL10_FWD; [ "$1" = il10b ] && half=$IL10_TRAIN
-    timeout $((590 - SECONDS)) python3 -m perf.interleave "$half" \
-      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs --rounds ${IL10_ROUNDS:-9} --acceptance \
-      --json "$OUT/$1.json" > "$OUT/$1.log" 2>&1; echo "$1 rc=$?"
-    grep -E "^\| [a-z]" "$OUT/$1.log" | tail -n 25 | cut -c1-170
+    if [ "$1" = il10a ]; then il10_half il10a "$IL10_FWD"; else il10_half il10b "$IL10_TRAIN"; fi
     echo "elapsed ${SECONDS}s"
     ;;
   s16h)

@@ -2,7 +2,8 @@
 
 Run in a subprocess by tests/test_gpu_explain.py: nvFuser's profiler and torch.profiler cannot share
 one process (CUPTI takes one subscriber), so each scenario gets a process of its own.
-Usage: python tests/gpu_explain_runs.py {seed001|seed001_torch_profiler|gpt_block|llama|llama_train}
+Usage: python tests/gpu_explain_runs.py {seed001|seed001_torch_profiler|default_then_user_profiler|gpt_block|
+       llama|llama_train|channels_last_layer_norm}
 """
 
 from __future__ import annotations
@@ -31,6 +32,19 @@ def main(scenario: str) -> None:
                                     scheduled_ir=True)
     elif scenario == "seed001_torch_profiler":
         report = dynamo_nvf.explain(programs.seed001_bias_gelu_backward, *seed001_inputs(), profiler="torch")
+    elif scenario == "default_then_user_profiler":
+        # explain() with its defaults, then the user's own torch.profiler in the same process: the
+        # user's profile must still see every kernel (nvFuser's profiler would have kept CUPTI).
+        inputs = seed001_inputs()
+        report = dynamo_nvf.explain(programs.seed001_bias_gelu_backward, *inputs)
+        compiled = torch.compile(programs.seed001_bias_gelu_backward, backend="nvf_bookend")
+        compiled(*inputs)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            compiled(*inputs)
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        report.user_profiler_nvfuser_kernels = sum("nvfuser" in n for n in names)
     elif scenario == "gpt_block":
         torch.manual_seed(0)
         model = programs.TransformerBlock(256, 8).cuda()
@@ -61,6 +75,8 @@ def main(scenario: str) -> None:
         raise SystemExit(f"unknown scenario {scenario}")
     print(report)
     result = report.to_dict()
+    if hasattr(report, "user_profiler_nvfuser_kernels"):
+        result["user_profiler_nvfuser_kernels"] = report.user_profiler_nvfuser_kernels
     result["svg"] = [str(report.graph_svg(i)) for i in range(len(report.graphs))]
     print(json.dumps(result))
 

@@ -124,3 +124,47 @@ def test_debug_logging_prints_the_plan(caplog):
         dynamo_nvf.explain(programs.seed000_gelu, torch.randn(64, 16))
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "dynamo_nvf plan:" in text and "nvf_region_0" in text
+
+
+def test_region_kernels_are_read_from_their_profiled_range():
+    """profiler="torch": a region's kernels are those torch.profiler linked to its `record_function`
+    range or to ops inside it; scheduler and segment come from nvFuser's kernel names, a library
+    kernel of a host-evaluated segment reads "aten", copies are left out, a second call is ignored."""
+    from collections import namedtuple
+    from types import SimpleNamespace
+
+    from dynamo_nvf.plan import GraphPlan, RegionPlan, region_label
+    from dynamo_nvf.plan_text import render_plan_text
+    from dynamo_nvf.reporting import TORCH_PROFILE_SOURCE, attach_torch_kernels
+
+    Kernel = namedtuple("Kernel", "name device duration")
+
+    def event(name, kernels=(), children=()):
+        return SimpleNamespace(name=name, kernels=list(kernels), cpu_children=list(children))
+
+    graph = GraphPlan(kind="backward", graph_id=7)
+    region = RegionPlan(id=0, name="nvf_region_0", ops=[], nodes=[])
+    other = RegionPlan(id=1, name="nvf_region_1", ops=[], nodes=[])
+    graph.regions = [region, other]
+    label = region_label(graph, region)
+    assert label == "dynamo_nvf backward graph 7 nvf_region_0"
+    persistent = "nvf::nvfuser_inner_persistent_f0_c1_r0_g3(nvf::Tensor<float, 2, 2>, nvf::Tensor<float, 1, 1>)"
+    pointwise = "nvf::nvfuser_pointwise_f0_c1_r0_g1(nvf::Tensor<float, 2, 2>)"
+    events = [
+        event("aten::mm", [Kernel("nvjet_sm90_tst_64x8_TNT", 0, 9.0)]),  # not in any region's range
+        event(label, [Kernel(persistent, 0, 4.5), Kernel("Memset (Device)", 0, 1.0)],
+              [event("aten::matmul", [], [event("aten::mm", [Kernel("nvjet_sm90_tst_64x8_TNT", 0, 7.0)])]),
+               event("aten::empty_strided", [Kernel(pointwise, 0, 2.0)])]),
+        event(label, [Kernel(persistent, 0, 99.0)]),  # a second call of the region
+    ]
+    attach_torch_kernels(events, {region_label(graph, r): r for r in graph.regions})
+    assert [(k.segment_id, k.scheduler, k.name) for k in region.kernels] == [
+        (1, "pointwise", "nvfuser_pointwise_f0_c1_r0_g1"),
+        (3, "inner_persistent", "nvfuser_inner_persistent_f0_c1_r0_g3"),
+        (None, "aten", "nvjet_sm90_tst_64x8_TNT"),
+    ]
+    assert [k.time_ms for k in region.kernels] == [0.002, 0.0045, 0.007]
+    assert region.segments is None and region.profile_source == TORCH_PROFILE_SOURCE
+    assert other.kernels == [] and other.profile_source == ""
+    text = render_plan_text(graph)
+    assert f"nvFuser kernels: 3 ({TORCH_PROFILE_SOURCE})" in text and "inner_persistent" in text

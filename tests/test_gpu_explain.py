@@ -58,6 +58,22 @@ def test_seed001_segments_agree_with_torch_profiler():
     seen_by_torch = run_scenario("seed001_torch_profiler")
     assert seen_by_torch["totals"]["kernels_nvfuser_torch_profiler"] == len(launched)
     assert seen_by_torch["totals"]["kernels_eager"] == 0
+    # Under torch.profiler the region lists the same kernels, read from its own profiled range.
+    (torch_region,) = seen_by_torch["graphs"][0]["regions"]
+    assert torch_region["profile_source"].startswith("torch.profiler"), torch_region["profile_source"]
+    assert sorted(k["scheduler"] for k in torch_region["kernels"]) == schedulers, torch_region["kernels"]
+    assert sorted(k["segment_id"] for k in torch_region["kernels"]) == sorted(k["segment_id"] for k in launched)
+    assert all(k["time_ms"] > 0 for k in torch_region["kernels"])
+
+
+def test_explain_by_default_leaves_torch_profiler_working():
+    """The default profiler is torch.profiler: each region lists its kernels, and the user's own
+    torch.profiler afterwards in the same process still sees nvFuser's kernels."""
+    report = run_scenario("default_then_user_profiler")
+    (region,) = report["graphs"][0]["regions"]
+    assert region["profile_source"].startswith("torch.profiler")
+    assert len(region["kernels"]) == report["totals"]["kernels_nvfuser_torch_profiler"] == 2, region["kernels"]
+    assert report["user_profiler_nvfuser_kernels"] == 2
 
 
 def test_gpt_block_forward_and_backward():

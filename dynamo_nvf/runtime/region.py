@@ -292,15 +292,19 @@ class _Profiling:
     """Switched on by explain() around the runs it profiles; read on every call, so kept tiny."""
 
     enabled = False
+    #: "nvfuser": each call runs under nvFuser's profiler (segments, kernel and compile times);
+    #: "torch": each call runs inside a `record_function` named by the region's `profile_label`, so
+    #: that the torch.profiler around the run can tell which region launched which kernel.
+    mode = "nvfuser"
 
     @contextlib.contextmanager
-    def on(self) -> Iterator[None]:
-        """Profiles the calls made inside (nvFuser's profiler: segments, kernel and compile times)."""
-        self.enabled = True
+    def on(self, mode: str = "nvfuser") -> Iterator[None]:
+        """Profiles the region calls made inside, in `mode`."""
+        self.enabled, self.mode = True, mode
         try:
             yield
         finally:
-            self.enabled = False
+            self.enabled, self.mode = False, "nvfuser"
 
 
 PROFILING = _Profiling()
@@ -343,8 +347,10 @@ def _runs_on_nvfuser(args: Sequence[Any]) -> str:
 class RegionRuntime:
     """The callable that replaces a region's submodule in the compiled graph."""
 
-    def __init__(self, eager: GraphModule, plan: RegionPlan, settings: Settings) -> None:
+    def __init__(self, eager: GraphModule, plan: RegionPlan, settings: Settings, profile_label: str = "") -> None:
         self.eager = eager
+        #: The name of its calls in a torch.profiler trace while explain() profiles (plan.region_label).
+        self.profile_label = profile_label or plan.name
         self._eager_forward: Callable[..., Any] = eager.forward
         self.plan = plan
         self.settings = settings
@@ -635,6 +641,9 @@ class RegionRuntime:
     def _profiled_execute(self, entry: _Entry, args: Sequence[Any]) -> Any:
         nvf = self._nvf
         self._last_profiled = (entry, list(args))
+        if PROFILING.mode == "torch":  # explain() reads the kernels under this label from its profile
+            with torch.profiler.record_function(self.profile_label):
+                return entry.fd.execute(list(args)) if entry.fec is None else entry.fec.execute(args)
         try:
             with nvf.PythonProfiler() as profiler:
                 outputs = entry.fd.execute(list(args)) if entry.fec is None else entry.fec.execute(args)
