@@ -48,6 +48,8 @@ class Report:
     unavailable_reason: str = ""
     kernels_total: Optional[int] = None
     kernels_nvfuser: Optional[int] = None
+    #: Names of the kernels torch.profiler saw that nvFuser did not launch, with their counts.
+    eager_kernels: dict[str, int] = field(default_factory=dict)
     kernel_source: str = ""
     runtime: dict[str, int] = field(default_factory=dict)
     #: Wall time of the first call (compile included), forward and backward.
@@ -99,6 +101,7 @@ class Report:
             "graphs": [g.to_dict() for g in self.graphs],
             "totals": self.totals(),
             "kernel_source": self.kernel_source,
+            "eager_kernels": dict(self.eager_kernels),
             "runtime": dict(self.runtime),
         }
 
@@ -286,9 +289,10 @@ def attach_torch_kernels(events: Any, regions: dict[str, RegionPlan]) -> None:
 
 
 def _count_kernels(run: Callable[[], Any], regions: Optional[dict[str, RegionPlan]] = None,
-                   ) -> tuple[Any, Optional[int], Optional[int], str]:
-    """Runs `run` under torch.profiler; returns its result and (all, nvFuser) GPU kernel counts, and
-    gives each of `regions` (by profile label) the kernels its call launched."""
+                   ) -> tuple[Any, Optional[list[str]], Optional[int], str]:
+    """Runs `run` under torch.profiler; returns its result, the names of its GPU kernels and how many
+    of them nvFuser launched, and gives each of `regions` (by profile label) the kernels its call
+    launched."""
     if not torch.cuda.is_available():
         return run(), None, None, "no CUDA: no kernels launched"
     torch.cuda.synchronize()
@@ -301,11 +305,14 @@ def _count_kernels(run: Callable[[], Any], regions: Optional[dict[str, RegionPla
         torch.cuda.synchronize()
     events = prof.events()
     names = [e.name for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
-    names = [n for n in names if not _is_copy(n)]
-    nvf = [n for n in names if "nvfuser" in n.lower() or "CudaCodeGen" in n]
+    names = [n for n in names if not _is_copy(n) and not n.startswith("[memory]")]
     if regions:
         attach_torch_kernels(events, regions)
-    return result, len(names), len(nvf), "torch.profiler"
+    return result, names, sum(_is_nvfuser(n) for n in names), "torch.profiler"
+
+
+def _is_nvfuser(name: str) -> bool:
+    return "nvfuser" in name.lower() or "CudaCodeGen" in name
 
 
 _torch_profiler_used = False
@@ -373,6 +380,7 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
         return out
 
     total = nvf_count = None
+    eager_kernels: Counter = Counter()
     source = "no GPU profiling"
     with recording() as recorder:
         start = time.perf_counter()
@@ -386,7 +394,9 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
         if available and profiler == "torch":
             _torch_profiler_used = True
             regions = {region_label(g, r): r for g in recorder.plans for r in g.regions}
-            _, total, nvf_count, source = _count_kernels(run, regions)
+            _, names, nvf_count, source = _count_kernels(run, regions)
+            total = None if names is None else len(names)
+            eager_kernels = Counter(n.split("(", 1)[0] for n in names or () if not _is_nvfuser(n))
         elif available and profiler == "nvfuser":
             _nvfuser_profiler_used = True
             with PROFILING.on("nvfuser"):
@@ -401,6 +411,7 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
         unavailable_reason="" if available else nvf_env.unavailable_reason(),
         kernels_total=total,
         kernels_nvfuser=nvf_count,
+        eager_kernels=dict(eager_kernels),
         kernel_source=source,
         runtime={k: stats_after[k] - stats_before[k] for k in stats_after},
         first_call_ms=round(first_call_ms, 3),

@@ -57,7 +57,7 @@ def test_seed001_segments_agree_with_torch_profiler():
 
     seen_by_torch = run_scenario("seed001_torch_profiler")
     assert seen_by_torch["totals"]["kernels_nvfuser_torch_profiler"] == len(launched)
-    assert seen_by_torch["totals"]["kernels_eager"] == 0
+    assert seen_by_torch["totals"]["kernels_eager"] == 0, seen_by_torch["eager_kernels"]
     # Under torch.profiler the region lists the same kernels, read from its own profiled range.
     (torch_region,) = seen_by_torch["graphs"][0]["regions"]
     assert torch_region["profile_source"].startswith("torch.profiler"), torch_region["profile_source"]
@@ -72,7 +72,8 @@ def test_explain_by_default_leaves_torch_profiler_working():
     report = run_scenario("default_then_user_profiler")
     (region,) = report["graphs"][0]["regions"]
     assert region["profile_source"].startswith("torch.profiler")
-    assert len(region["kernels"]) == report["totals"]["kernels_nvfuser_torch_profiler"] == 2, region["kernels"]
+    assert len(region["kernels"]) == report["totals"]["kernels_nvfuser_torch_profiler"] == 2, (
+        region["kernels"], report["eager_kernels"])
     assert report["user_profiler_nvfuser_kernels"] == 2
 
 
