@@ -531,6 +531,16 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     il10_half il10a "$IL10_FWD"
     echo "elapsed ${SECONDS}s"
     ;;
+  s17d)
+    # Session 17: explain's GPU tests with op-scope region ranges, then issue #10's training steps (il10b).
+    timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_explain.py::test_seed001_segments_agree_with_torch_profiler \
+      tests/test_gpu_explain.py::test_explain_by_default_leaves_torch_profiler_working \
+      "tests/test_gpu_cuda_graphs.py::test_explain_under_cuda_graphs_says_captured" \
+      -p no:cacheprovider --tb=short -rfs > "$OUT/explain_tests.log" 2>&1; echo "explain tests rc=$?"
+    tail -n 2 "$OUT/explain_tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/explain_tests.log" | cut -c1-400 | head -20
+    IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10b "$IL10_TRAIN"
+    echo "elapsed ${SECONDS}s"
+    ;;
   il10a|il10b)
     # Issue #10's table in two calls (one call's 590 s does not hold ten workloads at 9 rounds): the
     # forwards, then the training steps; `python -m perf.interleave --from-json a.json,b.json
