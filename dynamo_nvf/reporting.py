@@ -277,12 +277,14 @@ def attach_torch_kernels(events: Any, regions: dict[str, RegionPlan]) -> None:
         if region is None or event.name in seen:
             continue
         seen.add(event.name)
-        kernels, stack = [], [event]
+        # The profiler can link one launch to the range and to an event inside it (the H100 listed
+        # each of seed001's two kernels twice): one entry per launch, told apart by name and time.
+        kernels, stack = {}, [event]
         while stack:
             current = stack.pop()
-            kernels.extend(current.kernels)
+            kernels.update(((k.name, k.duration), k) for k in current.kernels)
             stack.extend(current.cpu_children)
-        region.kernels = [_region_kernel(k.name, k.duration) for k in kernels if not _is_copy(k.name)]
+        region.kernels = [_region_kernel(k.name, k.duration) for k in kernels.values() if not _is_copy(k.name)]
         region.kernels.sort(key=lambda k: (k.segment_id is None, k.segment_id or 0))
         region.segments = None
         region.profile_source = TORCH_PROFILE_SOURCE

@@ -153,7 +153,8 @@ def test_region_kernels_are_read_from_their_profiled_range():
     events = [
         event("aten::mm", [Kernel("nvjet_sm90_tst_64x8_TNT", 0, 9.0)]),  # not in any region's range
         event(label, [Kernel(persistent, 0, 4.5), Kernel("Memset (Device)", 0, 1.0)],
-              [event("aten::matmul", [], [event("aten::mm", [Kernel("nvjet_sm90_tst_64x8_TNT", 0, 7.0)])]),
+              [event(label, [Kernel(persistent, 0, 4.5)]),  # the same launch linked twice
+               event("aten::matmul", [], [event("aten::mm", [Kernel("nvjet_sm90_tst_64x8_TNT", 0, 7.0)])]),
                event("aten::empty_strided", [Kernel(pointwise, 0, 2.0)])]),
         event(label, [Kernel(persistent, 0, 99.0)]),  # a second call of the region
     ]
