@@ -13,7 +13,6 @@ import contextlib
 import functools
 import html
 import json
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from dynamo_nvf.backend import nvf_bookend, recording
 from dynamo_nvf.plan import GraphPlan, KernelInfo, RegionPlan, region_label
 from dynamo_nvf.plan_svg import region_color, render_plan_svg
 from dynamo_nvf.plan_text import decision_rows, fusion_note, io_rows, kernel_rows, region_status, render_plan_text
-from dynamo_nvf.runtime.region import PROFILING
+from dynamo_nvf.runtime.region import NVFUSER_KERNEL_NAME, PROFILING
 from dynamo_nvf.runtime.stats import STATS
 
 
@@ -245,21 +244,22 @@ def _grad_leaves(fn_or_module: Any, inputs: Sequence[Any]) -> list[torch.Tensor]
     return leaves
 
 
-#: A kernel name nvFuser generates: `nvfuser_<scheduler>_f<fusion>_c<...>_r<...>_g<segment>`, with a
-#: `nvf::` namespace and the parameter list in torch.profiler's names.
-_NVFUSER_KERNEL = re.compile(r"nvfuser_([a-z_]+?)_f\d+_c\d+_r\d+_g(\d+)")
-
 TORCH_PROFILE_SOURCE = "torch.profiler (a segment that launches no kernel is not seen)"
 
 
 def _region_kernel(name: str, duration_us: float) -> KernelInfo:
     """A kernel a region's call launched, read from its name: nvFuser's scheduler and segment, or
     "aten" for a library kernel that one of nvFuser's host-evaluated segments ran (a matmul, SDPA)."""
-    match = _NVFUSER_KERNEL.search(name)
-    short = name.split("(", 1)[0].removeprefix("nvf::")
-    if match is None:
+    match = NVFUSER_KERNEL_NAME.search(name)
+    short = _short_name(name).removeprefix("nvf::")
+    if match is None or match.group(2) is None:
         return KernelInfo(name=short, scheduler="aten", time_ms=duration_us / 1e3)
     return KernelInfo(name=short, scheduler=match.group(1), time_ms=duration_us / 1e3, segment_id=int(match.group(2)))
+
+
+def _short_name(name: str) -> str:
+    """A kernel's name as torch.profiler gives it, without its parameter list."""
+    return name.split("(", 1)[0]
 
 
 def _is_copy(name: str) -> bool:
@@ -267,8 +267,8 @@ def _is_copy(name: str) -> bool:
 
 
 def attach_torch_kernels(events: Any, regions: dict[str, RegionPlan]) -> None:
-    """Each region's kernels, from a torch.profiler run whose region calls ran inside a
-    `record_function` named `region_label(...)` (PROFILING in "torch" mode): the kernels the profiler
+    """Each region's kernels, from a torch.profiler run whose region calls ran inside a profiler range
+    named `region_label(...)` (PROFILING in "torch" mode): the kernels the profiler
     linked to that range or to the ops inside it. A region called more than once in the run keeps its
     first call's."""
     seen: set[str] = set()
@@ -332,7 +332,7 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
 
     `profiler` chooses how kernels are seen on a GPU. "torch" (the default, "auto", where nvFuser
     runs): torch.profiler sees every kernel of the call, eager's and nvFuser's, and each region's call
-    runs inside a `record_function` of its own, so each region lists the kernels it launched, with
+    runs inside a profiler range of its own, so each region lists the kernels it launched, with
     scheduler and segment read from nvFuser's kernel names and their GPU times. "nvfuser": nvFuser's
     own profiler, which also gives each segment's compile time and lists segments that launch no
     kernel (host-evaluated); it subscribes to CUPTI for the rest of the process, so a later
@@ -398,7 +398,7 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
             regions = {region_label(g, r): r for g in recorder.plans for r in g.regions}
             _, names, nvf_count, source = _count_kernels(run, regions)
             total = None if names is None else len(names)
-            eager_kernels = Counter(n.split("(", 1)[0] for n in names or () if not _is_nvfuser(n))
+            eager_kernels = Counter(_short_name(n) for n in names or () if not _is_nvfuser(n))
         elif available and profiler == "nvfuser":
             _nvfuser_profiler_used = True
             with PROFILING.on("nvfuser"):

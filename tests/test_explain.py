@@ -127,8 +127,8 @@ def test_debug_logging_prints_the_plan(caplog):
 
 
 def test_region_kernels_are_read_from_their_profiled_range():
-    """profiler="torch": a region's kernels are those torch.profiler linked to its `record_function`
-    range or to ops inside it; scheduler and segment come from nvFuser's kernel names, a library
+    """profiler="torch": a region's kernels are those torch.profiler linked to its profiler range or
+    to ops inside it; scheduler and segment come from nvFuser's kernel names, a library
     kernel of a host-evaluated segment reads "aten", copies are left out, a second call is ignored."""
     from collections import namedtuple
     from types import SimpleNamespace

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 import warnings
 from collections import OrderedDict
@@ -259,13 +260,15 @@ def _validate_devices(outputs: Sequence[torch.Tensor], home: Optional[torch.devi
             raise RuntimeError(f"nvFuser output {i} is on {out.device}, eager's on {home}")
 
 
+#: The name nvFuser gives a kernel, `nvfuser_<scheduler>_f<fusion>_c<...>_r<...>_g<segment>` (within
+#: torch.profiler's names, after an `nvf::` namespace and before the parameter list).
+NVFUSER_KERNEL_NAME = re.compile(r"nvfuser_([a-z_]+?)_f\d+(?:_c\d+_r\d+_g(\d+))?")
+
+
 def _scheduler_from_kernel_name(name: str) -> str:
-    """nvFuser names kernels `nvfuser_<scheduler>_f<fusion>_c<...>`; the profile sometimes leaves the
-    scheduler field empty, so read it from the name."""
-    if name.startswith("nvfuser_"):
-        parts = name[len("nvfuser_"):].split("_f")
-        return parts[0] if parts and parts[0] else ""
-    return ""
+    """The scheduler in a kernel's name; nvFuser's profile sometimes leaves its scheduler field empty."""
+    match = NVFUSER_KERNEL_NAME.match(name)
+    return match.group(1) if match else ""
 
 
 _ERROR_CHARS = 800
@@ -293,8 +296,8 @@ class _Profiling:
 
     enabled = False
     #: "nvfuser": each call runs under nvFuser's profiler (segments, kernel and compile times);
-    #: "torch": each call runs inside a `record_function` named by the region's `profile_label`, so
-    #: that the torch.profiler around the run can tell which region launched which kernel.
+    #: "torch": each call runs inside a profiler range named by the region's `profile_label`, so that
+    #: the torch.profiler around the run can tell which region launched which kernel.
     mode = "nvfuser"
 
     @contextlib.contextmanager
