@@ -19,6 +19,7 @@
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
+#   scripts/gpu_evidence.sh s18a     regions of llama/bert training timed alone against inductor; options swept (#11)
 #   scripts/gpu_evidence.sh s17a     kernel tables and segments of llama/bert training against inductor (#11)
 #   scripts/gpu_evidence.sh il10     issue #10's criteria from interleaved rounds on the small-batch model workloads
 #   scripts/gpu_evidence.sh defaults7 the nvFuser wrong-result repro; default backend's gradients on 5 model steps
@@ -539,6 +540,17 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
       -p no:cacheprovider --tb=short -rfs > "$OUT/explain_tests.log" 2>&1; echo "explain tests rc=$?"
     tail -n 2 "$OUT/explain_tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/explain_tests.log" | cut -c1-400 | head -20
     IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10b "$IL10_TRAIN"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s18a)
+    # Session 18 (#11): every region of the LLaMA and BERT training steps timed alone against inductor
+    # compiling the same region graph; losing regions swept over nvFuser's options, their CUDA source kept.
+    for w in llama_train_bf16_small bert_train_bf16_small; do
+      TORCH_LOGS=output_code timeout 280 python3 scripts/region_scoreboard.py $w --dump "$OUT/dump_$w" \
+        --json "$OUT/$w.json" > "$OUT/$w.txt" 2> "$OUT/${w}_stderr.log"; echo "$w rc=$?"
+      tail -n 1 "$OUT/$w.txt"; grep -E "Error|error" "$OUT/${w}_stderr.log" | grep -v "^ *#" | cut -c1-300 | tail -n 3
+    done
+    tar czf "$OUT/dumps.tgz" -C "$OUT" $(cd "$OUT" && ls -d dump_* 2>/dev/null) && rm -rf "$OUT"/dump_*
     echo "elapsed ${SECONDS}s"
     ;;
   il10a|il10b)
