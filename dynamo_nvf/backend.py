@@ -24,12 +24,14 @@ from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.decompositions import table_for
 from dynamo_nvf.ops.metadata import static_layout
 from dynamo_nvf.passes import NOTES_KEY
+from dynamo_nvf.ops.fast_math import region_fast_math
 from dynamo_nvf.passes.attention import fuse_attention
 from dynamo_nvf.passes.gqa_attention import read_grouped_heads
 from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.composites import decompose_fused_composites
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.hoist_permutes import hoist_permutes
+from dynamo_nvf.passes.hoist_slices import hoist_slices
 from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.reinplace import reinplace_fresh_accumulations
 from dynamo_nvf.passes.partition import partition_regions
@@ -73,8 +75,13 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     if settings.hoist_permutes and kind != "backward":  # hoist_permutes says why not in backward graphs
         gm = hoist_permutes(gm)
         notes += gm.meta.pop(NOTES_KEY, [])
+    if settings.hoist_slices:
+        gm = hoist_slices(gm)
+        notes += gm.meta.pop(NOTES_KEY, [])
     gm = bookend_regions(gm, settings)
     gm = fuse_regions(gm, kind, graph_id)
+    for region in gm.meta[PLAN_KEY].regions:
+        region.fast_math, region.math = region_fast_math(region.ops, settings.fast_math)
     gm = reinplace_fresh_accumulations(gm)
     gm.meta[PLAN_KEY].rewrites.extend(notes)
     return gm

@@ -94,6 +94,9 @@ class RegionPlan:
     #: How steady calls launch its kernel: "direct" (runtime/direct_launch.py), or why they go through
     #: fec.execute; "" until a steady call decided it.
     launch: str = ""
+    #: Compiled with nvFuser's fast math (settings.fast_math, ops/fast_math.py), and why or why not.
+    fast_math: bool = False
+    math: str = ""
 
     @property
     def launched_kernels(self) -> list["KernelInfo"]:

@@ -75,6 +75,8 @@ def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
         if region.boundary:
             lines.append("boundaries:")
             lines.extend(f"  {b}" for b in region.boundary)
+        if region.math:
+            lines.append(f"math: {region.math}")
         if region.launch:
             lines.append(f"launch: {region.launch}")
         if region.kernels:

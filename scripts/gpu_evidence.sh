@@ -19,6 +19,7 @@
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
+#   scripts/gpu_evidence.sh s18b     hoisted slices and fast math: model kernel totals, their GPU tests, LLaMA's regions (#11)
 #   scripts/gpu_evidence.sh s18a     regions of llama/bert training timed alone against inductor; options swept (#11)
 #   scripts/gpu_evidence.sh s17a     kernel tables and segments of llama/bert training against inductor (#11)
 #   scripts/gpu_evidence.sh il10     issue #10's criteria from interleaved rounds on the small-batch model workloads
@@ -551,6 +552,23 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
       tail -n 1 "$OUT/$w.txt"; grep -E "Error|error" "$OUT/${w}_stderr.log" | grep -v "^ *#" | cut -c1-300 | tail -n 3
     done
     tar czf "$OUT/dumps.tgz" -C "$OUT" $(cd "$OUT" && ls -d dump_* 2>/dev/null) && rm -rf "$OUT"/dump_*
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s18b)
+    # Session 18 (#11): slices hoisted above pointwise ops (RoPE backward) and fast math for exp/log
+    # regions: model kernel totals side by side with inductor, their GPU tests, and LLaMA's regions alone.
+    for w in llama_train_bf16_small bert_train_bf16_small; do for b in nvf_bookend inductor; do
+      f="$OUT/k_${w}_${b}.txt"
+      timeout 100 python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
+    done; done
+    timeout 240 python3 -m pytest -q tests/test_fast_math.py tests/test_hoist_slices.py tests/test_data_movement.py \
+      -p no:cacheprovider --tb=short -rfs > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
+    tail -n 2 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | cut -c1-300 | head -10
+    gradients llama_train_bf16_small,bert_train_bf16_small nvf_bookend 160
+    if [ $SECONDS -lt 420 ]; then
+      timeout $((570 - SECONDS)) python3 scripts/region_scoreboard.py llama_train_bf16_small --margin-us 1e9 \
+        > "$OUT/scoreboard_llama.txt" 2>&1; echo "scoreboard rc=$?"; tail -n 1 "$OUT/scoreboard_llama.txt"
+    fi
     echo "elapsed ${SECONDS}s"
     ;;
   il10a|il10b)

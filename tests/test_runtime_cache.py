@@ -36,7 +36,7 @@ class _StandInDefinition:
         self.eager = eager
         self.fec = self
 
-    def execute(self, args):
+    def execute(self, args, _enable_options=()):
         return list(self.eager(*args))
 
 
@@ -112,7 +112,7 @@ class _LayoutStrictDefinition(_StandInDefinition):
         super().__init__(eager)
         self.stride = stride
 
-    def execute(self, args):
+    def execute(self, args, _enable_options=()):
         if args[0].stride() != self.stride:
             raise RuntimeError("stride mismatch with contiguity info")
         return super().execute(args)
@@ -158,7 +158,7 @@ class _ExpandedOutputDefinition(_StandInDefinition):
         super().__init__(eager)
         self.dense = dense
 
-    def execute(self, args):
+    def execute(self, args, _enable_options=()):
         (out,) = super().execute(args)
         return [out if self.dense else out[:1].expand_as(out)]
 
@@ -200,7 +200,7 @@ def test_a_definition_failing_its_first_run_is_never_shared(monkeypatch):
     assert first.plan.fusion_key and first.plan.fusion_key == second.plan.fusion_key
 
     class WrongDtype(_StandInDefinition):
-        def execute(self, args):
+        def execute(self, args, _enable_options=()):
             return [out.double() for out in super().execute(args)]
 
     monkeypatch.setattr(region_mod, "build_fusion", lambda nvf, eager, args: BuiltFusion(WrongDtype(eager), "bad", [None]))
@@ -225,7 +225,7 @@ def test_an_output_aliasing_an_input_is_rebuilt_fresh_or_the_region_goes_eager(m
             super().__init__(eager)
             self.fresh = fresh
 
-        def execute(self, args):
+        def execute(self, args, _enable_options=()):
             return [args[0].clone() if self.fresh else args[0]]
 
     builds = []

@@ -83,7 +83,7 @@ def test_a_wrong_definition_warns_runs_eager_and_is_never_shared(monkeypatch):
     from test_runtime_cache import _runtime, _StandInDefinition
 
     class OffByTenPercent(_StandInDefinition):
-        def execute(self, args):
+        def execute(self, args, _enable_options=()):
             return [out * 1.1 for out in super().execute(args)]
 
     SHARED_FUSIONS.clear()

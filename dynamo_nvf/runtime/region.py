@@ -31,6 +31,7 @@ from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.lowering import build_fusion, views_an_input
 from dynamo_nvf.ops.metadata import static_layout
 from dynamo_nvf.plan import KernelInfo, RegionPlan
+from dynamo_nvf.ops import fast_math
 from dynamo_nvf.runtime import direct_launch, kernel_cache
 from dynamo_nvf.runtime.fusion_cache import SHARED_FUSIONS
 from dynamo_nvf.runtime.stats import STATS
@@ -101,16 +102,27 @@ def _exact_key(args: Sequence[Any]) -> tuple:
 class _Entry:
     """One fusion definition: its executor cache once run, and outputs whose layout needs a fix."""
 
-    __slots__ = ("fd", "fec", "eager_reason", "output_orders", "fixups", "definition")
+    __slots__ = ("fd", "fec", "eager_reason", "output_orders", "fixups", "definition", "enable_options")
 
     def __init__(self, fd: Any = None, eager_reason: str = "", output_orders: Sequence[Any] = (),
-                 definition: str = "") -> None:
+                 definition: str = "", enable_options: Sequence[str] = ()) -> None:
         self.fd = fd
         self.fec = None
         self.eager_reason = eager_reason
         self.output_orders = list(output_orders)
         self.fixups: list[tuple[int, list[int]]] = []
         self.definition = definition
+        #: nvFuser enable options of its compiles (fast math), passed on every call: a call with new
+        #: sizes compiles again inside the executor cache.
+        self.enable_options = list(enable_options)
+
+    def execute(self, args: Sequence[Any]) -> Any:
+        """Runs the definition through nvFuser (its first run compiles it), with its options."""
+        runner = self.fd if self.fec is None else self.fec
+        args = list(args) if self.fec is None else args
+        if self.enable_options:
+            return runner.execute(args, _enable_options=self.enable_options)
+        return runner.execute(args)
 
 
 def _dense_in_order(t: torch.Tensor, order: Sequence[int]) -> bool:
@@ -371,6 +383,7 @@ class RegionRuntime:
         self._home = home_device(eager)
         self._nvf = nvf_env.nvfuser_module() if nvf_env.nvfuser_available() else None
         self._static = static_region(eager)
+        self._enable_options = [fast_math.ENABLE_OPTION] if plan.fast_math else []
         random = has_random_ops(eager)
         self._random = settings.verify_regions and random
         #: The one entry a static region runs without a cache key, once it has run on nvFuser.
@@ -398,7 +411,7 @@ class RegionRuntime:
                     self._drop_direct(exc)
             if outputs is None:
                 try:
-                    outputs = entry.fec.execute(args)
+                    outputs = entry.execute(args)
                 except Exception:  # e.g. a layout the definition does not take: the keyed path decides
                     if _capturing():
                         raise
@@ -426,7 +439,7 @@ class RegionRuntime:
             return self._run_eager(args)
         try:
             if entry.fec is not None and not PROFILING.enabled:
-                outputs = entry.fec.execute(args)
+                outputs = entry.execute(args)
             else:
                 outputs = self._first_or_profiled_execute(entry, args)
         except RegionMismatch as exc:  # verify_regions
@@ -506,7 +519,7 @@ class RegionRuntime:
     def _shared_or_built(self, args: Sequence[Any], descriptor: tuple) -> _Entry:
         """The definition of an equal region (same fusion key and inputs) if one exists, else a new one,
         which is then offered to later equal regions."""
-        key = (self.plan.fusion_key, descriptor) if self.plan.fusion_key else None
+        key = (self.plan.fusion_key, self.plan.fast_math, descriptor) if self.plan.fusion_key else None
         entry = SHARED_FUSIONS.get(key) if key is not None else None
         if entry is not None:
             self.plan.fusion_reused = True
@@ -529,14 +542,15 @@ class RegionRuntime:
         STATS.fusions_built += 1
         self.plan.definition = built.definition
         self.plan.build_ms = (time.perf_counter() - start) * 1e3
-        return _Entry(fd=built.fd, output_orders=built.output_orders, definition=built.definition)
+        return _Entry(fd=built.fd, output_orders=built.output_orders, definition=built.definition,
+                      enable_options=self._enable_options)
 
     def _first_or_profiled_execute(self, entry: _Entry, args: Sequence[Any]) -> Any:
         start = time.perf_counter()
         if PROFILING.enabled:
             outputs = self._profiled_execute(entry, args)
         else:
-            outputs = self._compiling_execute(entry.fd, args)
+            outputs = self._compiling_execute(entry.fd, args, entry.enable_options)
         if entry.fec is None:
             self.plan.first_run_ms = (time.perf_counter() - start) * 1e3
             log.debug("%s: first nvFuser run (compile) took %.1f ms", self.plan.name, self.plan.first_run_ms)
@@ -600,14 +614,15 @@ class RegionRuntime:
                 found.add(index)
         return frozenset(found)
 
-    def _compiling_execute(self, fd: Any, args: Sequence[Any]) -> Any:
-        """A definition's first run, which compiles it: through the kernel cache when it is on."""
+    def _compiling_execute(self, fd: Any, args: Sequence[Any], enable_options: Sequence[str] = ()) -> Any:
+        """A definition's first run, which compiles it (with `enable_options`): through the kernel
+        cache when it is on."""
         cache = (kernel_cache.activate(self.settings.kernel_cache_dir, self.settings.kernel_cache_max_mb)
                  if self.settings.kernel_cache else None)
         if cache is None:
-            return fd.execute(list(args))
+            return fd.execute(list(args), _enable_options=list(enable_options)) if enable_options else fd.execute(list(args))
         with cache.opening():
-            return fd.execute(list(args), _enable_options=list(kernel_cache.ENABLE_OPTIONS),
+            return fd.execute(list(args), _enable_options=[*kernel_cache.ENABLE_OPTIONS, *enable_options],
                               _disable_options=list(kernel_cache.DISABLE_OPTIONS))
 
     def _materialize_outputs(self, entry: _Entry, args: Sequence[Any], outputs: Any,
@@ -621,7 +636,7 @@ class RegionRuntime:
         wanted = pinned | aliased
         try:
             built = build_fusion(self._nvf, self.eager, args, materialize=wanted, pin=pinned)
-            rebuilt = self._compiling_execute(built.fd, args)
+            rebuilt = self._compiling_execute(built.fd, args, entry.enable_options)
             _validate_outputs(rebuilt, self._expected)
             remaining = layout_fixups(rebuilt, built.output_orders)
             still_aliased = self._aliased_outputs(rebuilt, args)
@@ -654,10 +669,10 @@ class RegionRuntime:
             # An op-scope range, as aot_autograd's own: torch.profiler links a kernel to the innermost
             # op-scope range around its launch, and record_function's user scope gets none.
             with _op_range(self.profile_label):
-                return entry.fd.execute(list(args)) if entry.fec is None else entry.fec.execute(args)
+                return entry.execute(args)
         try:
             with nvf.PythonProfiler() as profiler:
-                outputs = entry.fd.execute(list(args)) if entry.fec is None else entry.fec.execute(args)
+                outputs = entry.execute(args)
             profile = profiler.profile
             self.plan.kernels = [
                 KernelInfo(
@@ -674,7 +689,7 @@ class RegionRuntime:
             self.plan.profile_source = "nvfuser_direct.PythonProfiler"
         except Exception as exc:  # profiling is reported unstable on CUDA 13: degrade, say so
             self.plan.profile_source = f"nvFuser profiler failed ({type(exc).__name__}: {exc})"
-            outputs = entry.fd.execute(list(args)) if entry.fec is None else entry.fec.execute(args)
+            outputs = entry.execute(args)
         return outputs
 
     def attach_sources(self, cuda_source: bool, scheduled_ir: bool) -> None:
