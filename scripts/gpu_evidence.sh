@@ -19,6 +19,7 @@
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
+#   scripts/gpu_evidence.sh s18c     kernel totals of the other transformer workloads; LLaMA's losing regions swept (#11)
 #   scripts/gpu_evidence.sh s18b     hoisted slices and fast math: model kernel totals, their GPU tests, LLaMA's regions (#11)
 #   scripts/gpu_evidence.sh s18a     regions of llama/bert training timed alone against inductor; options swept (#11)
 #   scripts/gpu_evidence.sh s17a     kernel tables and segments of llama/bert training against inductor (#11)
@@ -568,6 +569,22 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     if [ $SECONDS -lt 420 ]; then
       timeout $((570 - SECONDS)) python3 scripts/region_scoreboard.py llama_train_bf16_small --margin-us 1e9 \
         > "$OUT/scoreboard_llama.txt" 2>&1; echo "scoreboard rc=$?"; tail -n 1 "$OUT/scoreboard_llama.txt"
+    fi
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s18c)
+    # Session 18 (#11): GPU kernel time per step, nvf_bookend against inductor, on the other transformer
+    # workloads; then LLaMA's losing regions swept over nvFuser options (resize scheduler off included).
+    for w in gpt_train_bf16_small llama_fwd_bf16_small gpt_fwd_bf16_small bert_fwd_bf16_small vit_fwd_bf16_small vit_train_bf16_small; do
+      for b in nvf_bookend inductor; do
+        f="$OUT/k_${w}_${b}.txt"
+        timeout 80 python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
+      done
+    done
+    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
+    if [ $SECONDS -lt 430 ]; then
+      timeout $((575 - SECONDS)) python3 scripts/region_scoreboard.py llama_train_bf16_small > "$OUT/scoreboard_llama.txt" 2>&1
+      echo "scoreboard rc=$?"; tail -n 1 "$OUT/scoreboard_llama.txt"
     fi
     echo "elapsed ${SECONDS}s"
     ;;

@@ -5,7 +5,8 @@ region loses, by how much, with which launch configuration, and whether any nvFu
 
     python scripts/region_scoreboard.py llama_train_bf16_small [--dump DIR] [--calls 40]
 
-GPU time per call is torch.profiler's kernel time (memsets and fills included) over `--calls` calls,
+The nvFuser column compiles each region as the runtime does (a `*` marks fast math); options swept
+on a losing region add to those. GPU time per call is torch.profiler's kernel time (memsets and fills included) over `--calls` calls,
 each call launched alone (the host is slower than these kernels), so it is each kernel's own latency.
 Inductor's code goes to stderr with `TORCH_LOGS=output_code`.
 """
@@ -41,6 +42,7 @@ OPTION_SETS: dict[str, tuple[list[str], list[str]]] = {
     "tma_reduction": (["tma_reduction"], []),
     "no_welford_vectorization": ([], ["welford_vectorization"]),
     "io_to_lower_precision": (["io_to_lower_precision"], []),
+    "no_resize_scheduler": ([], ["resize_scheduler"]),
 }
 
 
@@ -55,13 +57,15 @@ def _same_layout_copy(t: Any) -> Any:
                                                                t.size(), t.stride())
 
 
-def record_regions() -> list[tuple[str, Any, list]]:
-    """Patches RegionRuntime._build so each region's first build records (label, graph, inputs)."""
-    seen: list[tuple[str, Any, list]] = []
+def record_regions() -> list[tuple[str, Any, list, list[str]]]:
+    """Patches RegionRuntime._build so each region's first build records (label, graph, inputs, the
+    nvFuser enable options the runtime compiles it with)."""
+    seen: list[tuple[str, Any, list, list[str]]] = []
     original = RegionRuntime._build
 
     def recording(self, args):
-        seen.append((self.profile_label, self.eager, [_same_layout_copy(a) for a in args]))
+        seen.append((self.profile_label, self.eager, [_same_layout_copy(a) for a in args],
+                     list(self._enable_options)))
         return original(self, args)
 
     RegionRuntime._build = recording
@@ -128,10 +132,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         inst.call(fn)
     torch.cuda.synchronize()
     rows, definitions = [], set()
-    for label, graph, region_args in seen:
-        row: dict = {"region": label}
+    for label, graph, region_args, runtime_options in seen:
+        row: dict = {"region": label, "runtime_options": runtime_options}
         try:
-            fd, nvf_out, call = nvf_call(nvf, graph, region_args)
+            fd, nvf_out, call = nvf_call(nvf, graph, region_args, runtime_options)
         except Exception as exc:
             row["error"] = str(exc)[:200]
             rows.append(row)
@@ -157,7 +161,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             row["options"] = {}
             for name, (enable, disable) in OPTION_SETS.items():
                 try:
-                    _, out, ocall = nvf_call(nvf, graph, region_args, enable, disable)
+                    _, out, ocall = nvf_call(nvf, graph, region_args, [*runtime_options, *enable], disable)
                     us, n, _ = kernel_time(ocall, args.calls)
                     row["options"][name] = {"us": us, "kernels": n, "max_diff": max_diff(out, nvf_out)}
                 except Exception as exc:
@@ -186,7 +190,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _line(row: dict) -> str:
-    head = (f"{row['region'][:44]:44s} nvf {row.get('nvf_us', 0):6.2f}us/{row.get('nvf_kernels', 0):.0f}k "
+    head = (f"{row['region'][:44]:44s}{'*' if row.get('runtime_options') else ' '}nvf {row.get('nvf_us', 0):6.2f}us/{row.get('nvf_kernels', 0):.0f}k "
             f"ind {row.get('inductor_us', float('nan')):6.2f}us/{row.get('inductor_kernels', 0):.0f}k "
             f"eager {row.get('eager_us', 0):6.2f}us/{row.get('eager_kernels', 0):.0f}k")
     lines = [head] + [f"    nvf: {n}" for n in row.get("nvf_names", [])]
