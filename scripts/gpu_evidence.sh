@@ -19,6 +19,7 @@
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
+#   scripts/gpu_evidence.sh s18d     var_mean as two sums against Welford on LayerNorm regions, alone against inductor (#11)
 #   scripts/gpu_evidence.sh s18c     kernel totals of the other transformer workloads; LLaMA's losing regions swept (#11)
 #   scripts/gpu_evidence.sh s18b     hoisted slices and fast math: model kernel totals, their GPU tests, LLaMA's regions (#11)
 #   scripts/gpu_evidence.sh s18a     regions of llama/bert training timed alone against inductor; options swept (#11)
@@ -586,6 +587,17 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
       timeout $((575 - SECONDS)) python3 scripts/region_scoreboard.py llama_train_bf16_small > "$OUT/scoreboard_llama.txt" 2>&1
       echo "scoreboard rc=$?"; tail -n 1 "$OUT/scoreboard_llama.txt"
     fi
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s18d)
+    # Session 18 (#11): var_mean as two sums against nvFuser's Welford, on the LayerNorm regions of the
+    # BERT/GPT/ViT forwards and BERT training (each region alone against inductor's kernel).
+    for w in bert_fwd_bf16_small gpt_fwd_bf16_small bert_train_bf16_small; do
+      [ $SECONDS -lt 450 ] || break
+      timeout $((580 - SECONDS)) python3 scripts/region_scoreboard.py $w --sweep two_pass_var_mean,fast_math --margin-us 0.1 \
+        > "$OUT/scoreboard_$w.txt" 2>&1; echo "$w rc=$?: $(tail -n 1 "$OUT/scoreboard_$w.txt")"
+      grep -E "^dynamo_nvf|option two_pass" "$OUT/scoreboard_$w.txt" | cut -c1-110 | head -40
+    done
     echo "elapsed ${SECONDS}s"
     ;;
   il10a|il10b)

@@ -27,6 +27,7 @@ import torch  # noqa: E402
 import dynamo_nvf  # noqa: E402,F401
 from dynamo_nvf import nvf as nvf_env  # noqa: E402
 from dynamo_nvf.lowering import build_fusion  # noqa: E402
+from dynamo_nvf.ops import lowerings  # noqa: E402
 from dynamo_nvf.runtime import direct_launch  # noqa: E402
 from dynamo_nvf.runtime.region import RegionRuntime  # noqa: E402
 from perf.backends import get_backend  # noqa: E402
@@ -43,6 +44,12 @@ OPTION_SETS: dict[str, tuple[list[str], list[str]]] = {
     "no_welford_vectorization": ([], ["welford_vectorization"]),
     "io_to_lower_precision": (["io_to_lower_precision"], []),
     "no_resize_scheduler": ([], ["resize_scheduler"]),
+}
+
+
+#: Lowering variants tried on a losing region: name -> (module attribute of dynamo_nvf.ops.lowerings, value).
+LOWERING_VARIANTS: dict[str, tuple[str, Any]] = {
+    "two_pass_var_mean": ("VAR_MEAN_TWO_PASS_MAX_EXTENT", 1 << 14),
 }
 
 
@@ -123,6 +130,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--margin-us", type=float, default=0.15, help="sweep options where nvFuser loses by more")
     parser.add_argument("--dump", default="", help="folder for losing regions' CUDA source and heuristics")
     parser.add_argument("--json", default="")
+    parser.add_argument("--sweep", default="", help="comma-separated option and variant names (default: all)")
     args = parser.parse_args(argv)
     nvf = nvf_env.nvfuser_module()
     seen = record_regions()
@@ -159,13 +167,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         loses = row.get("inductor_us") is not None and row["nvf_us"] > row["inductor_us"] + args.margin_us
         if loses:
             row["options"] = {}
+            wanted = set(args.sweep.split(",")) if args.sweep else set(OPTION_SETS) | set(LOWERING_VARIANTS)
             for name, (enable, disable) in OPTION_SETS.items():
+                if name not in wanted:
+                    continue
                 try:
                     _, out, ocall = nvf_call(nvf, graph, region_args, [*runtime_options, *enable], disable)
                     us, n, _ = kernel_time(ocall, args.calls)
                     row["options"][name] = {"us": us, "kernels": n, "max_diff": max_diff(out, nvf_out)}
                 except Exception as exc:
                     row["options"][name] = {"error": str(exc).splitlines()[0][:160] if str(exc) else repr(exc)}
+            for name, (attribute, value) in LOWERING_VARIANTS.items():
+                if name not in wanted:
+                    continue
+                before = getattr(lowerings, attribute)
+                setattr(lowerings, attribute, value)
+                try:
+                    vfd, out, vcall = nvf_call(nvf, graph, region_args, runtime_options)
+                    if repr(vfd) == repr(fd):
+                        continue  # the variant changes nothing in this region
+                    us, n, _ = kernel_time(vcall, args.calls)
+                    row["options"][name] = {"us": us, "kernels": n, "max_diff": max_diff(out, nvf_out)}
+                except Exception as exc:
+                    row["options"][name] = {"error": str(exc).splitlines()[0][:160] if str(exc) else repr(exc)}
+                finally:
+                    setattr(lowerings, attribute, before)
             if args.dump:
                 os.makedirs(args.dump, exist_ok=True)
                 safe = label.replace(" ", "_")
