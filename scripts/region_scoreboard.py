@@ -47,10 +47,10 @@ OPTION_SETS: dict[str, tuple[list[str], list[str]]] = {
 }
 
 
-#: Lowering variants tried on a losing region: name -> (module attribute of dynamo_nvf.ops.lowerings, value).
-LOWERING_VARIANTS: dict[str, tuple[str, Any]] = {
-    "two_pass_var_mean": ("VAR_MEAN_TWO_PASS_MAX_EXTENT", 1 << 14),
-}
+#: Lowering variants tried on a losing region: name -> (module attribute of dynamo_nvf.ops.lowerings,
+#: value while the variant is built). Session 18 tried var_mean as two sums here (no gain; see
+#: lowerings._var_mean); none is kept.
+LOWERING_VARIANTS: dict[str, tuple[str, Any]] = {}
 
 
 def _same_layout_copy(t: Any) -> Any:
