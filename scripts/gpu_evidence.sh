@@ -19,6 +19,7 @@
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
+#   scripts/gpu_evidence.sh s18e     the OpInfo sweep alone, 8 shards (fast math on exp/log regions)
 #   scripts/gpu_evidence.sh s18d     var_mean as two sums against Welford on LayerNorm regions, alone against inductor (#11)
 #   scripts/gpu_evidence.sh s18c     kernel totals of the other transformer workloads; LLaMA's losing regions swept (#11)
 #   scripts/gpu_evidence.sh s18b     hoisted slices and fast math: model kernel totals, their GPU tests, LLaMA's regions (#11)
@@ -598,6 +599,22 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
         > "$OUT/scoreboard_$w.txt" 2>&1; echo "$w rc=$?: $(tail -n 1 "$OUT/scoreboard_$w.txt")"
       grep -E "^dynamo_nvf|option two_pass" "$OUT/scoreboard_$w.txt" | cut -c1-110 | head -40
     done
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s18e)
+    # Session 18: the OpInfo sweep alone (fast math now compiles exp/log regions), sharded over processes.
+    SHARDS=8; LEFT=330
+    mkdir -p /tmp/opinfo
+    for i in $(seq 0 $((SHARDS - 1))); do
+      NVF_OPINFO_SHARD="$i/$SHARDS" NVF_OPINFO_BUDGET_S=$((LEFT - 60)) NVF_OPINFO_REPORT="/tmp/opinfo/shard$i.txt" \
+        timeout $((LEFT - 10)) python3 -m pytest -q tests/test_gpu_opinfo.py -p no:cacheprovider --tb=line \
+        > "/tmp/opinfo/pytest$i.log" 2>&1 &
+    done
+    wait
+    python3 scripts/merge_opinfo.py /tmp/opinfo/shard*.txt.json > "$OUT/opinfo.txt" 2>&1
+    tail -n 3 /tmp/opinfo/pytest*.log > "$OUT/opinfo_pytest.log"
+    grep -h -E "passed|failed" /tmp/opinfo/pytest*.log | tail -n 8
+    head -n 1 "$OUT/opinfo.txt"; sed -n '/^failures/,$p' "$OUT/opinfo.txt" | head -40
     echo "elapsed ${SECONDS}s"
     ;;
   il10a|il10b)
