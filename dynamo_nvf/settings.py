@@ -6,6 +6,8 @@ import logging
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping, Optional
 
+from dynamo_nvf.ops.fast_math import MODES as FAST_MATH_MODES
+
 log = logging.getLogger("dynamo_nvf")
 
 
@@ -277,8 +279,9 @@ class Settings:
             raise ValueError("split_norm_backward_rows must be -1 (auto), 0 (never) or a number of rows")
         if values.get("unpermute_reductions", 0) < -1:
             raise ValueError("unpermute_reductions must be -1 (auto), 0 (never) or a number of rows")
-        if values.get("fast_math", "auto") not in ("auto", "on", "off"):
-            raise ValueError(f"fast_math must be 'auto', 'on' or 'off', got {values['fast_math']!r}")
+        if values.get("fast_math", "auto") not in FAST_MATH_MODES:
+            raise ValueError(f"fast_math must be one of {', '.join(map(repr, FAST_MATH_MODES))}, "
+                             f"got {values['fast_math']!r}")
         if values.get("cuda_graph_max_shapes", 1) < 1:
             raise ValueError("cuda_graph_max_shapes must be at least 1")
         return cls(**values)

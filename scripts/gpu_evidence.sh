@@ -95,6 +95,19 @@ gradients() {  # perf.grad_check of WORKLOADS under BACKENDS within TIMEOUT s: $
   grep -E "within|FAIL|fell back|runs in eager" "$OUT/grad.txt" | cut -c1-200 | head -12
 }
 
+opinfo_shards() {  # SHARDS SECONDS: the OpInfo sweep in SHARDS background processes (then `wait`)
+  mkdir -p /tmp/opinfo
+  for i in $(seq 0 $(($1 - 1))); do
+    NVF_OPINFO_SHARD="$i/$1" NVF_OPINFO_BUDGET_S=$(($2 - 60)) NVF_OPINFO_REPORT="/tmp/opinfo/shard$i.txt" \
+      timeout $(($2 - 10)) python3 -m pytest -q tests/test_gpu_opinfo.py -p no:cacheprovider --tb=line \
+      > "/tmp/opinfo/pytest$i.log" 2>&1 &
+  done
+}
+opinfo_merge() {  # the shards' tables as one: $OUT/opinfo.txt, and their pytest tails
+  python3 scripts/merge_opinfo.py /tmp/opinfo/shard*.txt.json > "$OUT/opinfo.txt" 2>&1
+  tail -n 3 /tmp/opinfo/pytest*.log > "$OUT/opinfo_pytest.log"
+}
+
 kernel_table() {  # scripts/block_kernels.py WORKLOAD BACKEND appended to $OUT/kernels.txt; prints its total
   echo "=== $1 $2" >> "$OUT/kernels.txt"
   timeout 90 python3 scripts/block_kernels.py "$1" "$2" 2>&1 | grep -v "_warn_once\|UserWarning" >> "$OUT/kernels.txt"
@@ -592,27 +605,21 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     ;;
   s18d)
     # Session 18 (#11): var_mean as two sums against nvFuser's Welford, on the LayerNorm regions of the
-    # BERT/GPT/ViT forwards and BERT training (each region alone against inductor's kernel).
+    # BERT/GPT/ViT forwards and BERT training (each region alone against inductor's kernel). Run at
+    # a7eda61; the variant was removed after it (lowerings._var_mean), so this now sweeps fast_math only.
     for w in bert_fwd_bf16_small gpt_fwd_bf16_small bert_train_bf16_small; do
       [ $SECONDS -lt 450 ] || break
-      timeout $((580 - SECONDS)) python3 scripts/region_scoreboard.py $w --sweep two_pass_var_mean,fast_math --margin-us 0.1 \
+      timeout $((580 - SECONDS)) python3 scripts/region_scoreboard.py $w --sweep fast_math --margin-us 0.1 \
         > "$OUT/scoreboard_$w.txt" 2>&1; echo "$w rc=$?: $(tail -n 1 "$OUT/scoreboard_$w.txt")"
-      grep -E "^dynamo_nvf|option two_pass" "$OUT/scoreboard_$w.txt" | cut -c1-110 | head -40
+      grep -E "^dynamo_nvf|option " "$OUT/scoreboard_$w.txt" | cut -c1-110 | head -40
     done
     echo "elapsed ${SECONDS}s"
     ;;
   s18e)
     # Session 18: the OpInfo sweep alone (fast math now compiles exp/log regions), sharded over processes.
-    SHARDS=8; LEFT=330
-    mkdir -p /tmp/opinfo
-    for i in $(seq 0 $((SHARDS - 1))); do
-      NVF_OPINFO_SHARD="$i/$SHARDS" NVF_OPINFO_BUDGET_S=$((LEFT - 60)) NVF_OPINFO_REPORT="/tmp/opinfo/shard$i.txt" \
-        timeout $((LEFT - 10)) python3 -m pytest -q tests/test_gpu_opinfo.py -p no:cacheprovider --tb=line \
-        > "/tmp/opinfo/pytest$i.log" 2>&1 &
-    done
+    opinfo_shards 8 330
     wait
-    python3 scripts/merge_opinfo.py /tmp/opinfo/shard*.txt.json > "$OUT/opinfo.txt" 2>&1
-    tail -n 3 /tmp/opinfo/pytest*.log > "$OUT/opinfo_pytest.log"
+    opinfo_merge
     grep -h -E "passed|failed" /tmp/opinfo/pytest*.log | tail -n 8
     head -n 1 "$OUT/opinfo.txt"; sed -n '/^failures/,$p' "$OUT/opinfo.txt" | head -40
     echo "elapsed ${SECONDS}s"
@@ -977,19 +984,12 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
   suite)
     # The GPU suite beside the OpInfo sweep sharded over processes (neither times anything), within
     # NVF_EVIDENCE_BUDGET_S seconds.
-    SHARDS=${NVF_OPINFO_SHARDS:-6}
     LEFT=${NVF_EVIDENCE_BUDGET_S:-560}
-    mkdir -p /tmp/opinfo
-    for i in $(seq 0 $((SHARDS - 1))); do
-      NVF_OPINFO_SHARD="$i/$SHARDS" NVF_OPINFO_BUDGET_S=$((LEFT - 60)) NVF_OPINFO_REPORT="/tmp/opinfo/shard$i.txt" \
-        timeout $((LEFT - 10)) python3 -m pytest -q tests/test_gpu_opinfo.py -p no:cacheprovider --tb=line \
-        > "/tmp/opinfo/pytest$i.log" 2>&1 &
-    done
+    opinfo_shards "${NVF_OPINFO_SHARDS:-6}" "$LEFT"
     timeout $((LEFT - 10)) python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfsP \
       --deselect tests/test_gpu_opinfo.py::test_opinfo_sweep > "$OUT/gpu_tests.log" 2>&1
     wait
-    python3 scripts/merge_opinfo.py /tmp/opinfo/shard*.txt.json > "$OUT/opinfo.txt" 2>&1
-    tail -n 3 /tmp/opinfo/pytest*.log > "$OUT/opinfo_pytest.log"
+    opinfo_merge
     tail -n 3 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -20
     grep -E "^(stability|dynamic|automatic)" "$OUT/gpu_tests.log"
     head -n 1 "$OUT/opinfo.txt"; sed -n '/^failures/,$p' "$OUT/opinfo.txt" | head -40

@@ -27,7 +27,6 @@ import torch  # noqa: E402
 import dynamo_nvf  # noqa: E402,F401
 from dynamo_nvf import nvf as nvf_env  # noqa: E402
 from dynamo_nvf.lowering import build_fusion  # noqa: E402
-from dynamo_nvf.ops import lowerings  # noqa: E402
 from dynamo_nvf.runtime import direct_launch  # noqa: E402
 from dynamo_nvf.runtime.region import RegionRuntime  # noqa: E402
 from perf.backends import get_backend  # noqa: E402
@@ -45,12 +44,6 @@ OPTION_SETS: dict[str, tuple[list[str], list[str]]] = {
     "io_to_lower_precision": (["io_to_lower_precision"], []),
     "no_resize_scheduler": ([], ["resize_scheduler"]),
 }
-
-
-#: Lowering variants tried on a losing region: name -> (module attribute of dynamo_nvf.ops.lowerings,
-#: value while the variant is built). Session 18 tried var_mean as two sums here (no gain; see
-#: lowerings._var_mean); none is kept.
-LOWERING_VARIANTS: dict[str, tuple[str, Any]] = {}
 
 
 def _same_layout_copy(t: Any) -> Any:
@@ -130,7 +123,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--margin-us", type=float, default=0.15, help="sweep options where nvFuser loses by more")
     parser.add_argument("--dump", default="", help="folder for losing regions' CUDA source and heuristics")
     parser.add_argument("--json", default="")
-    parser.add_argument("--sweep", default="", help="comma-separated option and variant names (default: all)")
+    parser.add_argument("--sweep", default="", help="comma-separated option names (default: all)")
     args = parser.parse_args(argv)
     nvf = nvf_env.nvfuser_module()
     seen = record_regions()
@@ -167,7 +160,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         loses = row.get("inductor_us") is not None and row["nvf_us"] > row["inductor_us"] + args.margin_us
         if loses:
             row["options"] = {}
-            wanted = set(args.sweep.split(",")) if args.sweep else set(OPTION_SETS) | set(LOWERING_VARIANTS)
+            wanted = set(args.sweep.split(",")) if args.sweep else set(OPTION_SETS)
             for name, (enable, disable) in OPTION_SETS.items():
                 if name not in wanted:
                     continue
@@ -177,21 +170,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     row["options"][name] = {"us": us, "kernels": n, "max_diff": max_diff(out, nvf_out)}
                 except Exception as exc:
                     row["options"][name] = {"error": str(exc).splitlines()[0][:160] if str(exc) else repr(exc)}
-            for name, (attribute, value) in LOWERING_VARIANTS.items():
-                if name not in wanted:
-                    continue
-                before = getattr(lowerings, attribute)
-                setattr(lowerings, attribute, value)
-                try:
-                    vfd, out, vcall = nvf_call(nvf, graph, region_args, runtime_options)
-                    if repr(vfd) == repr(fd):
-                        continue  # the variant changes nothing in this region
-                    us, n, _ = kernel_time(vcall, args.calls)
-                    row["options"][name] = {"us": us, "kernels": n, "max_diff": max_diff(out, nvf_out)}
-                except Exception as exc:
-                    row["options"][name] = {"error": str(exc).splitlines()[0][:160] if str(exc) else repr(exc)}
-                finally:
-                    setattr(lowerings, attribute, before)
             if args.dump:
                 os.makedirs(args.dump, exist_ok=True)
                 safe = label.replace(" ", "_")

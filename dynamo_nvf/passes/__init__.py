@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from torch.fx import GraphModule, Node
 
@@ -28,3 +28,21 @@ def call_like(gm: GraphModule, target: Any, args: tuple, like: Node, mode: Any, 
     with mode:
         node.meta["val"] = target(*vals, **kvals)
     return node
+
+
+def rewrite_to_fixpoint(gm: GraphModule, rewrite_at: Callable[[GraphModule, Node], bool]) -> int:
+    """Offers every node of `gm` to `rewrite_at` (True: it rewrote there), pass after pass, until a
+    pass rewrites nothing; nodes a rewrite erased are skipped, nodes it added wait for the next pass.
+    Lints and recompiles `gm` when anything changed; returns the number of rewrites."""
+    rewrites = 0
+    progress = True
+    while progress:
+        progress = False
+        for node in list(gm.graph.nodes):
+            if not node._erased and rewrite_at(gm, node):
+                rewrites += 1
+                progress = True
+    if rewrites:
+        gm.graph.lint()
+        gm.recompile()
+    return rewrites

@@ -35,7 +35,7 @@ from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.metadata import static_sizes, tensor_val
 from dynamo_nvf.ops.lowerings import is_pointwise
-from dynamo_nvf.passes import add_note, call_like
+from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
 
 log = logging.getLogger("dynamo_nvf")
@@ -113,26 +113,22 @@ def _hoist(gm: GraphModule, permute: Node, perm: list[int]) -> None:
     gm.graph.erase_node(op)
 
 
+def _hoist_at(gm: GraphModule, node: Node) -> bool:
+    perm = _perm(node)
+    region = node.meta.get(REGION_KEY)
+    if perm is None or region is None or not isinstance(node.args[0], Node):
+        return False
+    op = node.args[0]
+    if getattr(tensor_val(op), "fake_mode", None) is None or not _can_hoist(op, perm, region):
+        return False
+    add_note(gm, NOTE.format(permute=node.name, op=op.name))
+    _hoist(gm, node, perm)
+    return True
+
+
 def hoist_permutes(gm: GraphModule) -> GraphModule:
     """Moves each qualifying in-region permute above its pointwise producers (module docstring)."""
-    hoisted = 0
-    progress = True
-    while progress:
-        progress = False
-        for node in list(gm.graph.nodes):
-            perm = _perm(node)
-            region = node.meta.get(REGION_KEY)
-            if perm is None or region is None or not isinstance(node.args[0], Node):
-                continue
-            op = node.args[0]
-            if getattr(tensor_val(op), "fake_mode", None) is None or not _can_hoist(op, perm, region):
-                continue
-            add_note(gm, NOTE.format(permute=node.name, op=op.name))
-            _hoist(gm, node, perm)
-            hoisted += 1
-            progress = True
+    hoisted = rewrite_to_fixpoint(gm, _hoist_at)
     if hoisted:
-        gm.graph.lint()
-        gm.recompile()
         log.debug("dynamo_nvf: hoisted %d permute(s) above pointwise ops onto region inputs", hoisted)
     return gm

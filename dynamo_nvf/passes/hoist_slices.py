@@ -33,7 +33,7 @@ from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import is_pointwise
 from dynamo_nvf.ops.metadata import static_sizes, tensor_val
-from dynamo_nvf.passes import add_note, call_like
+from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
 
 log = logging.getLogger("dynamo_nvf")
@@ -113,28 +113,23 @@ def _hoist(gm: GraphModule, op: Node, shape: list[int]) -> list[str]:
     return names
 
 
+def _hoist_at(gm: GraphModule, node: Node) -> bool:
+    if _slice_args(node) is None or node.meta.get(REGION_KEY) is None or not isinstance(node.args[0], Node):
+        return False
+    op = node.args[0]
+    if getattr(tensor_val(op), "fake_mode", None) is None:
+        return False
+    shape = _hoistable(op, node.meta[REGION_KEY])
+    if shape is None:
+        return False
+    slices = _hoist(gm, op, shape)
+    add_note(gm, NOTE.format(op=op.name, slices=", ".join(slices)))
+    return True
+
+
 def hoist_slices(gm: GraphModule) -> GraphModule:
     """Moves the in-region slices of pointwise ops above them, onto their operands (module docstring)."""
-    hoisted = 0
-    progress = True
-    while progress:
-        progress = False
-        for node in list(gm.graph.nodes):
-            if _slice_args(node) is None or node.meta.get(REGION_KEY) is None or not isinstance(node.args[0], Node):
-                continue
-            op = node.args[0]
-            if getattr(tensor_val(op), "fake_mode", None) is None:
-                continue
-            shape = _hoistable(op, node.meta[REGION_KEY])
-            if shape is None:
-                continue
-            slices = _hoist(gm, op, shape)
-            add_note(gm, NOTE.format(op=op.name, slices=", ".join(slices)))
-            hoisted += 1
-            progress = True
-            break  # the node list changed
+    hoisted = rewrite_to_fixpoint(gm, _hoist_at)
     if hoisted:
-        gm.graph.lint()
-        gm.recompile()
         log.debug("dynamo_nvf: hoisted the slices of %d pointwise op(s) onto their operands", hoisted)
     return gm

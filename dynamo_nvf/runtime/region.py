@@ -118,11 +118,17 @@ class _Entry:
 
     def execute(self, args: Sequence[Any]) -> Any:
         """Runs the definition through nvFuser (its first run compiles it), with its options."""
-        runner = self.fd if self.fec is None else self.fec
-        args = list(args) if self.fec is None else args
-        if self.enable_options:
-            return runner.execute(args, _enable_options=self.enable_options)
-        return runner.execute(args)
+        if self.fec is None:
+            return _execute(self.fd, list(args), self.enable_options)
+        return _execute(self.fec, args, self.enable_options)
+
+
+def _execute(runner: Any, args: Any, enable_options: Sequence[str]) -> Any:
+    """`runner.execute(args)` (a FusionDefinition or its executor cache), passing nvFuser enable
+    options only where there are any."""
+    if enable_options:
+        return runner.execute(args, _enable_options=list(enable_options))
+    return runner.execute(args)
 
 
 def _dense_in_order(t: torch.Tensor, order: Sequence[int]) -> bool:
@@ -620,7 +626,7 @@ class RegionRuntime:
         cache = (kernel_cache.activate(self.settings.kernel_cache_dir, self.settings.kernel_cache_max_mb)
                  if self.settings.kernel_cache else None)
         if cache is None:
-            return fd.execute(list(args), _enable_options=list(enable_options)) if enable_options else fd.execute(list(args))
+            return _execute(fd, list(args), enable_options)
         with cache.opening():
             return fd.execute(list(args), _enable_options=[*kernel_cache.ENABLE_OPTIONS, *enable_options],
                               _disable_options=list(kernel_cache.DISABLE_OPTIONS))
