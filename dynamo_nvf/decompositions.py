@@ -224,6 +224,63 @@ def _embedding_dense_backward_as_index_add(grad_output: torch.Tensor, indices: t
     return weight_grad.to(grad_output.dtype)
 
 
+#: Gradient dtypes whose embedding gradient `matmul_embedding_backward` takes: cuBLAS multiplies
+#: them exactly (0/1 times a value) and accumulates in f32, as ATen's kernel does. An f32 matmul may
+#: run in TF32, which would round the gradient.
+MATMUL_EMBEDDING_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _embedding_dense_backward_as_matmul(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,
+                                        padding_idx: int, scale_grad_by_freq: bool, *, any_device: bool) -> Any:
+    """An embedding's weight gradient over at most 3072 half-precision indices as a matmul.
+
+    ATen's direct kernel (`embedding_backward_feature_kernel`) runs one block per 32 features, each
+    looping over every index: 24 blocks of an H100's 132 for d 768, 14 us per embedding for BERT's 512
+    tokens, plus a fill of the [vocab, d] zeros. As matmuls on the tensor cores, with every row sum
+    accumulated in f32 and rounded once, as ATen's:
+
+    * vocab at most the indices (position embeddings): `one_hot(ids)^T @ grad`, [vocab, n] @ [n, d];
+      every row of the result is written, so no zeros;
+    * a larger vocab: each token's row sum `same @ grad` ([n, n] @ [n, d], `same[i, j]`: tokens i and
+      j are one id), written into zeros at the tokens' ids (`index_put`: tokens of one id write one
+      value; reinplaced onto the fresh zeros).
+
+    Padding tokens' columns match no id, so their gradient is dropped as ATen drops it. Under
+    `torch.use_deterministic_algorithms(True)` ATen's kernel runs (index_put with repeated ids).
+    """
+    numel = indices.numel()
+    if (scale_grad_by_freq or not isinstance(numel, int) or not 0 < numel <= ATEN_EMBEDDING_BACKWARD_DIRECT_MAX
+            or grad_output.dtype not in MATMUL_EMBEDDING_DTYPES or not isinstance(num_weights, int)
+            or torch.are_deterministic_algorithms_enabled() or not _on_gpu(grad_output, any_device)):
+        return NotImplemented
+    width = grad_output.shape[-1]
+    grad = grad_output.reshape(numel, width)
+    flat = indices.reshape(numel)
+    # -1 marks a padding token's column: no id equals it.
+    counted = flat if padding_idx < 0 else torch.where(
+        flat == padding_idx, torch.scalar_tensor(-1, dtype=flat.dtype, device=flat.device), flat)
+    if num_weights <= numel:
+        ids = torch.arange(num_weights, device=flat.device, dtype=flat.dtype)
+        one_hot = (ids.unsqueeze(1) == counted.unsqueeze(0)).to(grad.dtype)
+        return aten.mm.default(one_hot, grad)
+    same = (flat.unsqueeze(1) == counted.unsqueeze(0)).to(grad.dtype)
+    row_sums = aten.mm.default(same, grad)
+    return aten.index_put.default(grad.new_zeros((num_weights, width)), [flat.to(torch.int64)], row_sums, False)
+
+
+def _embedding_dense_backward(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,
+                              padding_idx: int, scale_grad_by_freq: bool, *, any_device: bool,
+                              atomic: bool, min_indices: int, matmul: bool) -> Any:
+    """The embedding gradient the options choose: atomic adds from `min_indices` indices, else a
+    matmul (half precision, at most 3072 indices), else ATen's."""
+    args = (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+    out = (_embedding_dense_backward_as_index_add(*args, any_device=any_device, min_indices=min_indices)
+           if atomic else NotImplemented)
+    if out is NotImplemented and matmul:
+        out = _embedding_dense_backward_as_matmul(*args, any_device=any_device)
+    return out
+
+
 #: Composite ops that, without CUDA graphs (`Settings.holds_composites`), reach planning whole: each is
 #: one ATen kernel (two or three for a LayerNorm backward), so one alone in a region gains nothing from
 #: nvFuser and pays its host cost. passes/composites.py decomposes those a region fuses with other ops;
@@ -253,6 +310,7 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
                         atomic_embedding_backward: bool = False,
                         hold_composites: bool = False,
                         atomic_embedding_min_indices: int = ATOMIC_EMBEDDING_MIN_INDICES,
+                        matmul_embedding_backward: bool = False,
                         ) -> dict[Any, Callable[..., Any]]:
     """The table handed to aot_autograd.
 
@@ -263,7 +321,8 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
     select's gradient a pad) on CUDA tensors only, where regions take the new ops in;
     `plan_cpu_as_cuda` does it on any device, so that a CPU plan is the CUDA plan. `stack` (with
     `fuse_data_movement`) becomes a cat on any device. With `atomic_embedding_backward`, an
-    embedding's gradient over more than 3072 indices is an `index_add` into zeros.
+    embedding's gradient over more than 3072 indices is an `index_add` into zeros; with
+    `matmul_embedding_backward`, a half-precision one over fewer is a matmul.
     """
     table = get_decompositions([op for op in DECOMPOSED_OPS if not (hold_composites and op in HELD_COMPOSITES)])
     table[aten.convolution.default] = functools.partial(_convolution_without_bias, any_device=plan_cpu_as_cuda)
@@ -278,9 +337,10 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
         table.update(get_decompositions(DATA_MOVEMENT_OPS))
         table[aten.slice_backward.default] = functools.partial(_slice_backward_as_pad, any_device=plan_cpu_as_cuda)
         table[aten.select_backward.default] = functools.partial(_select_backward_as_pad, any_device=plan_cpu_as_cuda)
-    if atomic_embedding_backward:
+    if atomic_embedding_backward or matmul_embedding_backward:
         table[aten.embedding_dense_backward.default] = functools.partial(
-            _embedding_dense_backward_as_index_add, any_device=plan_cpu_as_cuda, min_indices=atomic_embedding_min_indices)
+            _embedding_dense_backward, any_device=plan_cpu_as_cuda, atomic=atomic_embedding_backward,
+            min_indices=atomic_embedding_min_indices, matmul=matmul_embedding_backward)
     return table
 
 
@@ -288,4 +348,4 @@ def table_for(settings: Any, hold_composites: bool = False) -> dict[Any, Callabl
     """`decomposition_table` with the options a backend's Settings choose."""
     return decomposition_table(settings.plan_cpu_as_cuda, settings.fuse_cross_entropy, settings.fuse_data_movement,
                                settings.atomic_embedding_backward, hold_composites,
-                               settings.atomic_embedding_min_indices())
+                               settings.atomic_embedding_min_indices(), settings.matmul_embedding_backward)

@@ -83,6 +83,13 @@ class Settings:
     #: 13, perf backend nvf_atomic_embedding_all, scripts/block_kernels.py) 461.9 against 462.4 us of
     #: GPU time per step, the 28.3 us of ATen's direct kernel traded for zeros, adds and a cast.
     atomic_embedding_backward_min_indices: int = -1
+    #: A bfloat16/float16 embedding's weight gradient over at most 3072 indices (below the atomic
+    #: path) as matmuls on the tensor cores, f32-accumulated and rounded once as ATen's kernel is
+    #: (decompositions._embedding_dense_backward_as_matmul): a one-hot matmul where the vocabulary is
+    #: at most the indices, else each token's row sum (tokens-by-tokens equality matrix times the
+    #: gradient) written into zeros at its id. ATen's kernel runs only 24 blocks for d 768 (14 us per
+    #: embedding at BERT's 512 tokens on an H100). Off, or under deterministic algorithms: ATen's.
+    matmul_embedding_backward: bool = True
     #: Cut a region that reduces one tensor over its rows (a norm's dx) and over its columns (the
     #: norm's weight and bias gradients) in two when the tensor has at most this many rows: the column
     #: sums, with recomputed copies of what feeds them, become a region of their own

@@ -19,6 +19,8 @@
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
+#   scripts/gpu_evidence.sh s19b     forward kernel tables against inductor; embedding block and GPT forward regions alone (#11)
+#   scripts/gpu_evidence.sh s19a     matmul embedding gradients: tests, the four forms alone, training kernels, gradients (#11)
 #   scripts/gpu_evidence.sh s18e     the OpInfo sweep alone, 8 shards (fast math on exp/log regions)
 #   scripts/gpu_evidence.sh s18d     var_mean as two sums against Welford on LayerNorm regions, alone against inductor (#11)
 #   scripts/gpu_evidence.sh s18c     kernel totals of the other transformer workloads; LLaMA's losing regions swept (#11)
@@ -557,6 +559,37 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
       -p no:cacheprovider --tb=short -rfs > "$OUT/explain_tests.log" 2>&1; echo "explain tests rc=$?"
     tail -n 2 "$OUT/explain_tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/explain_tests.log" | cut -c1-400 | head -20
     IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10b "$IL10_TRAIN"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s19a)
+    # Session 19 (#11): embedding gradients as matmuls (matmul_embedding_backward): their GPU tests, the
+    # four forms timed alone, training kernel totals against inductor, the models' gradients.
+    direct_tests 150 tests/test_embedding_matmul_backward.py tests/test_embedding_backward.py \
+      tests/test_embedding_saved_rows.py
+    timeout 90 python3 scripts/repros/embedding_grad_forms.py > "$OUT/forms.txt" 2>&1; echo "forms rc=$?"; cat "$OUT/forms.txt"
+    for w in bert_train_bf16_small llama_train_bf16_small gpt_train_bf16_small; do for b in nvf_bookend inductor; do
+      f="$OUT/k_${w}_${b}.txt"
+      timeout 100 python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
+    done; done
+    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
+    gradients llama_train_bf16_small,bert_train_bf16_small,gpt_train_bf16_small nvf_bookend $((580 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s19b)
+    # Session 19 (#11): the forwards over inductor, kernel tables side by side; BERT's forward and the
+    # embedding block's regions alone against inductor, their CUDA source kept.
+    for w in bert_fwd_bf16_small gpt_fwd_bf16_small llama_fwd_bf16_small; do for b in nvf_bookend inductor; do
+      f="$OUT/k_${w}_${b}.txt"
+      timeout 80 python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
+    done; done
+    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
+    for w in embedding_scale_add_bf16 gpt_fwd_bf16_small; do
+      [ $SECONDS -lt 480 ] || break
+      timeout $((585 - SECONDS)) python3 scripts/region_scoreboard.py $w --dump "$OUT/dump_$w" --margin-us 0.1 \
+        > "$OUT/scoreboard_$w.txt" 2>&1; echo "$w rc=$?: $(tail -n 1 "$OUT/scoreboard_$w.txt")"
+      grep -E "^dynamo_nvf|option |launch" "$OUT/scoreboard_$w.txt" | cut -c1-130 | head -30
+    done
+    tar czf "$OUT/dumps.tgz" -C "$OUT" $(cd "$OUT" && ls -d dump_* 2>/dev/null) && rm -rf "$OUT"/dump_*
     echo "elapsed ${SECONDS}s"
     ;;
   s18a)

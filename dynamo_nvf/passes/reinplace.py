@@ -29,6 +29,7 @@ aten = torch.ops.aten
 #: Out-of-place accumulations whose in-place form returns `self`, with the same arguments.
 IN_PLACE_FORMS = {
     aten.index_add.default: aten.index_add_.default,
+    aten.index_put.default: aten.index_put_.default,  # the matmul embedding gradient's scatter
 }
 #: Ops that make a new tensor from constants: no input's storage can be in their result.
 FRESH_FACTORIES = frozenset({aten.full.default, aten.zeros.default, aten.ones.default, aten.empty.memory_format})
