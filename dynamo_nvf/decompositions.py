@@ -228,6 +228,10 @@ def _embedding_dense_backward_as_index_add(grad_output: torch.Tensor, indices: t
 #: them exactly (0/1 times a value) and accumulates in f32, as ATen's kernel does. An f32 matmul may
 #: run in TF32, which would round the gradient.
 MATMUL_EMBEDDING_DTYPES = (torch.bfloat16, torch.float16)
+#: The fewest indices whose gradient over a larger vocabulary is computed as row sums: the matmul, the
+#: equality matrix and the scatter cost about as much as ATen's kernel below (H100, session 19,
+#: scripts/repros/embedding_grad_forms.py).
+ROW_SUMS_MIN_INDICES = 256
 
 
 def _embedding_dense_backward_as_matmul(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,
@@ -241,9 +245,9 @@ def _embedding_dense_backward_as_matmul(grad_output: torch.Tensor, indices: torc
 
     * vocab at most the indices (position embeddings): `one_hot(ids)^T @ grad`, [vocab, n] @ [n, d];
       every row of the result is written, so no zeros;
-    * a larger vocab: each token's row sum `same @ grad` ([n, n] @ [n, d], `same[i, j]`: tokens i and
-      j are one id), written into zeros at the tokens' ids (`index_put`: tokens of one id write one
-      value; reinplaced onto the fresh zeros).
+    * a larger vocab, from ROW_SUMS_MIN_INDICES indices: each token's row sum `same @ grad` ([n, n] @
+      [n, d], `same[i, j]`: tokens i and j are one id), written into zeros at the tokens' ids
+      (`index_put`: tokens of one id write one value; reinplaced onto the fresh zeros).
 
     Padding tokens' columns match no id, so their gradient is dropped as ATen drops it. Under
     `torch.use_deterministic_algorithms(True)` ATen's kernel runs (index_put with repeated ids).
@@ -259,13 +263,21 @@ def _embedding_dense_backward_as_matmul(grad_output: torch.Tensor, indices: torc
     # -1 marks a padding token's column: no id equals it.
     counted = flat if padding_idx < 0 else torch.where(
         flat == padding_idx, torch.scalar_tensor(-1, dtype=flat.dtype, device=flat.device), flat)
+    if num_weights > numel and numel < ROW_SUMS_MIN_INDICES:
+        return NotImplemented
     if num_weights <= numel:
         ids = torch.arange(num_weights, device=flat.device, dtype=flat.dtype)
         one_hot = (ids.unsqueeze(1) == counted.unsqueeze(0)).to(grad.dtype)
         return aten.mm.default(one_hot, grad)
     same = (flat.unsqueeze(1) == counted.unsqueeze(0)).to(grad.dtype)
     row_sums = aten.mm.default(same, grad)
-    return aten.index_put.default(grad.new_zeros((num_weights, width)), [flat.to(torch.int64)], row_sums, False)
+    # The scatter copies whole rows, so it moves them as 8-byte words where they divide into them: ATen's
+    # index_put kernel computes an offset per element (3.9 us for BERT's 512 x 768 bf16 rows, H100).
+    word = torch.int64 if (width * grad.element_size()) % 8 == 0 else grad.dtype
+    words = width * grad.element_size() // word.itemsize
+    out = aten.index_put.default(grad.new_zeros((num_weights, words), dtype=word), [flat.to(torch.int64)],
+                                 row_sums.view(word), False)
+    return out.view(grad.dtype)
 
 
 def _embedding_dense_backward(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,

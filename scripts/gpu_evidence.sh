@@ -19,6 +19,7 @@
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
+#   scripts/gpu_evidence.sh s19c     row sums scattered as words: embedding tests, forms, training kernels; then s19b (#11)
 #   scripts/gpu_evidence.sh s19b     forward kernel tables against inductor; embedding block and GPT forward regions alone (#11)
 #   scripts/gpu_evidence.sh s19a     matmul embedding gradients: tests, the four forms alone, training kernels, gradients (#11)
 #   scripts/gpu_evidence.sh s18e     the OpInfo sweep alone, 8 shards (fast math on exp/log regions)
@@ -561,6 +562,22 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10b "$IL10_TRAIN"
     echo "elapsed ${SECONDS}s"
     ;;
+  s19c)
+    # Session 19 (#11): the row-sum scatter as 8-byte words and the row-sum threshold: embedding GPU tests
+    # (CPU plans on this GPU machine too), the five forms alone, training kernel totals; then s19b's forwards.
+    direct_tests 150 tests/test_embedding_matmul_backward.py tests/test_embedding_backward.py \
+      tests/test_embedding_saved_rows.py tests/test_distributed_cpu.py
+    timeout 90 python3 scripts/repros/embedding_grad_forms.py > "$OUT/forms.txt" 2>&1; echo "forms rc=$?"; cat "$OUT/forms.txt" | grep -v Warn
+    for w in llama_train_bf16_small gpt_train_bf16_small bert_train_bf16_small; do
+      f="$OUT/k_${w}_nvf_bookend.txt"
+      timeout 100 python3 scripts/block_kernels.py $w nvf_bookend > "$f" 2>&1; echo "$w rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
+      grep -E "index_|nvf::nvfuser_pointwise_f0_c1_r0_g[0-9]\(nvf::Tensor<(long|nvf::__bfloat), 2|embedding" "$f" | cut -c1-120
+    done
+    S_OFFSET=$SECONDS OUT="$OUT/fwd" bash "$0" s19b
+    mv "$OUT"/fwd/* "$OUT"/ 2>/dev/null; mv "$OUT/kernels.tgz" "$OUT/kernels_fwd.tgz" 2>/dev/null
+    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
+    echo "elapsed ${SECONDS}s"
+    ;;
   s19a)
     # Session 19 (#11): embedding gradients as matmuls (matmul_embedding_backward): their GPU tests, the
     # four forms timed alone, training kernel totals against inductor, the models' gradients.
@@ -584,8 +601,8 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     done; done
     tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
     for w in embedding_scale_add_bf16 gpt_fwd_bf16_small; do
-      [ $SECONDS -lt 480 ] || break
-      timeout $((585 - SECONDS)) python3 scripts/region_scoreboard.py $w --dump "$OUT/dump_$w" --margin-us 0.1 \
+      [ $((SECONDS + ${S_OFFSET:-0})) -lt 480 ] || break
+      timeout $((585 - SECONDS - ${S_OFFSET:-0})) python3 scripts/region_scoreboard.py $w --dump "$OUT/dump_$w" --margin-us 0.1 \
         > "$OUT/scoreboard_$w.txt" 2>&1; echo "$w rc=$?: $(tail -n 1 "$OUT/scoreboard_$w.txt")"
       grep -E "^dynamo_nvf|option |launch" "$OUT/scoreboard_$w.txt" | cut -c1-130 | head -30
     done

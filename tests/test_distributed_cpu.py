@@ -290,7 +290,12 @@ def test_regions_without_cuda_inputs_stay_eager_off_gpu_0():
     assert device_reason([on1, cpu_scalar], home) == ""
     assert device_reason([cpu_scalar], torch.device("cuda:0")) == ""
     assert device_reason([cpu_scalar], None) == ""
+    # Outputs on the CPU (a plan made as for CUDA on CPU tensors): a region without CUDA inputs stays
+    # eager there too, on a machine that has a GPU.
     out.args[0][0].meta["val"] = torch.empty(4)
+    assert home_device(region) == torch.device("cpu")
+    assert "belong on cpu" in device_reason([], torch.device("cpu"))
+    out.args[0][0].meta["val"] = 3
     assert home_device(region) is None
     _validate_devices([on1], home)
     with pytest.raises(RuntimeError, match="output 1 is on cuda:0"):

@@ -338,20 +338,21 @@ def _op_range(name: str) -> Any:
 
 
 def home_device(region: GraphModule) -> Optional[torch.device]:
-    """The CUDA device (with its index) eager puts the region's outputs on, or None when unknown."""
+    """The device eager puts the region's outputs on (a CUDA one with its index), or None when unknown."""
     out = next(n for n in region.graph.nodes if n.op == "output")
     for node in out.args[0]:
         val = node.meta.get("val")
-        if isinstance(val, torch.Tensor) and val.device.type == "cuda" and val.device.index is not None:
+        if isinstance(val, torch.Tensor) and (val.device.type != "cuda" or val.device.index is not None):
             return val.device
     return None
 
 
 def device_reason(args: Sequence[Any], home: Optional[torch.device]) -> str:
-    """'' unless nvFuser would pick the wrong GPU: with no CUDA tensor among its inputs (factory ops,
-    CPU scalars) a fusion runs on cuda:0, whatever the current device, so on another rank's GPU the
-    region runs in eager, where its outputs land where they belong."""
-    if home is None or home.index == 0:
+    """'' unless nvFuser would pick the wrong device: with no CUDA tensor among its inputs (factory ops,
+    CPU scalars) a fusion runs on cuda:0, whatever the current device, so where the outputs belong on
+    another rank's GPU (or on the CPU: a region planned as for CUDA, `plan_cpu_as_cuda`) the region
+    runs in eager, where its outputs land where they belong."""
+    if home is None or (home.type == "cuda" and home.index == 0):
         return ""
     if any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args):
         return ""

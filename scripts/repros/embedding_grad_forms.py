@@ -6,9 +6,10 @@ spent 28 us of its step in ATen's `embedding_backward_feature_kernel` plus 6 us 
 - aten:     `aten.embedding_dense_backward` (its direct kernel up to 3072 indices, a sort beyond);
 - atomic:   f32 zeros, `index_add_`, a cast (inductor's form; `atomic_embedding_backward`);
 - one_hot:  `one_hot(ids)^T @ grad` ([vocab, n] @ [n, d]);
-- row_sums: `(ids == ids^T) @ grad` ([n, n] @ [n, d]) written into zeros at the ids (`index_put_`).
+- row_sums: `(ids == ids^T) @ grad` ([n, n] @ [n, d]) written into zeros at the ids (`index_put_`);
+- row_sums_words: the same, its scatter moving 8-byte words (int64 views of the rows).
 
-The last two are `decompositions._embedding_dense_backward_as_matmul`'s two forms. GPU us per call from
+one_hot and row_sums_words are `decompositions._embedding_dense_backward_as_matmul`'s two forms. GPU us per call from
 torch.profiler (median over 20 calls of the kernels' summed time), and each form's largest error against
 an f64 reference beside aten's.
 """
@@ -52,7 +53,17 @@ def row_sums_form(grad, ids, vocab):
     return out.index_put_((flat,), same @ g)
 
 
-FORMS = {"aten": aten_form, "atomic": atomic_form, "one_hot": one_hot_form, "row_sums": row_sums_form}
+def row_sums_words_form(grad, ids, vocab):
+    """row_sums with the scatter moving 8-byte words (the decomposition's form)."""
+    flat = ids.reshape(-1)
+    g = grad.reshape(flat.numel(), -1)
+    same = (flat.unsqueeze(1) == flat.unsqueeze(0)).to(g.dtype)
+    out = torch.zeros(vocab, g.shape[1] * g.element_size() // 8, device=g.device, dtype=torch.int64)
+    return out.index_put_((flat,), (same @ g).view(torch.int64)).view(g.dtype)
+
+
+FORMS = {"aten": aten_form, "atomic": atomic_form, "one_hot": one_hot_form, "row_sums": row_sums_form,
+         "row_sums_words": row_sums_words_form}
 
 
 def kernel_us(call, iters: int = 20) -> float:
