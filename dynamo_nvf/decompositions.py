@@ -228,10 +228,12 @@ def _embedding_dense_backward_as_index_add(grad_output: torch.Tensor, indices: t
 #: them exactly (0/1 times a value) and accumulates in f32, as ATen's kernel does. An f32 matmul may
 #: run in TF32, which would round the gradient.
 MATMUL_EMBEDDING_DTYPES = (torch.bfloat16, torch.float16)
-#: The fewest indices whose gradient over a larger vocabulary is computed as row sums: the matmul, the
-#: equality matrix and the scatter cost about as much as ATen's kernel below (H100, session 19,
-#: scripts/repros/embedding_grad_forms.py).
-ROW_SUMS_MIN_INDICES = 256
+#: The fewest indices whose gradient over a larger vocabulary is computed as row sums. On an H100
+#: (session 19, LLaMA-style training at 256 indices, scripts/block_kernels.py) the zeros, equality
+#: matrix, matmul and scatter took 12.1 us against 11.9 for ATen's zeros and kernel: a tie, where ATen's
+#: one op costs less host time; at BERT's 512, 11.5 against 17 (scripts/repros/embedding_grad_forms.py
+#: times the forms alone).
+ROW_SUMS_MIN_INDICES = 384
 
 
 def _embedding_dense_backward_as_matmul(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,

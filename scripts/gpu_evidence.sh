@@ -19,6 +19,7 @@
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
+#   scripts/gpu_evidence.sh s19d     a norm's weight loaded before its reduction (repro); embedding tests; training kernels (#11)
 #   scripts/gpu_evidence.sh s19c     row sums scattered as words: embedding tests, forms, training kernels; then s19b (#11)
 #   scripts/gpu_evidence.sh s19b     forward kernel tables against inductor; embedding block and GPT forward regions alone (#11)
 #   scripts/gpu_evidence.sh s19a     matmul embedding gradients: tests, the four forms alone, training kernels, gradients (#11)
@@ -560,6 +561,20 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
       -p no:cacheprovider --tb=short -rfs > "$OUT/explain_tests.log" 2>&1; echo "explain tests rc=$?"
     tail -n 2 "$OUT/explain_tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/explain_tests.log" | cut -c1-400 | head -20
     IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10b "$IL10_TRAIN"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s19d)
+    # Session 19 (#11): does nvFuser load a norm's weight after its reduction, and does gating the
+    # reduction's input on the weight move the load; embedding tests (CPU plans on this GPU machine);
+    # training kernel totals with the row-sum threshold at 384 indices.
+    timeout 150 python3 scripts/repros/norm_weight_early.py > "$OUT/norm_early.txt" 2>&1; echo "norm rc=$?"
+    grep -v Warn "$OUT/norm_early.txt" | grep -v _warn | tail -n 12
+    direct_tests 200 tests/test_embedding_matmul_backward.py tests/test_distributed_cpu.py
+    for w in llama_train_bf16_small gpt_train_bf16_small; do for b in nvf_bookend inductor; do
+      f="$OUT/k_${w}_${b}.txt"
+      timeout 100 python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
+    done; done
+    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
     echo "elapsed ${SECONDS}s"
     ;;
   s19c)

@@ -268,6 +268,8 @@ def test_launcher_one_process_bf16(tmp_path):
 # ------------------------------------------------------------------------------------ one GPU per rank
 
 
+@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < 2,
+                    reason="a fake cuda:1 tensor needs a second GPU where CUDA is initialised")
 def test_regions_without_cuda_inputs_stay_eager_off_gpu_0():
     """nvFuser runs a fusion with no CUDA tensor input on cuda:0; on rank 1's GPU such a region must
     run eagerly, and a definition whose outputs land on another GPU falls back."""
@@ -295,6 +297,7 @@ def test_regions_without_cuda_inputs_stay_eager_off_gpu_0():
     out.args[0][0].meta["val"] = torch.empty(4)
     assert home_device(region) == torch.device("cpu")
     assert "belong on cpu" in device_reason([], torch.device("cpu"))
+    assert "belong on cpu" in device_reason([cpu_scalar], torch.device("cpu"))
     out.args[0][0].meta["val"] = 3
     assert home_device(region) is None
     _validate_devices([on1], home)

@@ -352,7 +352,9 @@ def device_reason(args: Sequence[Any], home: Optional[torch.device]) -> str:
     CPU scalars) a fusion runs on cuda:0, whatever the current device, so where the outputs belong on
     another rank's GPU (or on the CPU: a region planned as for CUDA, `plan_cpu_as_cuda`) the region
     runs in eager, where its outputs land where they belong."""
-    if home is None or (home.type == "cuda" and home.index == 0):
+    if home is not None and home.type != "cuda":
+        return f"its outputs belong on {home}: nvFuser runs CUDA tensors"
+    if home is None or home.index == 0:
         return ""
     if any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args):
         return ""
