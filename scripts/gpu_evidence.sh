@@ -19,6 +19,7 @@
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
+#   scripts/gpu_evidence.sh s19e     the GPU suite's files after suite560's 560 s; BERT kernels side by side; gradients
 #   scripts/gpu_evidence.sh s19d     a norm's weight loaded before its reduction (repro); embedding tests; training kernels (#11)
 #   scripts/gpu_evidence.sh s19c     row sums scattered as words: embedding tests, forms, training kernels; then s19b (#11)
 #   scripts/gpu_evidence.sh s19b     forward kernel tables against inductor; embedding block and GPT forward regions alone (#11)
@@ -561,6 +562,24 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
       -p no:cacheprovider --tb=short -rfs > "$OUT/explain_tests.log" 2>&1; echo "explain tests rc=$?"
     tail -n 2 "$OUT/explain_tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/explain_tests.log" | cut -c1-400 | head -20
     IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10b "$IL10_TRAIN"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s19e)
+    # Session 19: the GPU suite's files that suite560 did not reach (its 560 s ran out at test 344 of
+    # 371, all passing), then BERT-style training and inference kernels side by side, and gradients.
+    timeout 330 python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short -rfs tests/test_gpu_fusion_sharing.py \
+      tests/test_gpu_kernel_cache.py tests/test_gpu_model_grads.py tests/test_gpu_stability.py tests/test_gqa_attention.py \
+      tests/test_lean_views.py tests/test_notebook.py tests/test_one_hot_sums.py tests/test_output_aliasing.py \
+      tests/test_perf_models.py tests/test_split_norm_backward.py tests/test_training_extras.py \
+      tests/test_unflatten_reductions.py tests/test_unpermute_reductions.py tests/test_verify_regions.py \
+      tests/test_embedding_matmul_backward.py > "$OUT/gpu_tests_rest.log" 2>&1; echo "gpu tests rc=$?"
+    tail -n 3 "$OUT/gpu_tests_rest.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests_rest.log" | head -20
+    for w in bert_train_bf16_small bert_fwd_bf16_small; do for b in nvf_bookend inductor; do
+      f="$OUT/k_${w}_${b}.txt"
+      timeout 80 python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
+    done; done
+    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
+    gradients llama_train_bf16_small,bert_train_bf16_small,gpt_train_bf16_small nvf_bookend $((585 - SECONDS))
     echo "elapsed ${SECONDS}s"
     ;;
   s19d)

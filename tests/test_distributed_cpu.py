@@ -275,7 +275,7 @@ def test_regions_without_cuda_inputs_stay_eager_off_gpu_0():
     run eagerly, and a definition whose outputs land on another GPU falls back."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from dynamo_nvf.runtime.region import _validate_devices, device_reason, home_device
+    from dynamo_nvf.runtime.region import _runs_on_nvfuser, _validate_devices, device_reason, home_device
 
     with FakeTensorMode():
         on0, on1 = torch.empty(4, device="cuda:0"), torch.empty(4, device="cuda:1")
@@ -296,8 +296,9 @@ def test_regions_without_cuda_inputs_stay_eager_off_gpu_0():
     # eager there too, on a machine that has a GPU.
     out.args[0][0].meta["val"] = torch.empty(4)
     assert home_device(region) == torch.device("cpu")
-    assert "belong on cpu" in device_reason([], torch.device("cpu"))
-    assert "belong on cpu" in device_reason([cpu_scalar], torch.device("cpu"))
+    assert "belong on cpu" in _runs_on_nvfuser([], torch.device("cpu"))
+    assert "belong on cpu" in _runs_on_nvfuser([cpu_scalar], torch.device("cpu"))
+    assert _runs_on_nvfuser([cpu_scalar], home) == ""
     out.args[0][0].meta["val"] = 3
     assert home_device(region) is None
     _validate_devices([on1], home)

@@ -107,7 +107,7 @@ def stand_in_nvfuser(monkeypatch):
     monkeypatch.setattr(region_mod.nvf_env, "nvfuser_available", lambda: True)
     monkeypatch.setattr(region_mod.nvf_env, "nvfuser_module", lambda: object())
     monkeypatch.setattr(region_mod, "build_fusion", build)
-    monkeypatch.setattr(region_mod, "_runs_on_nvfuser", lambda args: "")
+    monkeypatch.setattr(region_mod, "_runs_on_nvfuser", lambda args, home=None: "")
     SHARED_FUSIONS.clear()
     STATS.reset()
     yield builds

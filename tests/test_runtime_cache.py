@@ -59,7 +59,7 @@ def _runtime(monkeypatch, cache_size=2, f=_sigmoid_affine, stand_in_validation=T
     runtime._static = False
     monkeypatch.setattr(region_mod, "build_fusion",
                         lambda nvf, eager, args: BuiltFusion(_StandInDefinition(eager), "stand-in", [None]))
-    monkeypatch.setattr(region_mod, "_runs_on_nvfuser", lambda args: "")
+    monkeypatch.setattr(region_mod, "_runs_on_nvfuser", lambda args, home=None: "")
     if stand_in_validation:
         monkeypatch.setattr(region_mod, "_validate_outputs", lambda outputs, expected: None)
     return runtime

@@ -348,13 +348,10 @@ def home_device(region: GraphModule) -> Optional[torch.device]:
 
 
 def device_reason(args: Sequence[Any], home: Optional[torch.device]) -> str:
-    """'' unless nvFuser would pick the wrong device: with no CUDA tensor among its inputs (factory ops,
-    CPU scalars) a fusion runs on cuda:0, whatever the current device, so where the outputs belong on
-    another rank's GPU (or on the CPU: a region planned as for CUDA, `plan_cpu_as_cuda`) the region
-    runs in eager, where its outputs land where they belong."""
-    if home is not None and home.type != "cuda":
-        return f"its outputs belong on {home}: nvFuser runs CUDA tensors"
-    if home is None or home.index == 0:
+    """'' unless nvFuser would pick the wrong GPU: with no CUDA tensor among its inputs (factory ops,
+    CPU scalars) a fusion runs on cuda:0, whatever the current device, so on another rank's GPU the
+    region runs in eager, where its outputs land where they belong (CPU outputs: `_runs_on_nvfuser`)."""
+    if home is None or home.type != "cuda" or home.index == 0:
         return ""
     if any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args):
         return ""
@@ -366,8 +363,13 @@ def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
-def _runs_on_nvfuser(args: Sequence[Any]) -> str:
-    """'' when nvFuser can take these inputs, else why not."""
+def _runs_on_nvfuser(args: Sequence[Any], home: Optional[torch.device] = None) -> str:
+    """'' when nvFuser can take these inputs and make outputs where they belong (`home`), else why not.
+
+    A region without CUDA inputs whose outputs belong on the CPU (planned as for CUDA on CPU tensors,
+    on a machine with a GPU) would otherwise run on cuda:0."""
+    if home is not None and home.type != "cuda":
+        return f"its outputs belong on {home.type}: nvFuser runs CUDA tensors"
     for a in args:
         if isinstance(a, torch.Tensor) and a.device.type != "cuda" and not (a.device.type == "cpu" and a.dim() == 0):
             return f"inputs on {a.device.type}: nvFuser runs CUDA tensors"
@@ -509,7 +511,7 @@ class RegionRuntime:
         entry = self._by_descriptor.get(descriptor)
         if entry is None:
             STATS.cache_misses += 1
-            reason = _runs_on_nvfuser(args) or device_reason(args, self._home)
+            reason = _runs_on_nvfuser(args, self._home) or device_reason(args, self._home)
             if reason and self.plan.executor == "planned":
                 self.plan.executor, self.plan.executor_reason = "eager", reason
             entry = _Entry(eager_reason=reason) if reason else self._shared_or_built(args, descriptor)
