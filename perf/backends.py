@@ -145,6 +145,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_aten_embedding_grad",
+            _nvf({"matmul_embedding_backward": False}),
+            "dynamo_nvf with matmul_embedding_backward off: half-precision embedding gradients up to 3072 "
+            "indices in ATen's kernel (the default before session 19); opt-in",
+            nvf=True,
+        ),
+        Backend(
             "nvf_fec_execute",
             _nvf({"direct_launch": False}),
             'dynamo_nvf with direct_launch off: every region call goes through fec.execute (the default '
