@@ -257,7 +257,8 @@ def _embedding_dense_backward_as_matmul(grad_output: torch.Tensor, indices: torc
     numel = indices.numel()
     if (scale_grad_by_freq or not isinstance(numel, int) or not 0 < numel <= ATEN_EMBEDDING_BACKWARD_DIRECT_MAX
             or grad_output.dtype not in MATMUL_EMBEDDING_DTYPES or not isinstance(num_weights, int)
-            or torch.are_deterministic_algorithms_enabled() or not _on_gpu(grad_output, any_device)):
+            or torch.are_deterministic_algorithms_enabled() or not _on_gpu(grad_output, any_device)
+            or num_weights > numel and numel < ROW_SUMS_MIN_INDICES):
         return NotImplemented
     width = grad_output.shape[-1]
     grad = grad_output.reshape(numel, width)
@@ -265,8 +266,6 @@ def _embedding_dense_backward_as_matmul(grad_output: torch.Tensor, indices: torc
     # -1 marks a padding token's column: no id equals it.
     counted = flat if padding_idx < 0 else torch.where(
         flat == padding_idx, torch.scalar_tensor(-1, dtype=flat.dtype, device=flat.device), flat)
-    if num_weights > numel and numel < ROW_SUMS_MIN_INDICES:
-        return NotImplemented
     if num_weights <= numel:
         ids = torch.arange(num_weights, device=flat.device, dtype=flat.dtype)
         one_hot = (ids.unsqueeze(1) == counted.unsqueeze(0)).to(grad.dtype)

@@ -118,6 +118,16 @@ kernel_table() {  # scripts/block_kernels.py WORKLOAD BACKEND appended to $OUT/k
   timeout 90 python3 scripts/block_kernels.py "$1" "$2" 2>&1 | grep -v "_warn_once\|UserWarning" >> "$OUT/kernels.txt"
   echo "$1 $2: $(grep -E "TOTAL" "$OUT/kernels.txt" | tail -n 1)"
 }
+kernel_files() {  # SECONDS "WORKLOADS" "BACKENDS": scripts/block_kernels.py per pair to $OUT/k_W_B.txt; prints totals
+  local w b f
+  for w in $2; do for b in $3; do
+    f="$OUT/k_${w}_${b}.txt"
+    timeout "$1" python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
+  done; done
+}
+pack_kernels() {  # the k_*.txt tables of kernel_files into $OUT/kernels.tgz
+  tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
+}
 region_compile() {  # first call of WORKLOAD under BACKEND in a fresh process, regions' compiles to FILE; its RESULT line
   TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout "$4" python3 scripts/compile_times.py --child "$1" "$2" \
     --regions "$3" 2>&1 | grep RESULT | cut -c1-400
@@ -574,11 +584,8 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
       tests/test_unflatten_reductions.py tests/test_unpermute_reductions.py tests/test_verify_regions.py \
       tests/test_embedding_matmul_backward.py > "$OUT/gpu_tests_rest.log" 2>&1; echo "gpu tests rc=$?"
     tail -n 3 "$OUT/gpu_tests_rest.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests_rest.log" | head -20
-    for w in bert_train_bf16_small bert_fwd_bf16_small; do for b in nvf_bookend inductor; do
-      f="$OUT/k_${w}_${b}.txt"
-      timeout 80 python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
-    done; done
-    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
+    kernel_files 80 "bert_train_bf16_small bert_fwd_bf16_small" "nvf_bookend inductor"
+    pack_kernels
     gradients llama_train_bf16_small,bert_train_bf16_small,gpt_train_bf16_small nvf_bookend $((585 - SECONDS))
     echo "elapsed ${SECONDS}s"
     ;;
@@ -589,11 +596,8 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     timeout 150 python3 scripts/repros/norm_weight_early.py > "$OUT/norm_early.txt" 2>&1; echo "norm rc=$?"
     grep -v Warn "$OUT/norm_early.txt" | grep -v _warn | tail -n 12
     direct_tests 200 tests/test_embedding_matmul_backward.py tests/test_distributed_cpu.py
-    for w in llama_train_bf16_small gpt_train_bf16_small; do for b in nvf_bookend inductor; do
-      f="$OUT/k_${w}_${b}.txt"
-      timeout 100 python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
-    done; done
-    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
+    kernel_files 100 "llama_train_bf16_small gpt_train_bf16_small" "nvf_bookend inductor"
+    pack_kernels
     echo "elapsed ${SECONDS}s"
     ;;
   s19c)
@@ -609,7 +613,7 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     done
     S_OFFSET=$SECONDS OUT="$OUT/fwd" bash "$0" s19b
     mv "$OUT"/fwd/* "$OUT"/ 2>/dev/null; mv "$OUT/kernels.tgz" "$OUT/kernels_fwd.tgz" 2>/dev/null
-    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
+    pack_kernels
     echo "elapsed ${SECONDS}s"
     ;;
   s19a)
@@ -618,22 +622,16 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     direct_tests 150 tests/test_embedding_matmul_backward.py tests/test_embedding_backward.py \
       tests/test_embedding_saved_rows.py
     timeout 90 python3 scripts/repros/embedding_grad_forms.py > "$OUT/forms.txt" 2>&1; echo "forms rc=$?"; cat "$OUT/forms.txt"
-    for w in bert_train_bf16_small llama_train_bf16_small gpt_train_bf16_small; do for b in nvf_bookend inductor; do
-      f="$OUT/k_${w}_${b}.txt"
-      timeout 100 python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
-    done; done
-    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
+    kernel_files 100 "bert_train_bf16_small llama_train_bf16_small gpt_train_bf16_small" "nvf_bookend inductor"
+    pack_kernels
     gradients llama_train_bf16_small,bert_train_bf16_small,gpt_train_bf16_small nvf_bookend $((580 - SECONDS))
     echo "elapsed ${SECONDS}s"
     ;;
   s19b)
     # Session 19 (#11): the forwards over inductor, kernel tables side by side; BERT's forward and the
     # embedding block's regions alone against inductor, their CUDA source kept.
-    for w in bert_fwd_bf16_small gpt_fwd_bf16_small llama_fwd_bf16_small; do for b in nvf_bookend inductor; do
-      f="$OUT/k_${w}_${b}.txt"
-      timeout 80 python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
-    done; done
-    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
+    kernel_files 80 "bert_fwd_bf16_small gpt_fwd_bf16_small llama_fwd_bf16_small" "nvf_bookend inductor"
+    pack_kernels
     for w in embedding_scale_add_bf16 gpt_fwd_bf16_small; do
       [ $((SECONDS + ${S_OFFSET:-0})) -lt 480 ] || break
       timeout $((585 - SECONDS - ${S_OFFSET:-0})) python3 scripts/region_scoreboard.py $w --dump "$OUT/dump_$w" --margin-us 0.1 \
@@ -657,10 +655,7 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
   s18b)
     # Session 18 (#11): slices hoisted above pointwise ops (RoPE backward) and fast math for exp/log
     # regions: model kernel totals side by side with inductor, their GPU tests, and LLaMA's regions alone.
-    for w in llama_train_bf16_small bert_train_bf16_small; do for b in nvf_bookend inductor; do
-      f="$OUT/k_${w}_${b}.txt"
-      timeout 100 python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
-    done; done
+    kernel_files 100 "llama_train_bf16_small bert_train_bf16_small" "nvf_bookend inductor"
     timeout 240 python3 -m pytest -q tests/test_fast_math.py tests/test_hoist_slices.py tests/test_data_movement.py \
       -p no:cacheprovider --tb=short -rfs > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
     tail -n 2 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | cut -c1-300 | head -10
@@ -674,13 +669,9 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
   s18c)
     # Session 18 (#11): GPU kernel time per step, nvf_bookend against inductor, on the other transformer
     # workloads; then LLaMA's losing regions swept over nvFuser options (resize scheduler off included).
-    for w in gpt_train_bf16_small llama_fwd_bf16_small gpt_fwd_bf16_small bert_fwd_bf16_small vit_fwd_bf16_small vit_train_bf16_small; do
-      for b in nvf_bookend inductor; do
-        f="$OUT/k_${w}_${b}.txt"
-        timeout 80 python3 scripts/block_kernels.py $w $b > "$f" 2>&1; echo "$w $b rc=$?: $(grep TOTAL "$f" | cut -c1-120)"
-      done
-    done
-    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls k_*.txt) && rm -f "$OUT"/k_*.txt
+    kernel_files 80 "gpt_train_bf16_small llama_fwd_bf16_small gpt_fwd_bf16_small bert_fwd_bf16_small vit_fwd_bf16_small vit_train_bf16_small" \
+      "nvf_bookend inductor"
+    pack_kernels
     if [ $SECONDS -lt 430 ]; then
       timeout $((575 - SECONDS)) python3 scripts/region_scoreboard.py llama_train_bf16_small > "$OUT/scoreboard_llama.txt" 2>&1
       echo "scoreboard rc=$?"; tail -n 1 "$OUT/scoreboard_llama.txt"

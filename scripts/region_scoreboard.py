@@ -31,6 +31,7 @@ from dynamo_nvf.runtime import direct_launch  # noqa: E402
 from dynamo_nvf.runtime.region import RegionRuntime  # noqa: E402
 from perf.backends import get_backend  # noqa: E402
 from perf.workloads import REGISTRY  # noqa: E402
+from repros.kernel_timing import cuda_kernels  # noqa: E402
 
 #: nvFuser options tried on a losing region: name -> (enable options, disable options).
 OPTION_SETS: dict[str, tuple[list[str], list[str]]] = {
@@ -74,14 +75,7 @@ def record_regions() -> list[tuple[str, Any, list, list[str]]]:
 
 def kernel_time(call: Callable[[], Any], calls: int) -> tuple[float, float, list[str]]:
     """(GPU µs per call, kernels per call, kernel names of one call) under torch.profiler."""
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            call()
-        torch.cuda.synchronize()
-    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    events = cuda_kernels(call, calls)
     names = collections.Counter(e.name for e in events)
     return (sum(e.device_time for e in events) / calls, len(events) / calls,
             [f"{n[:90]} x{c / calls:g}" for n, c in names.items()])

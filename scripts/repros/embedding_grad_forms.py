@@ -21,6 +21,8 @@ import sys
 
 import torch
 
+from kernel_timing import cuda_kernels
+
 aten = torch.ops.aten
 
 #: (tokens, vocab, d): BERT's words and positions, GPT's and LLaMA's, then larger ones.
@@ -67,14 +69,8 @@ FORMS = {"aten": aten_form, "atomic": atomic_form, "one_hot": one_hot_form, "row
 
 
 def kernel_us(call, iters: int = 20) -> float:
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            call()
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    """Median over calls of the call's kernels' summed time."""
+    kernels = cuda_kernels(call, iters)
     per_call = len(kernels) // iters
     sums = [sum(e.device_time for e in kernels[i * per_call:(i + 1) * per_call]) for i in range(iters)]
     return statistics.median(sums)

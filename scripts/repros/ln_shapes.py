@@ -16,8 +16,6 @@ the call's kernels):
 
 from __future__ import annotations
 
-import collections
-import statistics
 import sys
 from pathlib import Path
 
@@ -26,6 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import dynamo_nvf  # noqa: E402,F401
+from kernel_timing import kernel_us  # noqa: E402
 from nvfuser_direct import DataType, FusionDefinition  # noqa: E402
 
 SHAPES = [(2, 96, 56, 56), (2, 192, 28, 28), (2, 384, 14, 14), (2, 768, 7, 7), (8, 192, 28, 28)]
@@ -53,23 +52,6 @@ def head(inp, y, gamma, w, b):
     x = inp + (y * gamma).permute(0, 3, 1, 2)
     pooled = x.mean([-2, -1])
     return torch.nn.functional.layer_norm(pooled, (pooled.shape[-1],), w, b, 1e-6)
-
-
-def kernel_us(call, iters: int = 20) -> tuple[float, int]:
-    """(median GPU us per call summed over kernels, kernels per call)."""
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            call()
-        torch.cuda.synchronize()
-    times: dict[str, list[float]] = collections.defaultdict(list)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            times[e.name].append(e.device_time)
-    per_call = sum(statistics.median(v) * len(v) / iters for v in times.values())
-    return per_call, round(sum(len(v) for v in times.values()) / iters)
 
 
 def fusion_2d(rows: int, c: int, with_bias: bool) -> FusionDefinition:

@@ -16,8 +16,6 @@ Per shape (bf16 rows x d), GPU us per call (torch.profiler, median of 30 calls, 
 
 from __future__ import annotations
 
-import collections
-import statistics
 import sys
 from pathlib import Path
 
@@ -28,22 +26,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from nvfuser_direct import DataType, FusionDefinition  # noqa: E402
 
+import kernel_timing  # noqa: E402
+
 SHAPES = [("layernorm", 256, 768), ("layernorm", 512, 768), ("rmsnorm", 256, 512), ("layernorm", 4096, 1024)]
 
 
 def kernel_us(call, iters: int = 30) -> float:
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            call()
-        torch.cuda.synchronize()
-    times: dict[str, list[float]] = collections.defaultdict(list)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            times[e.name].append(e.device_time)
-    return sum(statistics.median(v) * len(v) / iters for v in times.values())
+    return kernel_timing.kernel_us(call, iters)[0]
 
 
 def add_norm(kind: str, x, r, w, b):

@@ -1,0 +1,31 @@
+"""GPU kernel time of a callable under torch.profiler, shared by the repros and scripts/region_scoreboard.py
+(torch only, so a repro stays standalone)."""
+
+from __future__ import annotations
+
+import collections
+import statistics
+from typing import Any, Callable
+
+import torch
+
+
+def cuda_kernels(call: Callable[[], Any], iters: int) -> list[Any]:
+    """The CUDA kernel events of `iters` calls of `call` (after 3 warm-up calls), in launch order."""
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            call()
+        torch.cuda.synchronize()
+    return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def kernel_us(call: Callable[[], Any], iters: int = 20) -> tuple[float, int]:
+    """(GPU us per call: each kernel's median time times its launches per call, summed; kernels per call)."""
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    for e in cuda_kernels(call, iters):
+        times[e.name].append(e.device_time)
+    per_call = sum(statistics.median(v) * len(v) / iters for v in times.values())
+    return per_call, round(sum(len(v) for v in times.values()) / iters)
