@@ -23,7 +23,7 @@ from torch.fx import GraphModule
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.decompositions import table_for
 from dynamo_nvf.ops.metadata import static_layout
-from dynamo_nvf.passes import NOTES_KEY, add_note
+from dynamo_nvf.passes import NOTES_KEY
 from dynamo_nvf.ops.fast_math import region_fast_math
 from dynamo_nvf.passes.attention import fuse_attention
 from dynamo_nvf.passes.gqa_attention import read_grouped_heads
@@ -37,7 +37,6 @@ from dynamo_nvf.passes.reinplace import reinplace_fresh_accumulations
 from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.passes.split_reductions import split_norm_backward
 from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager
-from dynamo_nvf.passes.norm_statistics import RECOMPUTED_STATISTICS_KEY, recompute_norm_statistics
 from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.passes.unfuse_addmm import unfuse_addmm_bias
@@ -102,18 +101,9 @@ def install_runtimes(gm: GraphModule, plan: GraphPlan, settings: Settings) -> Gr
     return gm
 
 
-def partition_joint_graph(joint: GraphModule, joint_inputs: Sequence[Any], settings: Optional[Settings] = None,
-                          **kwargs: Any) -> Any:
+def partition_joint_graph(joint: GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
     """aot_autograd's partition_fn: the joint-graph passes, then torch's min-cut partitioner."""
-    joint = simplify_one_hot_sums(joint)
-    if settings is not None and settings.recompute_norm_statistics:
-        joint = recompute_norm_statistics(joint)
-    forward, backward = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
-    recomputed = joint.meta.pop(RECOMPUTED_STATISTICS_KEY, 0)
-    if recomputed:
-        add_note(backward, f"recompute_norm_statistics: the row statistics of {recomputed} norm(s) recomputed "
-                           f"here, not saved by the forward")
-    return forward, backward
+    return min_cut_rematerialization_partition(simplify_one_hot_sums(joint), joint_inputs, **kwargs)
 
 
 class _Recorder:
@@ -165,7 +155,6 @@ class _GraphCompiler:
         # The passes rewrite a copy (nodes and their meta dicts are copied, values shared), so a
         # failure anywhere in planning leaves aot_autograd's graph intact to run as it is.
         work = GraphModule(gm, copy.deepcopy(gm.graph))
-        work.meta[NOTES_KEY] = list(gm.meta.get(NOTES_KEY, []))  # the joint-graph passes' notes
         if self.settings.strict:
             plan, forward = self._compile(work, kind, graph_id)
         else:
@@ -238,7 +227,7 @@ def nvf_bookend(
         fw_compiler=functools.partial(compiler, kind="forward"),
         bw_compiler=functools.partial(compiler, kind="backward"),
         inference_compiler=functools.partial(compiler, kind="inference"),
-        partition_fn=functools.partial(partition_joint_graph, settings=settings),
+        partition_fn=partition_joint_graph,
         decompositions=table_for(settings, hold_composites=settings.holds_composites()
                                  and not _has_dynamic_sizes(example_inputs)),
         keep_inference_input_mutations=True,

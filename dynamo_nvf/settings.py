@@ -118,10 +118,6 @@ class Settings:
     #: small, 256 rows; inductor 359); step time 1.024x, 1.015x, 0.963x (within the rounds' spread);
     #: nvFuser's first-call compile of the BERT-style step 19.9 -> 15.6 s.
     segment_norm_backward: bool = True
-    #: Recompute each LayerNorm's mean and reciprocal std (RMSNorm's reciprocal RMS) in the backward
-    #: from the norm's input, which the backward reads anyway, instead of saving them: fewer saved
-    #: tensors, each of which costs host time on every training step (passes/norm_statistics.py).
-    recompute_norm_statistics: bool = True
     #: Without CUDA graphs, a composite op (GELU, SiLU, LayerNorm and their backwards) that would be a
     #: region on its own runs as its ATen kernel: such ops reach planning whole, and
     #: passes/composites.py decomposes only those a region fuses with other ops. `min_region_size`

@@ -152,20 +152,6 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
-            "nvf_saved_norm_stats",
-            _nvf({"recompute_norm_statistics": False}),
-            "dynamo_nvf with recompute_norm_statistics off: each norm's mean and reciprocal std saved by the "
-            "forward, not recomputed in the backward (the default before session 20); opt-in",
-            nvf=True,
-        ),
-        Backend(
-            "nvf_saved_norm_stats_cudagraphs",
-            _nvf({"recompute_norm_statistics": False, "cuda_graphs": True}),
-            "nvf_saved_norm_stats with CUDA graphs; opt-in",
-            cuda_graphs=True,
-            nvf=True,
-        ),
-        Backend(
             "nvf_fec_execute",
             _nvf({"direct_launch": False}),
             'dynamo_nvf with direct_launch off: every region call goes through fec.execute (the default '

@@ -19,7 +19,6 @@
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
-#   scripts/gpu_evidence.sh s20a     norm statistics recomputed: tests; training under graphs, recomputed vs saved (#10)
 #   scripts/gpu_evidence.sh s19e     the GPU suite's files after suite560's 560 s; BERT kernels side by side; gradients
 #   scripts/gpu_evidence.sh s19d     a norm's weight loaded before its reduction (repro); embedding tests; training kernels (#11)
 #   scripts/gpu_evidence.sh s19c     row sums scattered as words: embedding tests, forms, training kernels; then s19b (#11)
@@ -573,17 +572,6 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
       -p no:cacheprovider --tb=short -rfs > "$OUT/explain_tests.log" 2>&1; echo "explain tests rc=$?"
     tail -n 2 "$OUT/explain_tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/explain_tests.log" | cut -c1-400 | head -20
     IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10b "$IL10_TRAIN"
-    echo "elapsed ${SECONDS}s"
-    ;;
-  s20a)
-    # Session 20: recompute_norm_statistics (fewer saved tensors per training step): its tests and the
-    # split tests on the GPU, then training steps under graphs side by side, statistics recomputed
-    # (nvf_cudagraphs) and saved (nvf_saved_norm_stats_cudagraphs), against inductor_ro.
-    direct_tests 120 tests/test_norm_statistics.py tests/test_split_norm_backward.py
-    timeout $((590 - SECONDS)) python3 -m perf.interleave "$IL10_TRAIN" \
-      --backends inductor_ro,nvf_cudagraphs,nvf_saved_norm_stats_cudagraphs --rounds ${IL10_ROUNDS:-5} \
-      --json "$OUT/s20a.json" > "$OUT/s20a.log" 2>&1; echo "s20a rc=$?"
-    grep -E "^\| [a-z]" "$OUT/s20a.log" | tail -n 16 | cut -c1-170
     echo "elapsed ${SECONDS}s"
     ;;
   s19e)

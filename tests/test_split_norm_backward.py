@@ -32,11 +32,10 @@ class NormBlock(nn.Module):
         return self.rms(self.ln(x + r)) * 1.5
 
 
-def _backward_regions(rows_limit: int, shape=(4, 16, 64), recompute_statistics: bool = False):
+def _backward_regions(rows_limit: int, shape=(4, 16, 64)):
     block = NormBlock(shape[-1])
     plans = cuda_plans(lambda x, r: block(x, r), shape, shape, train=True, fake=False,
-                       options={"split_norm_backward_rows": rows_limit,
-                                "recompute_norm_statistics": recompute_statistics})
+                       options={"split_norm_backward_rows": rows_limit})
     return next(p for p in plans if p.kind == "backward").regions
 
 
@@ -57,17 +56,6 @@ def test_column_sums_move_to_a_region_of_their_own():
     shapes = sorted(list(t.shape) for t in rows_region.outputs)
     assert shapes == [[4, 16, 1], [4, 16, 64]], rows_region.outputs  # a row sum for the new region; dx
     assert any("split from the region" in note for note in cols_region.boundary)
-
-
-def test_recomputed_norm_statistics_are_read_from_the_row_region():
-    """With the statistics recomputed in the backward (the default), the row region holds their
-    reductions and hands the column sums one value per row each: the LayerNorm's mean and reciprocal
-    std and the RMSNorm's reciprocal RMS, besides the row sum and dx; nothing else full-size."""
-    rows_region, cols_region = _backward_regions(ALWAYS, recompute_statistics=True)
-    assert "var_mean" in rows_region.fx_code and "var_mean" not in cols_region.fx_code
-    assert "[0, 1]" not in rows_region.fx_code
-    shapes = sorted(list(t.shape) for t in rows_region.outputs)
-    assert shapes == [[4, 16, 1]] * 4 + [[4, 16, 64]], rows_region.outputs
 
 
 def test_more_rows_than_the_limit_keep_one_region():

@@ -31,7 +31,6 @@ from dynamo_nvf.ops.context import SEGMENT_INPUTS_KEY
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, reduced_dims
 from dynamo_nvf.ops.metadata import is_metadata, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note
-from dynamo_nvf.passes.norm_statistics import NORM_STATISTIC_KEY
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of
 from dynamo_nvf.passes.unpermute_reductions import UNPERMUTED_KEY
 from dynamo_nvf.settings import Settings
@@ -154,10 +153,8 @@ def _tail(node: Node, members: set[Node]) -> Optional[list[Node]]:
 
 
 def _reads_row_reduction(node: Node, members: set[Node]) -> bool:
-    """True when `node` depends, inside its region, on a row reduction (a column sum of dx); a norm's
-    statistics recomputed here (recompute_norm_statistics) stand for saved inputs and do not count."""
-    return any(_is_row_reduction(n) and not n.meta.get(NORM_STATISTIC_KEY)
-               for n in reach(node, members, upstream=True))
+    """True when `node` depends, inside its region, on a row reduction (a column sum of dx)."""
+    return any(_is_row_reduction(n) for n in reach(node, members, upstream=True))
 
 
 def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
