@@ -19,6 +19,7 @@
 #   scripts/gpu_evidence.sh dist     on nvidia-h200-x2: DDP and FSDP2 training under torchrun (issue #13)
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
+#   scripts/gpu_evidence.sh s20b     kernel overlap: profiler sums against busy time and CUDA events (#11)
 #   scripts/gpu_evidence.sh s19e     the GPU suite's files after suite560's 560 s; BERT kernels side by side; gradients
 #   scripts/gpu_evidence.sh s19d     a norm's weight loaded before its reduction (repro); embedding tests; training kernels (#11)
 #   scripts/gpu_evidence.sh s19c     row sums scattered as words: embedding tests, forms, training kernels; then s19b (#11)
@@ -572,6 +573,15 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
       -p no:cacheprovider --tb=short -rfs > "$OUT/explain_tests.log" 2>&1; echo "explain tests rc=$?"
     tail -n 2 "$OUT/explain_tests.log"; grep -E "^FAILED|^ERROR|^E  " "$OUT/explain_tests.log" | cut -c1-400 | head -20
     IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10b "$IL10_TRAIN"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s20b)
+    # Session 20 (#11): does the profiler's kernel sum count nvFuser's programmatic-dependent-launch
+    # overlap twice? Sum against union of kernel intervals against CUDA events, the LayerNorm fusion
+    # alone and four transformer steps, nvFuser and inductor.
+    timeout $((590 - SECONDS)) python3 scripts/repros/kernel_overlap.py all bert_fwd_bf16_small gpt_fwd_bf16_small \
+      llama_fwd_bf16_small llama_train_bf16_small > "$OUT/overlap.txt" 2>&1; echo "overlap rc=$?"
+    grep -v -i warn "$OUT/overlap.txt" | grep -v "_warn_once" | head -n 60 | cut -c1-170
     echo "elapsed ${SECONDS}s"
     ;;
   s19e)
