@@ -16,6 +16,13 @@ their spread (lowest and highest round).  With ``--acceptance``, issue #10's cri
 from the per-round ratios (:func:`acceptance_document`, :mod:`perf.acceptance`).  Compile times are
 not comparable here (backends after the first may reuse Dynamo's and dynamo_nvf's process caches);
 ``python -m perf`` measures them.
+
+``--gpu`` times GPU time per call instead, as ``python -m perf`` does for blocks (``gpu_us``: CUDA
+events around each call, the L2 flushed and the host hidden behind a spin kernel before it; a
+round's value is the median of ``--calls`` calls), in the same rotated rounds: the GPU's clocks
+drift too, and a block within 1% of another backend needs both timed in one stretch. With
+``--acceptance`` it reads issue #11's block criteria (:data:`GPU_CRITERIA`) from the per-round
+ratios.
 """
 
 from __future__ import annotations
@@ -26,14 +33,16 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from fnmatch import fnmatchcase
 from typing import Callable, Optional, Sequence
 
 import torch
 from tabulate import tabulate
 
 from .backends import get_backend, reset_compile_state
-from .measure import backend_step, device_sync, profile_counts, steps_per_batch, timed_batches
-from .workloads import REGISTRY
+from .measure import (backend_step, device_sync, event_times_us, profile_counts, sleep_cycles_for, steps_per_batch,
+                      timed_batches, wall_us_per_call)
+from .workloads import REGISTRY, select
 
 
 @dataclass
@@ -52,18 +61,27 @@ class InterleavedResult:
     #: GPU kernel ms per step and kernels per step (torch.profiler, after the timed rounds; CUDA only).
     kernel_ms: dict[str, float] = field(default_factory=dict)
     kernels: dict[str, float] = field(default_factory=dict)
+    #: With ``--gpu``: GPU us per call, one per round (each the median of the round's calls); then
+    #: the rounds' metric, and step_ms is empty.
+    gpu_us: dict[str, list[float]] = field(default_factory=dict)
+    #: The timed metric: "step_ms" (wall time per step, host included) or "gpu_us".
+    metric: str = "step_ms"
+
+    def series(self) -> dict[str, list[float]]:
+        return getattr(self, self.metric)
 
     def median_ms(self, backend: str) -> float:
-        return statistics.median(self.step_ms[backend])
+        """The median over rounds of the timed metric (ms for step_ms, us for gpu_us)."""
+        return statistics.median(self.series()[backend])
 
-    def ratios(self, backend: str, reference: Optional[str] = None, metric: str = "step_ms") -> list[float]:
+    def ratios(self, backend: str, reference: Optional[str] = None, metric: Optional[str] = None) -> list[float]:
         """Per-round ratio backend / reference (each round's batches ran back to back)."""
-        series = getattr(self, metric)
+        series = getattr(self, metric or self.metric)
         return [a / b for a, b in zip(series[backend], series[reference or self.reference])]
 
     def summary(self) -> dict:
         out = {}
-        for name in self.step_ms:
+        for name in self.series():
             r = self.ratios(name)
             out[name] = {
                 "median_ms": self.median_ms(name),
@@ -130,6 +148,84 @@ def interleaved_steps(
     return result
 
 
+def interleaved_gpu(
+    workload: str,
+    backends: Sequence[str],
+    *,
+    rounds: int = 9,
+    calls: int = 10,
+    warmup: int = 5,
+    flush_mib: int = 256,
+    profile_steps: int = 3,
+) -> InterleavedResult:
+    """Compiles ``workload`` once per backend, then times ``rounds`` rounds of GPU time per call
+    (CUDA only): each round, every backend in rotated order, ``calls`` calls each, every one after an
+    L2 flush and behind a spin as long as 1.5 of its synchronized wall time (python -m perf's
+    gpu_us); then profiles each backend (kernels per call)."""
+    if len(set(backends)) != len(backends) or not backends:
+        raise ValueError(f"need distinct backends, got {list(backends)}")
+    wl = REGISTRY[workload]
+    reset_compile_state()
+    steps: dict[str, Callable[[], object]] = {}
+    sleeps: dict[str, int] = {}
+    for name in backends:
+        step = backend_step(get_backend(name), wl.instantiate("cuda", tiny=False))
+        for _ in range(1 + warmup):
+            step()
+        sleeps[name] = sleep_cycles_for(min(1.5 * wall_us_per_call(step) + 20.0, 100_000.0))
+        steps[name] = step
+    flush = torch.empty(flush_mib * 2**20, dtype=torch.int8, device="cuda")
+    result = InterleavedResult(workload=workload, reference=backends[0], metric="gpu_us",
+                               gpu_us={name: [] for name in backends})
+    for r in range(rounds):
+        for name in rotated(backends, r):
+            result.gpu_us[name].append(statistics.median(event_times_us(steps[name], calls, flush, sleeps[name])))
+    del flush
+    if profile_steps > 0:
+        for name in backends:
+            kernels, _, dev_us = profile_counts(steps[name], profile_steps)
+            result.kernels[name] = kernels
+            result.kernel_ms[name] = dev_us / 1e3
+    steps.clear()
+    reset_compile_state()
+    return result
+
+
+#: Issue #11's block criteria, read from interleaved GPU-time rounds: (text, subject, reference,
+#: aggregate over the blocks, limit) on the medians of per-round ratios.
+GPU_CRITERIA: tuple[tuple[str, str, str, str, float], ...] = (
+    ("every block's GPU time <= inductor", "nvf_bookend", "inductor", "max", 1.0),
+    ("geomean GPU time <= 0.95x inductor", "nvf_bookend", "inductor", "geomean", 0.95),
+    ("no block loses to untrimmed", "nvf_bookend", "nvf_untrimmed", "max", 1.0),
+    ("no block loses to eager", "nvf_bookend", "eager", "max", 1.0),
+)
+
+
+def gpu_acceptance(results: Sequence[InterleavedResult]) -> tuple[str, bool]:
+    """Issue #11's block criteria over interleaved GPU-time results: a table and whether all pass.
+    A criterion missing a backend or a workload's ratio is INCOMPLETE, which fails."""
+    from .report import geomean
+
+    rows, ok = [], True
+    for text, subject, reference, aggregate, limit in GPU_CRITERIA:
+        ratios = {res.workload: statistics.median(res.ratios(subject, reference))
+                  for res in results if subject in res.gpu_us and reference in res.gpu_us}
+        if len(ratios) != len(results) or not ratios:
+            rows.append([text, f"{subject}/{reference}", "-", "-", f"<= {limit:.2f}x", "INCOMPLETE"])
+            ok = False
+            continue
+        worst = max(ratios, key=ratios.__getitem__)
+        value = ratios[worst] if aggregate == "max" else geomean(ratios.values())
+        status = "PASS" if value <= limit else "FAIL"
+        ok &= status == "PASS"
+        over = sorted((wl for wl, r in ratios.items() if r > limit), key=lambda wl: -ratios[wl])
+        rows.append([text, f"{subject}/{reference}", f"{value:.3f}x", ", ".join(f"{wl} {ratios[wl]:.3f}x" for wl in over)
+                     or (worst if aggregate == "max" else "-"), f"<= {limit:.2f}x", status])
+    table_text = tabulate(rows, headers=["criterion", "ratio", "value", "over the limit (median of rounds)",
+                                         "limit", "status"], tablefmt="github")
+    return table_text + f"\n\nacceptance: {'MET' if ok else 'NOT MET'}", ok
+
+
 def acceptance_document(results: Sequence[InterleavedResult]) -> dict:
     """A result document that perf.acceptance reads (issue #10's criteria), from interleaved rounds.
 
@@ -138,6 +234,8 @@ def acceptance_document(results: Sequence[InterleavedResult]) -> dict:
     """
     doc: dict = {"results": {}, "workloads": {}, "round_ratios": {}, "backends": [], "config": {}}
     for res in results:
+        if res.metric != "step_ms":
+            continue
         doc["workloads"][res.workload] = {"timing": "step"}
         doc["results"][res.workload] = {
             name: {"step_ms": statistics.median(res.step_ms[name]),
@@ -167,27 +265,49 @@ def load_results(path: str) -> list[InterleavedResult]:
 
 
 def table(results: Sequence[InterleavedResult]) -> str:
+    gpu = bool(results) and all(res.metric == "gpu_us" for res in results)
     rows = []
     for res in results:
         for name, s in res.summary().items():
             ratio = "-" if name == res.reference else (
                 f"{s['ratio_median']:.3f}x [{s['ratio_low']:.3f}, {s['ratio_high']:.3f}]")
-            gpu = "-" if s["kernel_ms"] is None else f"{s['kernel_ms']:.3f}"
+            kernel_ms = "-" if s["kernel_ms"] is None else f"{s['kernel_ms']:.3f}"
             kernels = "-" if s["kernels"] is None else f"{s['kernels']:g}"
-            rows.append([res.workload, name, f"{s['median_ms']:.3f}", ratio, gpu, kernels,
+            rows.append([res.workload, name, f"{s['median_ms']:.3f}", ratio, kernel_ms, kernels,
                          res.steps_per_batch.get(name, "-")])
-    return tabulate(rows, headers=["workload", "backend", "step ms (median of rounds)",
+    return tabulate(rows, headers=["workload", "backend",
+                                   "GPU us per call (median of rounds)" if gpu else "step ms (median of rounds)",
                                    "/ first backend: median [low, high] of rounds", "GPU kernel ms", "kernels",
                                    "steps/batch"], tablefmt="github")
+
+
+def workload_names(spec: str, tags: Sequence[str] = ()) -> list[str]:
+    """The comma-separated names of `spec` (fnmatch patterns expanded over the registry, in its order),
+    then every workload (python -m perf --all) with one of `tags` not named already."""
+    names: list[str] = []
+    for entry in (w.strip() for w in spec.split(",") if w.strip()):
+        if any(c in entry for c in "*?["):
+            names += [n for n in REGISTRY if fnmatchcase(n, entry) and n not in names]
+        elif entry not in names:
+            names.append(entry)
+    if tags:
+        names += [w.name for w in select(tags=list(tags), all_=True) if w.name not in names]
+    return names
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf.interleave", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("workloads", nargs="?", default="",
-                   help="comma-separated perf workload names (see python -m perf --list)")
+                   help="comma-separated perf workload names or fnmatch patterns (see python -m perf --list)")
+    p.add_argument("--tag", action="append", default=[], metavar="TAG",
+                   help="every workload (python -m perf --all) with this tag, after the named ones")
     p.add_argument("--backends", help="comma-separated; the first is the reference of the ratios")
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--gpu", action="store_true",
+                   help="GPU time per call (python -m perf's gpu_us) instead of step time; with --acceptance, "
+                        "issue #11's block criteria (backends inductor, nvf_bookend, nvf_untrimmed, eager)")
+    p.add_argument("--calls", type=int, default=10, help="with --gpu: timed calls per backend per round")
     p.add_argument("--batch-s", type=float, default=0.05,
                    help="target seconds per batch, each backend at its own step time (default 0.05)")
     p.add_argument("--json", metavar="PATH")
@@ -201,12 +321,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.from_json:
         results = [r for path in args.from_json.split(",") if path for r in load_results(path)]
     else:
-        if not args.workloads or not args.backends:
-            p.error("workloads and --backends are required unless --from-json is given")
+        if not (args.workloads or args.tag) or not args.backends:
+            p.error("workloads (or --tag) and --backends are required unless --from-json is given")
         names = [b for b in args.backends.split(",") if b]
+        workloads = workload_names(args.workloads, args.tag)
         results = []
-        for workload in [w for w in args.workloads.split(",") if w]:
-            res = interleaved_steps(workload, names, rounds=args.rounds, batch_s=args.batch_s)
+        for workload in workloads:
+            if args.gpu:
+                res = interleaved_gpu(workload, names, rounds=args.rounds, calls=args.calls)
+            else:
+                res = interleaved_steps(workload, names, rounds=args.rounds, batch_s=args.batch_s)
             results.append(res)
             print(table([res]), flush=True)
             if args.json:  # after each workload: a call cut off by its time limit keeps what it measured
@@ -215,7 +339,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(table(results))
     doc = acceptance_document(results)
     verdict_ok = True
-    if args.acceptance:
+    if args.acceptance and any(res.metric == "gpu_us" for res in results):
+        text, verdict_ok = gpu_acceptance([res for res in results if res.metric == "gpu_us"])
+        print()
+        print(text)
+    elif args.acceptance:
         from .acceptance import passed, render_acceptance
 
         print()

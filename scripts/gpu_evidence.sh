@@ -20,6 +20,7 @@
 #   scripts/gpu_evidence.sh suite560 the whole GPU suite alone, with most of a call's 600 s
 #   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
 #   scripts/gpu_evidence.sh s20b     kernel overlap: profiler sums against busy time and CUDA events (#11)
+#   scripts/gpu_evidence.sh s20c     the block table in interleaved GPU-time rounds, issue #11's block criteria
 #   scripts/gpu_evidence.sh s19e     the GPU suite's files after suite560's 560 s; BERT kernels side by side; gradients
 #   scripts/gpu_evidence.sh s19d     a norm's weight loaded before its reduction (repro); embedding tests; training kernels (#11)
 #   scripts/gpu_evidence.sh s19c     row sums scattered as words: embedding tests, forms, training kernels; then s19b (#11)
@@ -582,6 +583,17 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     timeout $((590 - SECONDS)) python3 scripts/repros/kernel_overlap.py all bert_fwd_bf16_small gpt_fwd_bf16_small \
       llama_fwd_bf16_small llama_train_bf16_small > "$OUT/overlap.txt" 2>&1; echo "overlap rc=$?"
     grep -v -i warn "$OUT/overlap.txt" | grep -v "_warn_once" | head -n 60 | cut -c1-170
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s20c)
+    # Session 20 (#11): the block table side by side: every block's four backends compiled at once and
+    # their GPU time timed in rotated rounds (perf.interleave --gpu), issue #11's block criteria read
+    # from the per-round ratios.
+    direct_tests 60 tests/test_perf_interleave.py
+    timeout $((590 - SECONDS)) python3 -m perf.interleave --tag block --gpu \
+      --backends inductor,nvf_bookend,nvf_untrimmed,eager --rounds ${BLOCK_ROUNDS:-5} --acceptance \
+      --json "$OUT/blocks_il.json" > "$OUT/blocks_il.log" 2>&1; echo "blocks rc=$?"
+    sed -n '/^| criterion/,$p' "$OUT/blocks_il.log" | cut -c1-220
     echo "elapsed ${SECONDS}s"
     ;;
   s19e)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from perf import interleave
@@ -127,3 +128,74 @@ def test_json_is_written_after_each_workload(tmp_path, monkeypatch):
     monkeypatch.setattr(interleave, "write_json", lambda path, results: written.append([r.workload for r in results]))
     interleave.main(["a,b", "--backends", "eager,nvf_bookend", "--json", str(tmp_path / "x.json")])
     assert written[:2] == [["a"], ["a", "b"]]
+
+
+def _gpu_result(workload, rounds):
+    """An interleaved GPU-time result from per-round GPU us {backend: [..]}; the reference is inductor."""
+    return interleave.InterleavedResult(workload=workload, reference="inductor", metric="gpu_us",
+                                        gpu_us={name: list(times) for name, times in rounds.items()})
+
+
+def test_gpu_acceptance_reads_issue_11s_criteria_from_per_round_ratios():
+    # Round 2's clocks are slow for everyone: per-round ratios hold, medians of times alone would not.
+    fast = {"inductor": [10.0, 30.0, 10.0], "nvf_bookend": [9.0, 27.0, 9.0], "nvf_untrimmed": [9.0, 27.0, 9.0],
+            "eager": [20.0, 60.0, 20.0]}
+    text, ok = interleave.gpu_acceptance([_gpu_result("layernorm_fwd_f32", fast)])
+    assert ok and "acceptance: MET" in text and "0.900x" in text
+    # A block 2% over inductor and 1% over untrimmed fails both criteria, and is named.
+    slow = {"inductor": [10.0, 10.0, 10.0], "nvf_bookend": [10.2, 10.2, 10.2], "nvf_untrimmed": [10.1, 10.1, 10.1],
+            "eager": [20.0, 20.0, 20.0]}
+    text, ok = interleave.gpu_acceptance([_gpu_result("layernorm_fwd_f32", fast), _gpu_result("softmax_fwd_f32", slow)])
+    assert not ok and "softmax_fwd_f32 1.020x" in text and "softmax_fwd_f32 1.010x" in text
+    lines = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+    assert "0.958x" in lines["geomean GPU time <= 0.95x inductor"]  # sqrt(0.9 * 1.02)
+    assert "FAIL" in lines["geomean GPU time <= 0.95x inductor"] and "PASS" in lines["no block loses to eager"]
+
+
+def test_gpu_acceptance_without_untrimmed_is_incomplete():
+    text, ok = interleave.gpu_acceptance([_gpu_result("gelu_views", {"inductor": [1.0], "nvf_bookend": [0.9],
+                                                                      "eager": [2.0]})])
+    assert not ok and "INCOMPLETE" in text
+
+
+def test_gpu_results_round_trip_through_json(tmp_path, capsys, monkeypatch):
+    rounds = {"inductor": [10.0, 10.0], "nvf_bookend": [9.0, 9.5], "nvf_untrimmed": [9.5, 9.5], "eager": [20.0, 21.0]}
+    path = tmp_path / "blocks.json"
+    timed = []
+
+    def fake_gpu(workload, names, rounds, calls):  # noqa: ARG001
+        timed.append(workload)
+        return _gpu_result(workload, {n: rounds_of[n] for n in names})
+
+    rounds_of = rounds
+    monkeypatch.setattr(interleave, "interleaved_gpu", fake_gpu)
+    assert interleave.main(["layernorm_fwd_f32", "--gpu", "--backends", "inductor,nvf_bookend,nvf_untrimmed,eager",
+                            "--acceptance", "--json", str(path)]) == 0
+    assert timed == ["layernorm_fwd_f32"]
+    (loaded,) = interleave.load_results(str(path))
+    assert loaded.metric == "gpu_us" and loaded.gpu_us == rounds and loaded.step_ms == {}
+    assert loaded.summary()["nvf_bookend"]["ratio_median"] == 0.925
+    out = capsys.readouterr().out
+    assert "GPU us per call (median of rounds)" in out and "acceptance: MET" in out
+    assert interleave.main(["--from-json", str(path), "--acceptance"]) == 0
+
+
+def test_workload_names_expand_patterns_and_tags():
+    from perf.workloads import REGISTRY
+
+    names = interleave.workload_names("gelu_views,layernorm_*")
+    assert names[0] == "gelu_views" and "layernorm_fwd_f32" in names
+    assert all(n == "gelu_views" or n.startswith("layernorm_") for n in names)
+    blocks = interleave.workload_names("", ["block"])
+    assert blocks and all("block" in REGISTRY[n].tags for n in blocks)
+    assert len(blocks) == len(set(blocks))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_rounds_time_every_backend_on_the_device():
+    res = interleave.interleaved_gpu("gelu_views", ["eager", "nvf_bookend"], rounds=2, calls=3, warmup=1,
+                                     profile_steps=1)
+    assert res.metric == "gpu_us" and set(res.gpu_us) == {"eager", "nvf_bookend"}
+    assert all(len(v) == 2 and all(t > 0 for t in v) for v in res.gpu_us.values())
+    assert res.kernels["nvf_bookend"] >= 1 and res.summary()["eager"]["ratio_median"] == 1.0
