@@ -21,6 +21,7 @@
 #   scripts/gpu_evidence.sh il10a/b  issue #10's table in two calls (forwards, training); --from-json joins them
 #   scripts/gpu_evidence.sh s20b     kernel overlap: profiler sums against busy time and CUDA events (#11)
 #   scripts/gpu_evidence.sh s20c     the block table in interleaved GPU-time rounds, issue #11's block criteria
+#   scripts/gpu_evidence.sh s20d     s20c's blocks over inductor: region scoreboards with options swept, dumps (#11)
 #   scripts/gpu_evidence.sh s19e     the GPU suite's files after suite560's 560 s; BERT kernels side by side; gradients
 #   scripts/gpu_evidence.sh s19d     a norm's weight loaded before its reduction (repro); embedding tests; training kernels (#11)
 #   scripts/gpu_evidence.sh s19c     row sums scattered as words: embedding tests, forms, training kernels; then s19b (#11)
@@ -594,6 +595,16 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
       --backends inductor,nvf_bookend,nvf_untrimmed,eager --rounds ${BLOCK_ROUNDS:-5} --acceptance \
       --json "$OUT/blocks_il.json" > "$OUT/blocks_il.log" 2>&1; echo "blocks rc=$?"
     sed -n '/^| criterion/,$p' "$OUT/blocks_il.log" | cut -c1-220
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s20d)
+    # Session 20 (#11): the blocks over inductor in s20c's interleaved table, region by region, with
+    # nvFuser's options swept (scripts/region_scoreboard.py), CUDA source and heuristics dumped.
+    for w in layernorm_fwd_f32 rmsnorm_fwd_f32 softmax_fwd_f32 embedding_scale_add_bf16 rmsnorm_fwd_bf16; do
+      timeout 100 python3 scripts/region_scoreboard.py $w --dump "$OUT/d/$w" > "$OUT/sb_$w.txt" 2>&1
+      echo "$w rc=$?"; grep -v -i warn "$OUT/sb_$w.txt" | grep -v _warn_once | head -n 16 | cut -c1-160
+    done
+    tar czf "$OUT/dumps.tgz" -C "$OUT" d && rm -rf "$OUT/d"
     echo "elapsed ${SECONDS}s"
     ;;
   s19e)
