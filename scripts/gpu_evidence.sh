@@ -22,6 +22,7 @@
 #   scripts/gpu_evidence.sh s20b     kernel overlap: profiler sums against busy time and CUDA events (#11)
 #   scripts/gpu_evidence.sh s20c     the block table in interleaved GPU-time rounds, issue #11's block criteria
 #   scripts/gpu_evidence.sh s20d     s20c's blocks over inductor: region scoreboards with options swept, dumps (#11)
+#   scripts/gpu_evidence.sh s20e     cross-entropy's tail spelled four ways: kernels per call (#11)
 #   scripts/gpu_evidence.sh s19e     the GPU suite's files after suite560's 560 s; BERT kernels side by side; gradients
 #   scripts/gpu_evidence.sh s19d     a norm's weight loaded before its reduction (repro); embedding tests; training kernels (#11)
 #   scripts/gpu_evidence.sh s19c     row sums scattered as words: embedding tests, forms, training kernels; then s19b (#11)
@@ -605,6 +606,13 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
       echo "$w rc=$?"; grep -v -i warn "$OUT/sb_$w.txt" | grep -v _warn_once | head -n 16 | cut -c1-160
     done
     tar czf "$OUT/dumps.tgz" -C "$OUT" d && rm -rf "$OUT/d"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s20e)
+    # Session 20 (#11): cross-entropy's tail (count, sum, division) spelled four ways, alone and after
+    # the row kernel: kernels per call.
+    timeout 200 python3 scripts/repros/ce_tail.py > "$OUT/ce_tail.txt" 2>&1; echo "ce_tail rc=$?"
+    grep -v -i warn "$OUT/ce_tail.txt" | grep -v _warn_once | cut -c1-220
     echo "elapsed ${SECONDS}s"
     ;;
   s19e)

@@ -1,0 +1,126 @@
+"""Cross-entropy's mean over tokens: how many kernels nvFuser makes of the loss's tail (issue #11).
+
+A training step's loss region (log-softmax rows, the target's log-probability, then the mean over
+valid tokens) runs as 4 kernels on an H100 (nvFuser 0.2.36): the persistent row kernel, a reduction
+for the count of valid tokens, one for the sum of losses and a 1.3 us kernel for the division;
+inductor runs 2. Session 17 counted the divisor in float32 and still got 4. This tries spellings
+of the two full reductions and the division, alone and after the row kernel:
+
+- A:  as the lowering writes it: sum(ne(target, -100)) as int64, cast, sum(nll), div;
+- B:  the count summed in float32;
+- G:  both sums as inner reductions of a [1, n] row (keepdim), then the division, then a reshape
+      to a 0-dim tensor: one block reduces the row, so the division can follow in the same kernel;
+- C:  one sum over the rows of a [2, n] stack (losses, then the valid mask as float32), then the
+      division of its two values.
+
+    python scripts/repros/ce_tail.py
+
+Per variant: kernels per call, their names and GPU us per call (torch.profiler, 30 calls), and the
+largest difference from the eager loss.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from nvfuser_direct import DataType, FusionDefinition  # noqa: E402
+
+import kernel_timing  # noqa: E402
+
+ROWS, VOCAB, IGNORE = 256, 8192, -100
+
+
+def _tail(fd, nll, valid, variant: str):
+    """(count, loss) of per-row losses `nll` (f32, zero where invalid) and the bool mask `valid`."""
+    if variant == "A":
+        count = fd.ops.cast(fd.ops.sum(fd.ops.cast(valid, DataType.Int), [0], False, DataType.Null), DataType.Float)
+        total = fd.ops.sum(nll, [0], False, DataType.Null)
+        return count, fd.ops.div(total, count)
+    if variant == "B":
+        count = fd.ops.sum(fd.ops.cast(valid, DataType.Float), [0], False, DataType.Null)
+        total = fd.ops.sum(nll, [0], False, DataType.Null)
+        return count, fd.ops.div(total, count)
+    if variant == "G":
+        row_nll = fd.ops.broadcast(nll, [True, False])
+        row_valid = fd.ops.broadcast(fd.ops.cast(valid, DataType.Float), [True, False])
+        count = fd.ops.sum(row_valid, [1], True, DataType.Null)  # [1, 1]
+        total = fd.ops.sum(row_nll, [1], True, DataType.Null)
+        loss = fd.ops.div(total, count)
+        return fd.ops.reshape(count, []), fd.ops.reshape(loss, [])
+    if variant == "C":
+        both = fd.ops.cat([fd.ops.broadcast(nll, [True, False]),
+                           fd.ops.broadcast(fd.ops.cast(valid, DataType.Float), [True, False])], 0)
+        sums = fd.ops.sum(both, [1], False, DataType.Null)  # [2]
+        total = fd.ops.reshape(fd.ops.slice(sums, [0], [1], [1]), [])
+        count = fd.ops.reshape(fd.ops.slice(sums, [1], [2], [1]), [])
+        return count, fd.ops.div(total, count)
+    raise ValueError(variant)
+
+
+def tail_alone(variant: str) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        nll = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        target = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
+        valid = fd.ops.ne(target, fd.define_scalar(IGNORE, dtype=DataType.Int))
+        count, loss = _tail(fd, fd.ops.where(valid, nll, fd.define_scalar(0.0, dtype=DataType.Float)), valid, variant)
+        fd.add_output(count)
+        fd.add_output(loss)
+    return fd
+
+
+def whole_loss(variant: str) -> FusionDefinition:
+    """The loss region as the lowering builds it (log-softmax rows, the target's value by a class mask,
+    outputs amax and log-sum-exp for the backward), with the tail spelled as `variant`."""
+    with FusionDefinition() as fd:
+        logits = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        target = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
+        x = fd.ops.cast(logits, DataType.Float)
+        amax = fd.ops.max(x, [1], True, DataType.Null)
+        shifted = fd.ops.sub(x, amax)
+        lse = fd.ops.log(fd.ops.sum(fd.ops.exp(shifted), [1], True, DataType.Null))
+        logp = fd.ops.sub(shifted, lse)
+        valid = fd.ops.ne(target, fd.define_scalar(IGNORE, dtype=DataType.Int))
+        picked = fd.ops.where(valid, target, fd.define_scalar(-1, dtype=DataType.Int))
+        classes = fd.ops.iota(fd.define_scalar(VOCAB, dtype=DataType.Int), fd.define_scalar(0, dtype=DataType.Int),
+                              fd.define_scalar(1, dtype=DataType.Int), DataType.Int)
+        hit = fd.ops.eq(fd.ops.broadcast(classes, [True, False]), fd.ops.broadcast(picked, [False, True]))
+        nll = fd.ops.neg(fd.ops.sum(fd.ops.where(hit, logp, fd.define_scalar(0.0, dtype=DataType.Float)),
+                                    [1], False, DataType.Null))
+        count, loss = _tail(fd, nll, valid, variant)
+        fd.add_output(amax)
+        fd.add_output(lse)
+        fd.add_output(count)
+        fd.add_output(loss)
+    return fd
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(ROWS, VOCAB, device="cuda", dtype=torch.bfloat16)
+    target = torch.randint(0, VOCAB, (ROWS,), device="cuda")
+    target[::7] = IGNORE
+    want = F.cross_entropy(logits.float(), target, ignore_index=IGNORE)
+    nll = F.cross_entropy(logits.float(), target, ignore_index=IGNORE, reduction="none")
+    print(f"{'form':<8} {'variant':<3} {'kernels':>7} {'us':>7} {'diff':>9}  kernels")
+    for form, build, args in (("tail", tail_alone, [nll, target]), ("whole", whole_loss, [logits, target])):
+        for variant in ("A", "B", "G", "C"):
+            try:
+                fd = build(variant)
+                out = fd.execute(args)
+                events = kernel_timing.cuda_kernels(lambda: fd.execute(args), 30)
+                names = sorted({e.name.split("(")[0].replace("nvf::", "") for e in events})
+                us = sum(e.device_time for e in events) / 30
+                diff = float((out[-1].float() - want).abs())
+                print(f"{form:<8} {variant:<3} {len(events) / 30:7.1f} {us:7.2f} {diff:9.2e}  {' '.join(names)}", flush=True)
+            except Exception as exc:  # noqa: BLE001  (a diagnostic: report and go on)
+                print(f"{form:<8} {variant:<3} error: {str(exc).splitlines()[0][:150]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
