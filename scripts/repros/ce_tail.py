@@ -9,9 +9,13 @@ of the two full reductions and the division, alone and after the row kernel:
 - A:  as the lowering writes it: sum(ne(target, -100)) as int64, cast, sum(nll), div;
 - B:  the count summed in float32;
 - G:  both sums as inner reductions of a [1, n] row (keepdim), then the division, then a reshape
-      to a 0-dim tensor: one block reduces the row, so the division can follow in the same kernel;
+      to a 0-dim tensor: one block reduces the row, so the division can follow in the same kernel
+      (not run: alone it hit an INTERNAL ASSERT in fusion_kernel_runtime.cpp:476, session 20);
 - C:  one sum over the rows of a [2, n] stack (losses, then the valid mask as float32), then the
-      division of its two values.
+      division of its two values;
+- SA: A, its inputs (the per-row losses and the mask) read through segment_set: a kernel boundary
+      in front of the tail, the way segment_norm_backward cuts norm backwards;
+- SN: A, only the per-row losses behind segment_set.
 
     python scripts/repros/ce_tail.py
 
@@ -38,6 +42,10 @@ ROWS, VOCAB, IGNORE = 256, 8192, -100
 
 def _tail(fd, nll, valid, variant: str):
     """(count, loss) of per-row losses `nll` (f32, zero where invalid) and the bool mask `valid`."""
+    if variant == "SA":  # A behind segment_set: the tail's reductions start their own kernel
+        return _tail(fd, fd.ops.segment_set(nll), fd.ops.segment_set(valid), "A")
+    if variant == "SN":  # only the per-row losses behind segment_set
+        return _tail(fd, fd.ops.segment_set(nll), valid, "A")
     if variant == "A":
         count = fd.ops.cast(fd.ops.sum(fd.ops.cast(valid, DataType.Int), [0], False, DataType.Null), DataType.Float)
         total = fd.ops.sum(nll, [0], False, DataType.Null)
@@ -109,7 +117,7 @@ def main() -> None:
     nll = F.cross_entropy(logits.float(), target, ignore_index=IGNORE, reduction="none")
     print(f"{'form':<8} {'variant':<3} {'kernels':>7} {'us':>7} {'diff':>9}  kernels")
     for form, build, args in (("tail", tail_alone, [nll, target]), ("whole", whole_loss, [logits, target])):
-        for variant in ("A", "B", "G", "C"):
+        for variant in ("A", "B", "C", "SA", "SN"):
             try:
                 fd = build(variant)
                 out = fd.execute(args)
