@@ -23,6 +23,7 @@
 #   scripts/gpu_evidence.sh s20c     the block table in interleaved GPU-time rounds, issue #11's block criteria
 #   scripts/gpu_evidence.sh s20d     s20c's blocks over inductor: region scoreboards with options swept, dumps (#11)
 #   scripts/gpu_evidence.sh s20e     cross-entropy's tail spelled four ways: kernels per call (#11)
+#   scripts/gpu_evidence.sh s20f     split_row_tails: tests, transformer training kernels against inductor (#11)
 #   scripts/gpu_evidence.sh s19e     the GPU suite's files after suite560's 560 s; BERT kernels side by side; gradients
 #   scripts/gpu_evidence.sh s19d     a norm's weight loaded before its reduction (repro); embedding tests; training kernels (#11)
 #   scripts/gpu_evidence.sh s19c     row sums scattered as words: embedding tests, forms, training kernels; then s19b (#11)
@@ -613,6 +614,14 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     # the row kernel: kernels per call.
     timeout 200 python3 scripts/repros/ce_tail.py > "$OUT/ce_tail.txt" 2>&1; echo "ce_tail rc=$?"
     grep -v -i warn "$OUT/ce_tail.txt" | grep -v _warn_once | cut -c1-220
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s20f)
+    # Session 20 (#11): split_row_tails: its GPU tests and the cross-entropy ones; training kernels of
+    # the three transformer steps against inductor's, side by side.
+    direct_tests 150 tests/test_split_tails.py tests/test_cross_entropy.py tests/test_one_hot_sums.py
+    kernel_files 75 "llama_train_bf16_small gpt_train_bf16_small bert_train_bf16_small" "nvf_bookend inductor"
+    pack_kernels
     echo "elapsed ${SECONDS}s"
     ;;
   s19e)
