@@ -126,11 +126,13 @@ def _nll_loss_forward_as_masked_sum(logits: torch.Tensor, target: torch.Tensor, 
     losses = -picked
     if reduction == _REDUCTION_NONE:
         return losses, logits.new_zeros(())
-    # Counted in int64 and cast, as ATen. nvFuser 0.2.36 runs the count, the loss's sum and the
-    # division as three small kernels (two reductions and a 0-dim one) where inductor launches one;
-    # counting in float32 instead (exact under 2**24 rows) left the same three (H100, 2026-11-24).
-    total_weight = (target != ignore_index).sum().to(logits.dtype)
-    loss = losses.sum()
+    # Counted in int64 and cast, as ATen. The losses are summed masked by the same valid-token mask
+    # (they are zero where it is false: exact, up to the sign of a zero): nvFuser 0.2.36 makes one
+    # kernel of the count, the sum and the division only where both sums read one producer, and
+    # split_row_tails gives them a region of their own (scripts/repros/ce_tail.py, session 20).
+    valid = target != ignore_index
+    total_weight = valid.sum().to(logits.dtype)
+    loss = torch.where(valid, losses, _zero_like(losses)).sum()
     return (loss / total_weight if reduction == _REDUCTION_MEAN else loss), total_weight
 
 

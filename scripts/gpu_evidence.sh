@@ -622,6 +622,9 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     direct_tests 150 tests/test_split_tails.py tests/test_cross_entropy.py tests/test_one_hot_sums.py
     kernel_files 75 "llama_train_bf16_small gpt_train_bf16_small bert_train_bf16_small" "nvf_bookend inductor"
     pack_kernels
+    timeout $((590 - SECONDS)) python3 -m perf.interleave llama_train_bf16_small,gpt_train_bf16_small \
+      --backends nvf_whole_loss,nvf_bookend --rounds 5 > "$OUT/il_loss.log" 2>&1; echo "il rc=$?"
+    grep -E "^\| [a-z]" "$OUT/il_loss.log" | tail -n 4 | cut -c1-170
     echo "elapsed ${SECONDS}s"
     ;;
   s19e)

@@ -38,8 +38,12 @@ def test_the_mean_over_tokens_leaves_the_row_region():
     assert "aten.amax.default" in rows.ops and not any(op in FULL_SUMS for op in rows.ops), rows.ops
     assert [op for op in tail.ops if op in FULL_SUMS] == ["aten.sum.default", "aten.sum.default"], tail.ops
     assert "aten.div.Tensor" in tail.ops and "aten.amax.default" not in tail.ops
+    # The loss's sum reads the valid-token mask the count sums (one producer: nvFuser's one kernel),
+    # and the tail makes its own zero for the mask instead of reading a 0-dim tensor.
+    assert "aten.where.self" in tail.ops and "aten.scalar_tensor.default" in tail.ops, tail.ops
     # The tail reads one value per row from the row region: nothing the size of the logits.
-    assert all(t.shape in ([ROWS], [ROWS, 1], []) for t in tail.inputs), tail.inputs
+    assert sorted(t.dtype for t in tail.inputs) == ["bool", "float32"], tail.inputs
+    assert all(t.shape in ([ROWS], [ROWS, 1]) for t in tail.inputs), tail.inputs
     assert any(note.startswith("split_row_tails: ") for note in plan.rewrites), plan.rewrites
 
 

@@ -14,7 +14,11 @@ under graphs.
 What moves: every full reduction (a sum or mean over all dims) of the region whose input holds one
 value per row of a row reduction in the same region (it reduces the last dim of a tensor of rank 2 or
 more), with everything of the region downstream of those reductions, provided all of it is that
-small. The new region reads the per-row values the old one now writes (a few hundred floats).
+small, and the small pointwise nodes upstream that only the moved ones read (the per-row loss's
+negation and its mask by the valid tokens). The new region reads the per-row values the old one
+now writes (a few hundred floats). nvFuser makes one kernel of the tail only where its two sums share
+a producer: the loss's sum reads the valid mask the count sums (decompositions.py masks it so); read
+apart, the same sums were still three kernels (ce_tail.py, variants R1 and R2).
 
 Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), GraphModule out.
 """
@@ -28,7 +32,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, reduced_dims
-from dynamo_nvf.ops.metadata import tensor_val
+from dynamo_nvf.ops.metadata import is_metadata, tensor_val
 from dynamo_nvf.passes import add_note
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of
 
@@ -68,6 +72,42 @@ def _is_full_reduction(node: Node) -> bool:
     return sorted(reduced_dims(node)) == list(range(x.dim()))
 
 
+def _small_pointwise(node: Node, rows: int) -> bool:
+    """A deterministic pointwise or metadata node of at most `rows` elements."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    tags = node.target.tags
+    if torch.Tag.nondeterministic_seeded in tags:
+        return False
+    numel = _numel(node)
+    return (numel is not None and numel <= rows
+            and (torch.Tag.pointwise in tags or is_metadata(node) or node.target is aten._to_copy.default))
+
+
+def _pull_exclusive_feeders(moved: set[Node], members: set[Node], rows: int) -> None:
+    """Adds to `moved` the small pointwise nodes of the region that only moved nodes read, repeatedly."""
+    grown = True
+    while grown:
+        grown = False
+        for node in members - moved:
+            if node.users and all(u in moved for u in node.users) and _small_pointwise(node, rows):
+                moved.add(node)
+                grown = True
+
+
+def _copy_constants(gm: GraphModule, moved: set[Node], members: set[Node], region_id: int) -> None:
+    """Nodes of the old region that read no tensor (a `scalar_tensor` zero) and that moved nodes read
+    are copied into the new region, so that it does not read them from the old one."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for user in sorted(moved, key=order.__getitem__):
+        for source in list(user.all_input_nodes):
+            if source in members and source not in moved and not source.all_input_nodes and source.op == "call_function":
+                with gm.graph.inserting_before(user):
+                    copy = gm.graph.node_copy(source)
+                copy.meta[REGION_KEY] = region_id
+                user.replace_input_with(source, copy)
+
+
 def split_row_tails(gm: GraphModule) -> GraphModule:
     """Moves each region's full reductions of per-row values, and what follows them, to a new region."""
     regions = regions_of(gm)
@@ -85,11 +125,13 @@ def split_row_tails(gm: GraphModule) -> GraphModule:
         small = max(rows)
         if any(_numel(n) is None or _numel(n) > small for n in moved):
             continue  # something big follows the sums: not a tail
+        _pull_exclusive_feeders(moved, members, small)
         if len(moved) == len(members):
             continue
         for node in nodes:
             if node in moved:
                 node.meta[REGION_KEY] = next_id
+        _copy_constants(gm, moved, members, next_id)
         for node in tails:
             node.meta.setdefault(SPLIT_KEY, []).append(
                 (node.args[0].name, f"split from the region of {nodes[0].name}: its sums over {small} per-row "
