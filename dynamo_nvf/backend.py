@@ -36,7 +36,6 @@ from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.reinplace import reinplace_fresh_accumulations
 from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.passes.split_reductions import split_norm_backward
-from dynamo_nvf.passes.split_tails import split_row_tails
 from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager
 from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
@@ -72,8 +71,6 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     if unpermute_rows is not None:
         gm = unpermute_reductions(gm, unpermute_rows)
     gm = split_norm_backward(gm, settings)
-    if settings.split_row_tails:
-        gm = split_row_tails(gm)
     notes += gm.meta.pop(NOTES_KEY, [])
     if settings.hoist_permutes and kind != "backward":  # hoist_permutes says why not in backward graphs
         gm = hoist_permutes(gm)

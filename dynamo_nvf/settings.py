@@ -118,13 +118,6 @@ class Settings:
     #: small, 256 rows; inductor 359); step time 1.024x, 1.015x, 0.963x (within the rounds' spread);
     #: nvFuser's first-call compile of the BERT-style step 19.9 -> 15.6 s.
     segment_norm_backward: bool = True
-    #: A region's sums over its per-row results (a loss's mean over tokens: the sum of the token
-    #: losses, the count of valid tokens, their quotient) become a region of their own, one reduction
-    #: kernel, instead of the three nvFuser 0.2.36 splits them into after the row kernel
-    #: (passes/split_tails.py). Why: a training step's cross-entropy region on an H100 took 4 kernels,
-    #: 8.6 us, at 256 x 8192 bf16; cut, its tail alone is one kernel of 1.7 us (session 20,
-    #: scripts/repros/ce_tail.py). The cost: one more region call's host time without CUDA graphs.
-    split_row_tails: bool = True
     #: Without CUDA graphs, a composite op (GELU, SiLU, LayerNorm and their backwards) that would be a
     #: region on its own runs as its ATen kernel: such ops reach planning whole, and
     #: passes/composites.py decomposes only those a region fuses with other ops. `min_region_size`

@@ -152,13 +152,6 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
-            "nvf_whole_loss",
-            _nvf({"split_row_tails": False}),
-            "dynamo_nvf with split_row_tails off: a loss's mean over tokens stays in its row reductions' region "
-            "(4 nvFuser kernels for cross-entropy's forward, the default before session 20); opt-in",
-            nvf=True,
-        ),
-        Backend(
             "nvf_fec_execute",
             _nvf({"direct_launch": False}),
             'dynamo_nvf with direct_launch off: every region call goes through fec.execute (the default '

@@ -82,3 +82,48 @@ def test_uint8_targets_with_an_in_range_ignore_index():
         torch.testing.assert_close(
             _nll_loss_backward_as_mask(grad_out, logp, target, None, reduction, 255, want_weight, any_device=True),
             aten.nll_loss_backward.default(grad_out, logp, target, None, reduction, 255, want_weight))
+
+
+def _mean_loss(logits, target):
+    return F.cross_entropy(logits.float(), target, ignore_index=-100)
+
+
+def test_the_mean_sums_the_losses_masked_by_the_mask_it_counts():
+    """Both sums of the mean read one valid-token mask (nvFuser 0.2.36 then joins them, and the
+    division, in one kernel): the loss's sum reads where(mask, losses, 0), the count sums the mask."""
+    logits, target = torch.randn(16, 9, requires_grad=True), _targets(16, 9, -100, "cpu")
+    with recording() as rec:
+        compile_fn(_mean_loss, {"plan_cpu_as_cuda": True})(logits, target)
+    forward = next(p for p in rec.plans if p.kind == "forward")
+    code = "\n".join(r.fx_code for r in forward.regions)
+    lines = {line.split(" = ")[0].strip(): line for line in code.splitlines() if " = torch.ops.aten." in line}
+    sums = [line for line in lines.values() if "aten.sum.default(" in line]
+    assert len(sums) == 2, code
+    read = [line.split("aten.sum.default(")[1].split(")")[0] for line in sums]
+    masked = next(lines[name] for name in read if "where.self" in lines.get(name, ""))
+    mask = masked.split("aten.where.self(")[1].split(",")[0]
+    assert mask in read and "aten.ne.Scalar" in lines[mask], code
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_training_loss_forward_takes_two_nvfuser_kernels():
+    """The row kernel (log-sum-exp, the target's value) and one kernel for the count, the sum and the
+    division; read apart, the two sums made nvFuser 0.2.36 split the tail into three (4 in all)."""
+    from dynamo_nvf import nvf as nvf_env
+
+    if not nvf_env.nvfuser_available():
+        pytest.skip("needs nvFuser")
+    torch.manual_seed(0)
+    logits = torch.randn(256, 8192, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    target = _targets(256, 8192, -100, "cuda")
+    compiled = compile_fn(_mean_loss, {"strict": True})
+    for _ in range(2):
+        compiled(logits, target).backward()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        loss = compiled(logits, target)
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "nvfuser" in e.name]
+    assert len(kernels) == 2, kernels
+    torch.testing.assert_close(loss, _mean_loss(logits.detach(), target), rtol=1e-5, atol=1e-5)

@@ -15,7 +15,14 @@ of the two full reductions and the division, alone and after the row kernel:
       division of its two values;
 - SA: A, its inputs (the per-row losses and the mask) read through segment_set: a kernel boundary
       in front of the tail, the way segment_norm_backward cuts norm backwards;
-- SN: A, only the per-row losses behind segment_set.
+- SN: A, only the per-row losses behind segment_set;
+- M:  (whole region only) A with the losses masked by the valid mask before their sum, so that both
+      sums read one producer, as decompositions._nll_loss_forward_as_masked_sum now writes it.
+
+Session 20 (H100): the tail alone is one kernel (A, B); after the row kernel A, B, SA and SN stay 4
+kernels and C 3. Cut into a region of its own, the tail read as two unrelated inputs (R1) was still 3
+kernels, but 1 once the losses were masked by the mask input (R2). Masked in the whole region, the
+loss forward took 2 kernels without any cut (the LLaMA-style step's 93 kernels either way).
 
     python scripts/repros/ce_tail.py
 
@@ -100,7 +107,10 @@ def whole_loss(variant: str) -> FusionDefinition:
         hit = fd.ops.eq(fd.ops.broadcast(classes, [True, False]), fd.ops.broadcast(picked, [False, True]))
         nll = fd.ops.neg(fd.ops.sum(fd.ops.where(hit, logp, fd.define_scalar(0.0, dtype=DataType.Float)),
                                     [1], False, DataType.Null))
-        count, loss = _tail(fd, nll, valid, variant)
+        if variant == "M":  # the losses masked by the mask the count sums: both sums read one producer
+            count, loss = _tail(fd, fd.ops.where(valid, nll, fd.define_scalar(0.0, dtype=DataType.Float)), valid, "A")
+        else:
+            count, loss = _tail(fd, nll, valid, variant)
         fd.add_output(amax)
         fd.add_output(lse)
         fd.add_output(count)
@@ -109,7 +119,8 @@ def whole_loss(variant: str) -> FusionDefinition:
 
 
 def split_tail(variant: str) -> FusionDefinition:
-    """The tail as split_row_tails cuts it off, reading what the row region writes:
+    """The tail as a region of its own (a pass tried in session 20, dropped for M below), reading what
+    the row region writes:
     R1: the per-row losses and the valid mask (bool) as inputs, the sums apart (as cut first);
     R2: the same inputs, the losses masked by the valid mask before their sum (both sums read the mask);
     R3: the per-row losses and the target, the mask computed inside (repro A's inputs)."""
@@ -146,7 +157,7 @@ def main() -> None:
         print(f"{'split':<8} {variant:<3} {len(events) / 30:7.1f} {sum(e.device_time for e in events) / 30:7.2f} "
               f"{float((out[-1] - want).abs()):9.2e}  {' '.join(names)}", flush=True)
     for form, build, args in (("tail", tail_alone, [nll, target]), ("whole", whole_loss, [logits, target])):
-        for variant in ("A", "C"):
+        for variant in (("A", "C") if form == "tail" else ("A", "C", "M")):
             try:
                 fd = build(variant)
                 out = fd.execute(args)
