@@ -25,6 +25,7 @@
 #   scripts/gpu_evidence.sh s20e     cross-entropy's tail spelled four ways: kernels per call (#11)
 #   scripts/gpu_evidence.sh s20f     split_row_tails (dropped): tests, transformer training kernels against inductor (#11)
 #   scripts/gpu_evidence.sh s20g     the loss's sums masked by one mask: tests, tail repro, training kernels (#11)
+#   scripts/gpu_evidence.sh s20h     the loss-kernel test; transformer gradients
 #   scripts/gpu_evidence.sh s19e     the GPU suite's files after suite560's 560 s; BERT kernels side by side; gradients
 #   scripts/gpu_evidence.sh s19d     a norm's weight loaded before its reduction (repro); embedding tests; training kernels (#11)
 #   scripts/gpu_evidence.sh s19c     row sums scattered as words: embedding tests, forms, training kernels; then s19b (#11)
@@ -637,6 +638,12 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 75 "llama_train_bf16_small" "nvf_bookend inductor"
     kernel_files 75 "gpt_train_bf16_small bert_train_bf16_small" "nvf_bookend"
     pack_kernels
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s20h)
+    # Session 20: the loss-kernel test as an LM head; the transformer models' gradients (perf.grad_check).
+    direct_tests 120 tests/test_cross_entropy.py
+    gradients llama_train_bf16_small,bert_train_bf16_small,gpt_train_bf16_small nvf_bookend $((400 - SECONDS))
     echo "elapsed ${SECONDS}s"
     ;;
   s19e)
