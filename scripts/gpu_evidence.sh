@@ -26,6 +26,7 @@
 #   scripts/gpu_evidence.sh s20f     split_row_tails (dropped): tests, transformer training kernels against inductor (#11)
 #   scripts/gpu_evidence.sh s20g     the loss's sums masked by one mask: tests, tail repro, training kernels (#11)
 #   scripts/gpu_evidence.sh s20h     the loss-kernel test; transformer gradients
+#   scripts/gpu_evidence.sh s20i     the loss-kernel test; perf model and interleave tests
 #   scripts/gpu_evidence.sh s19e     the GPU suite's files after suite560's 560 s; BERT kernels side by side; gradients
 #   scripts/gpu_evidence.sh s19d     a norm's weight loaded before its reduction (repro); embedding tests; training kernels (#11)
 #   scripts/gpu_evidence.sh s19c     row sums scattered as words: embedding tests, forms, training kernels; then s19b (#11)
@@ -644,6 +645,12 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     # Session 20: the loss-kernel test as an LM head; the transformer models' gradients (perf.grad_check).
     direct_tests 120 tests/test_cross_entropy.py
     gradients llama_train_bf16_small,bert_train_bf16_small,gpt_train_bf16_small nvf_bookend $((400 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s20i)
+    # Session 20: the loss-kernel test past direct launch's checking call; the perf model tests
+    # (cross-entropy in every training step).
+    direct_tests $((420 - SECONDS)) tests/test_cross_entropy.py tests/test_perf_interleave.py tests/test_perf_models.py
     echo "elapsed ${SECONDS}s"
     ;;
   s19e)

@@ -124,7 +124,7 @@ def test_the_training_loss_forward_takes_two_nvfuser_kernels():
         return _mean_loss(head(h), t)
 
     compiled = compile_fn(step, {"strict": True})
-    for _ in range(2):
+    for _ in range(5):  # past direct launch's one checking call, which runs the kernels twice
         compiled(hidden, target).backward()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
