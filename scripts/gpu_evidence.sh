@@ -23,7 +23,6 @@
 #   scripts/gpu_evidence.sh s20c     the block table in interleaved GPU-time rounds, issue #11's block criteria
 #   scripts/gpu_evidence.sh s20d     s20c's blocks over inductor: region scoreboards with options swept, dumps (#11)
 #   scripts/gpu_evidence.sh s20e     cross-entropy's tail spelled four ways: kernels per call (#11)
-#   scripts/gpu_evidence.sh s20f     split_row_tails (dropped): tests, transformer training kernels against inductor (#11)
 #   scripts/gpu_evidence.sh s20g     the loss's sums masked by one mask: tests, tail repro, training kernels (#11)
 #   scripts/gpu_evidence.sh s20h     the loss-kernel test; transformer gradients
 #   scripts/gpu_evidence.sh s20i     the loss-kernel test; perf model and interleave tests
@@ -617,17 +616,6 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     # the row kernel: kernels per call.
     timeout 200 python3 scripts/repros/ce_tail.py > "$OUT/ce_tail.txt" 2>&1; echo "ce_tail rc=$?"
     grep -v -i warn "$OUT/ce_tail.txt" | grep -v _warn_once | cut -c1-220
-    echo "elapsed ${SECONDS}s"
-    ;;
-  s20f)
-    # Session 20 (#11): a region of its own for the loss's mean over tokens (split_row_tails, since
-    # dropped): its GPU tests, training kernels against inductor, a side-by-side step run.
-    direct_tests 150 tests/test_split_tails.py tests/test_cross_entropy.py tests/test_one_hot_sums.py
-    kernel_files 75 "llama_train_bf16_small gpt_train_bf16_small bert_train_bf16_small" "nvf_bookend inductor"
-    pack_kernels
-    timeout $((590 - SECONDS)) python3 -m perf.interleave llama_train_bf16_small,gpt_train_bf16_small \
-      --backends nvf_whole_loss,nvf_bookend --rounds 5 > "$OUT/il_loss.log" 2>&1; echo "il rc=$?"
-    grep -E "^\| [a-z]" "$OUT/il_loss.log" | tail -n 4 | cut -c1-170
     echo "elapsed ${SECONDS}s"
     ;;
   s20g)
