@@ -40,14 +40,15 @@ import torch
 from tabulate import tabulate
 
 from .backends import get_backend, reset_compile_state
-from .measure import (backend_step, device_sync, event_times_us, profile_counts, sleep_cycles_for, steps_per_batch,
-                      timed_batches, wall_us_per_call)
+from .measure import (DEFAULT_CONFIG, backend_step, device_sync, event_times_us, hide_host_sleep_cycles,
+                      profile_counts, steps_per_batch, timed_batches)
 from .workloads import REGISTRY, select
 
 
 @dataclass
 class InterleavedResult:
-    """Step times (ms) per backend, one per round, and the per-round ratios against ``reference``."""
+    """Step times (ms) or GPU times (us, ``--gpu``) per backend, one per round, and the per-round
+    ratios against ``reference``."""
 
     workload: str
     reference: str
@@ -84,7 +85,8 @@ class InterleavedResult:
         for name in self.series():
             r = self.ratios(name)
             out[name] = {
-                "median_ms": self.median_ms(name),
+                "median_ms": self.median_ms(name),  # in `unit` (us for gpu_us)
+                "unit": "us" if self.metric == "gpu_us" else "ms",
                 "ratio_median": statistics.median(r),
                 "ratio_low": min(r),
                 "ratio_high": max(r),
@@ -155,7 +157,7 @@ def interleaved_gpu(
     rounds: int = 9,
     calls: int = 10,
     warmup: int = 5,
-    flush_mib: int = 256,
+    flush_mib: int = DEFAULT_CONFIG.flush_mib,
     profile_steps: int = 3,
 ) -> InterleavedResult:
     """Compiles ``workload`` once per backend, then times ``rounds`` rounds of GPU time per call
@@ -172,7 +174,7 @@ def interleaved_gpu(
         step = backend_step(get_backend(name), wl.instantiate("cuda", tiny=False))
         for _ in range(1 + warmup):
             step()
-        sleeps[name] = sleep_cycles_for(min(1.5 * wall_us_per_call(step) + 20.0, 100_000.0))
+        sleeps[name] = hide_host_sleep_cycles(step)
         steps[name] = step
     flush = torch.empty(flush_mib * 2**20, dtype=torch.int8, device="cuda")
     result = InterleavedResult(workload=workload, reference=backends[0], metric="gpu_us",
@@ -207,15 +209,16 @@ def gpu_acceptance(results: Sequence[InterleavedResult]) -> tuple[str, bool]:
     from .report import geomean
 
     rows, ok = [], True
+    workloads = {res.workload for res in results}
     for text, subject, reference, aggregate, limit in GPU_CRITERIA:
         ratios = {res.workload: statistics.median(res.ratios(subject, reference))
                   for res in results if subject in res.gpu_us and reference in res.gpu_us}
-        if len(ratios) != len(results) or not ratios:
+        worst = max(ratios, key=ratios.__getitem__) if ratios else ""
+        value = (ratios[worst] if aggregate == "max" else geomean(ratios.values())) if ratios else None
+        if set(ratios) != workloads or value is None:
             rows.append([text, f"{subject}/{reference}", "-", "-", f"<= {limit:.2f}x", "INCOMPLETE"])
             ok = False
             continue
-        worst = max(ratios, key=ratios.__getitem__)
-        value = ratios[worst] if aggregate == "max" else geomean(ratios.values())
         status = "PASS" if value <= limit else "FAIL"
         ok &= status == "PASS"
         over = sorted((wl for wl, r in ratios.items() if r > limit), key=lambda wl: -ratios[wl])
@@ -223,7 +226,7 @@ def gpu_acceptance(results: Sequence[InterleavedResult]) -> tuple[str, bool]:
                      or (worst if aggregate == "max" else "-"), f"<= {limit:.2f}x", status])
     table_text = tabulate(rows, headers=["criterion", "ratio", "value", "over the limit (median of rounds)",
                                          "limit", "status"], tablefmt="github")
-    return table_text + f"\n\nacceptance: {'MET' if ok else 'NOT MET'}", ok
+    return table_text + f"\n\nacceptance: {'PASS' if ok else 'NOT MET'}", ok
 
 
 def acceptance_document(results: Sequence[InterleavedResult]) -> dict:
@@ -265,7 +268,10 @@ def load_results(path: str) -> list[InterleavedResult]:
 
 
 def table(results: Sequence[InterleavedResult]) -> str:
-    gpu = bool(results) and all(res.metric == "gpu_us" for res in results)
+    """One metric's results as a table (a column holds one unit: main prints one table per metric)."""
+    if len({res.metric for res in results}) > 1:
+        raise ValueError("one table per metric: step times and GPU times do not share a column")
+    gpu = bool(results) and results[0].metric == "gpu_us"
     rows = []
     for res in results:
         for name, s in res.summary().items():
@@ -287,7 +293,10 @@ def workload_names(spec: str, tags: Sequence[str] = ()) -> list[str]:
     names: list[str] = []
     for entry in (w.strip() for w in spec.split(",") if w.strip()):
         if any(c in entry for c in "*?["):
-            names += [n for n in REGISTRY if fnmatchcase(n, entry) and n not in names]
+            hits = [n for n in REGISTRY if fnmatchcase(n, entry)]
+            if not hits:
+                raise KeyError(f"no workload matches {entry!r}")  # a typo must not time nothing
+            names += [n for n in hits if n not in names]
         elif entry not in names:
             names.append(entry)
     if tags:
@@ -335,20 +344,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(table([res]), flush=True)
             if args.json:  # after each workload: a call cut off by its time limit keeps what it measured
                 write_json(args.json, results)
-    print()
-    print(table(results))
+    steps = [res for res in results if res.metric == "step_ms"]
+    gpu = [res for res in results if res.metric == "gpu_us"]
+    for group in (steps, gpu):  # one table per metric: a column holds one unit
+        if group:
+            print()
+            print(table(group))
     doc = acceptance_document(results)
     verdict_ok = True
-    if args.acceptance and any(res.metric == "gpu_us" for res in results):
-        text, verdict_ok = gpu_acceptance([res for res in results if res.metric == "gpu_us"])
-        print()
-        print(text)
-    elif args.acceptance:
+    if args.acceptance and steps:
         from .acceptance import passed, render_acceptance
 
         print()
         print(render_acceptance(doc))
         verdict_ok = passed(doc)
+    if args.acceptance and gpu:
+        text, gpu_ok = gpu_acceptance(gpu)
+        print()
+        print(text)
+        verdict_ok = verdict_ok and gpu_ok
     if args.json:
         write_json(args.json, results)
     return 0 if verdict_ok else 1

@@ -260,6 +260,12 @@ def sleep_cycles_for(us: float) -> int:
     return int(us * _CYCLES_PER_US)
 
 
+def hide_host_sleep_cycles(step: Callable[[], object]) -> int:
+    """Spin-kernel cycles that outlast the host's enqueue of one call of `step`: 1.5 of its
+    synchronized wall time plus 20 us, at most 100 ms (gpu_us's spin)."""
+    return sleep_cycles_for(min(1.5 * wall_us_per_call(step) + 20.0, 100_000.0))
+
+
 def wall_us_per_call(step: Callable[[], object], calls: int = 3) -> float:
     """Synchronized wall time per call: an upper bound of both its host and GPU time."""
     _sync()
@@ -506,7 +512,7 @@ class Runner:
         """Spin long enough that the host enqueues a whole call before the GPU reaches it."""
         if not self.config.hide_host:
             return 0
-        return sleep_cycles_for(min(1.5 * wall_us_per_call(step) + 20.0, 100_000.0))
+        return hide_host_sleep_cycles(step)
 
     def measure_roofline(self) -> dict:
         """Copy bandwidth for this run; failures are recorded, not raised."""

@@ -1,28 +1,28 @@
 """Cross-entropy's mean over tokens: how many kernels nvFuser makes of the loss's tail (issue #11).
 
 A training step's loss region (log-softmax rows, the target's log-probability, then the mean over
-valid tokens) runs as 4 kernels on an H100 (nvFuser 0.2.36): the persistent row kernel, a reduction
+valid tokens) ran as 4 kernels on an H100 (nvFuser 0.2.36): the persistent row kernel, a reduction
 for the count of valid tokens, one for the sum of losses and a 1.3 us kernel for the division;
-inductor runs 2. Session 17 counted the divisor in float32 and still got 4. This tries spellings
-of the two full reductions and the division, alone and after the row kernel:
+inductor runs 2. Session 17 counted the divisor in float32 and still got 4. Spellings of the tail
+(`_tail`; in `tail_alone` the losses reach it masked by the valid mask, as in M below):
 
-- A:  as the lowering writes it: sum(ne(target, -100)) as int64, cast, sum(nll), div;
+- A:  as the lowering wrote it: sum(ne(target, -100)) as int64, cast, sum(losses), div;
 - B:  the count summed in float32;
 - G:  both sums as inner reductions of a [1, n] row (keepdim), then the division, then a reshape
-      to a 0-dim tensor: one block reduces the row, so the division can follow in the same kernel
-      (not run: alone it hit an INTERNAL ASSERT in fusion_kernel_runtime.cpp:476, session 20);
+      to a 0-dim tensor (not run: alone it hit an INTERNAL ASSERT in fusion_kernel_runtime.cpp:476);
 - C:  one sum over the rows of a [2, n] stack (losses, then the valid mask as float32), then the
       division of its two values;
-- SA: A, its inputs (the per-row losses and the mask) read through segment_set: a kernel boundary
-      in front of the tail, the way segment_norm_backward cuts norm backwards;
-- SN: A, only the per-row losses behind segment_set;
-- M:  (whole region only) A with the losses masked by the valid mask before their sum, so that both
-      sums read one producer, as decompositions._nll_loss_forward_as_masked_sum now writes it.
+- SA, SN: A with its inputs (both, or the losses only) read through segment_set, a kernel boundary
+      in front of the tail as segment_norm_backward uses (run in session 20, since removed from main());
+- M:  (whole region) A with the losses masked by the valid mask before their sum, so that both sums
+      read one producer, as decompositions._nll_loss_forward_as_masked_sum now writes it;
+- R1-R3 (`split_tail`): the tail as a fusion of its own reading what the row region would write.
 
-Session 20 (H100): the tail alone is one kernel (A, B); after the row kernel A, B, SA and SN stay 4
-kernels and C 3. Cut into a region of its own, the tail read as two unrelated inputs (R1) was still 3
-kernels, but 1 once the losses were masked by the mask input (R2). Masked in the whole region, the
-loss forward took 2 kernels without any cut (the LLaMA-style step's 93 kernels either way).
+Session 20 (H100, gpu_evidence s20e/s20g): the masked tail alone is one kernel (A, B: 1.7 us); the
+whole region is 4 kernels unmasked (A, B, SA, SN; 8.6-9.0 us), 3 as C (7.4) and 2 as M (6.8). As a
+fusion of its own, the tail reading the losses and the mask apart (R1) is 3 kernels, 1 once the
+losses are masked (R2, R3). A region cut for the tail (tried, dropped) launched no fewer kernels
+than M uncut (perf.interleave's profile of a LLaMA-style step: 93 either way) and cost host time.
 
     python scripts/repros/ce_tail.py
 

@@ -69,7 +69,10 @@ def busy_and_overlap(events) -> tuple[float, float, dict[str, float]]:
 
 
 def spin_cycles(us: float) -> int:
-    return int(us * torch.cuda.get_device_properties(0).clock_rate * 1e-3)  # clock_rate is in kHz
+    """perf's calibrated spin length (the nominal clock rate overestimates a boosted GPU's cycles)."""
+    from perf.measure import sleep_cycles_for
+
+    return sleep_cycles_for(us)
 
 
 def hidden_gpu_us(call, calls: int, spin_us: float, reps: int = 5) -> float:
