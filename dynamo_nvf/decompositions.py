@@ -123,19 +123,19 @@ def _nll_loss_forward_as_masked_sum(logits: torch.Tensor, target: torch.Tensor, 
     if not _plain_nll(logits, target, weight, reduction, any_device):
         return NotImplemented
     picked = torch.where(_class_hits(logits, target, ignore_index), logits, _zero_like(logits)).sum(1)
-    losses = -picked
+    # Masked by the valid-token mask: an ignored token's loss is +0.0, as ATen's (-picked is -0.0).
+    valid = target != ignore_index
+    losses = torch.where(valid, -picked, _zero_like(picked))
     if reduction == _REDUCTION_NONE:
         return losses, logits.new_zeros(())
-    # Counted in int64 and cast, as ATen. The losses are summed masked by the same valid-token mask
-    # (they are zero where it is false: exact, up to the sign of a zero). nvFuser 0.2.36 joins the
-    # count, the sum and the division in one kernel only where both sums read one producer: read
-    # apart, they ran as three kernels after the row kernel, 4 in all against inductor's 2 (session
-    # 17 counted in float32 and kept 4); masked, the loss region is 2 kernels, 6.8 against 8.6 us at
-    # 256 x 8192 bf16 (H100, session 20, scripts/repros/ce_tail.py; a LLaMA-style training step's
-    # kernel table went from 99 to 97 kernels).
-    valid = target != ignore_index
+    # Counted in int64 and cast, as ATen. The sum reads the masked losses, so both sums of the mean
+    # read one producer, the mask: nvFuser 0.2.36 joins the count, the sum and the division in one
+    # kernel only then. Read apart, they ran as three kernels after the row kernel, 4 in all against
+    # inductor's 2 (session 17 counted in float32 and kept 4); masked, the loss region is 2 kernels,
+    # 6.8 against 8.6 us at 256 x 8192 bf16 (H100, session 20, scripts/repros/ce_tail.py; a
+    # LLaMA-style training step's kernel table went from 99 to 97 kernels).
     total_weight = valid.sum().to(logits.dtype)
-    loss = torch.where(valid, losses, _zero_like(losses)).sum()
+    loss = losses.sum()
     return (loss / total_weight if reduction == _REDUCTION_MEAN else loss), total_weight
 
 

@@ -105,6 +105,22 @@ def test_the_mean_sums_the_losses_masked_by_the_mask_it_counts():
     assert mask in read and "aten.ne.Scalar" in lines[mask], code
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_ignored_tokens_loss_is_positive_zero_as_eagers(device):
+    """reduction="none": ATen writes +0.0 for an ignored token; the class-mask sum's negation would
+    be -0.0 (equal under ==, not under signbit or 1/x)."""
+    logits = torch.randn(10, 7, device=device)
+    target = _targets(10, 7, -100, device)
+
+    def fn(x, t):
+        return F.cross_entropy(x, t, ignore_index=-100, reduction="none")
+
+    got = compile_fn(fn, device_options(device, strict=True))(logits, target)
+    want = fn(logits, target)
+    torch.testing.assert_close(got, want)
+    assert torch.equal(torch.signbit(got), torch.signbit(want)), (got, want)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_the_training_loss_forward_takes_two_nvfuser_kernels():
