@@ -102,6 +102,32 @@ def rotated(names: Sequence[str], round_index: int) -> list[str]:
     return list(names[k:]) + list(names[:k])
 
 
+def _compiled_steps(workload: str, backends: Sequence[str], device: str, warmup: int) -> dict[str, Callable[[], object]]:
+    """One step per backend, each on its own instance of ``workload``, compiled and warmed up
+    (the first call compiles and, with graphs, records)."""
+    if len(set(backends)) != len(backends) or not backends:
+        raise ValueError(f"need distinct backends, got {list(backends)}")
+    wl = REGISTRY[workload]
+    reset_compile_state()
+    steps: dict[str, Callable[[], object]] = {}
+    for name in backends:
+        step = backend_step(get_backend(name), wl.instantiate(device, tiny=device == "cpu"))
+        for _ in range(1 + warmup):
+            step()
+        steps[name] = step
+    return steps
+
+
+def _profile_into(result: InterleavedResult, steps: dict[str, Callable[[], object]], profile_steps: int) -> None:
+    """Kernels and GPU kernel ms per step of each backend (torch.profiler), into ``result``."""
+    if profile_steps <= 0:
+        return
+    for name, step in steps.items():
+        kernels, _, dev_us = profile_counts(step, profile_steps)
+        result.kernels[name] = kernels
+        result.kernel_ms[name] = dev_us / 1e3
+
+
 def interleaved_steps(
     workload: str,
     backends: Sequence[str],
@@ -117,21 +143,13 @@ def interleaved_steps(
 ) -> InterleavedResult:
     """Compiles ``workload`` once per backend, then times ``rounds`` rounds of one batch each; then,
     on CUDA, profiles ``profile_steps`` steps of each (kernel ms and kernels per step)."""
-    if len(set(backends)) != len(backends) or not backends:
-        raise ValueError(f"need distinct backends, got {list(backends)}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     sync = device_sync() if sync is None else sync
-    wl = REGISTRY[workload]
-    reset_compile_state()
-    steps: dict[str, Callable[[], object]] = {}
+    steps = _compiled_steps(workload, backends, device, warmup)
     counts: dict[str, int] = {}
-    for name in backends:
-        step = backend_step(get_backend(name), wl.instantiate(device, tiny=device == "cpu"))
-        for _ in range(1 + warmup):  # first call compiles (and, with graphs, records)
-            step()
+    for name, step in steps.items():
         span = timed_batches(step, 1, 3, sync, time.perf_counter)[0]
         counts[name] = steps_per_batch((span[2] - span[0]) / 3, batch_s, min_steps, max_steps)
-        steps[name] = step
     result = InterleavedResult(workload=workload, reference=backends[0], steps_per_batch=counts,
                                step_ms={name: [] for name in backends}, enqueue_ms={name: [] for name in backends})
     for r in range(rounds):
@@ -140,11 +158,8 @@ def interleaved_steps(
             start, returned, end = timed_batches(steps[name], 1, n, sync, time.perf_counter)[0]
             result.step_ms[name].append((end - start) / n * 1e3)
             result.enqueue_ms[name].append((returned - start) / n * 1e3)
-    if device == "cuda" and profile_steps > 0:  # after the timing: a profile leaves CUPTI behind
-        for name in backends:
-            kernels, memops, dev_us = profile_counts(steps[name], profile_steps)
-            result.kernels[name] = kernels
-            result.kernel_ms[name] = dev_us / 1e3
+    if device == "cuda":  # after the timing: a profile leaves CUPTI behind
+        _profile_into(result, steps, profile_steps)
     steps.clear()
     reset_compile_state()
     return result
@@ -164,18 +179,8 @@ def interleaved_gpu(
     (CUDA only): each round, every backend in rotated order, ``calls`` calls each, every one after an
     L2 flush and behind a spin as long as 1.5 of its synchronized wall time (python -m perf's
     gpu_us); then profiles each backend (kernels per call)."""
-    if len(set(backends)) != len(backends) or not backends:
-        raise ValueError(f"need distinct backends, got {list(backends)}")
-    wl = REGISTRY[workload]
-    reset_compile_state()
-    steps: dict[str, Callable[[], object]] = {}
-    sleeps: dict[str, int] = {}
-    for name in backends:
-        step = backend_step(get_backend(name), wl.instantiate("cuda", tiny=False))
-        for _ in range(1 + warmup):
-            step()
-        sleeps[name] = hide_host_sleep_cycles(step)
-        steps[name] = step
+    steps = _compiled_steps(workload, backends, "cuda", warmup)
+    sleeps = {name: hide_host_sleep_cycles(step) for name, step in steps.items()}
     flush = torch.empty(flush_mib * 2**20, dtype=torch.int8, device="cuda")
     result = InterleavedResult(workload=workload, reference=backends[0], metric="gpu_us",
                                gpu_us={name: [] for name in backends})
@@ -183,11 +188,7 @@ def interleaved_gpu(
         for name in rotated(backends, r):
             result.gpu_us[name].append(statistics.median(event_times_us(steps[name], calls, flush, sleeps[name])))
     del flush
-    if profile_steps > 0:
-        for name in backends:
-            kernels, _, dev_us = profile_counts(steps[name], profile_steps)
-            result.kernels[name] = kernels
-            result.kernel_ms[name] = dev_us / 1e3
+    _profile_into(result, steps, profile_steps)
     steps.clear()
     reset_compile_state()
     return result
