@@ -635,6 +635,18 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     gradients llama_train_bf16_small,bert_train_bf16_small,gpt_train_bf16_small nvf_bookend $((400 - SECONDS))
     echo "elapsed ${SECONDS}s"
     ;;
+  s21a)
+    # Session 21 (#11, #10): is a block's loss to inductor in its kernel or around it, and does it need
+    # the zeroing flush's dirty L2 (scripts/repros/l2_flush_kinds.py); where a graph-mode training
+    # step's host time goes under both CUDA-graph backends (scripts/host_profile.py).
+    timeout 240 python3 scripts/repros/l2_flush_kinds.py layernorm_fwd_f32 rmsnorm_fwd_f32 softmax_fwd_f32 \
+      embedding_scale_add_bf16 rmsnorm_fwd_bf16 --rounds 3 > "$OUT/flush.txt" 2>&1; echo "flush rc=$?"
+    grep -v -i warn "$OUT/flush.txt" | grep -v _warn_once | cut -c1-160
+    timeout $((560 - SECONDS)) python3 scripts/host_profile.py gpt_train_bf16_small nvf_cudagraphs inductor_ro \
+      --steps 200 --top 45 > "$OUT/host_own.txt" 2>&1; echo "host rc=$?"
+    grep -E "^==" "$OUT/host_own.txt"
+    echo "elapsed ${SECONDS}s"
+    ;;
   s20i)
     # Session 20: the loss-kernel test past direct launch's checking call; the perf model tests
     # (cross-entropy in every training step).
