@@ -23,7 +23,7 @@ from torch.fx import GraphModule
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.decompositions import table_for
 from dynamo_nvf.ops.metadata import static_layout
-from dynamo_nvf.passes import NOTES_KEY
+from dynamo_nvf.passes import NOTES_KEY, add_note
 from dynamo_nvf.ops.fast_math import region_fast_math
 from dynamo_nvf.passes.attention import fuse_attention
 from dynamo_nvf.passes.gqa_attention import read_grouped_heads
@@ -38,6 +38,7 @@ from dynamo_nvf.passes.partition import partition_regions
 from dynamo_nvf.passes.split_reductions import split_norm_backward
 from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager
 from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
+from dynamo_nvf.passes.saved_views import RECOMPUTED_VIEWS_KEY, recompute_saved_views
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.passes.unfuse_addmm import unfuse_addmm_bias
 from dynamo_nvf.passes.unpermute_reductions import unpermute_reductions
@@ -101,8 +102,12 @@ def install_runtimes(gm: GraphModule, plan: GraphPlan, settings: Settings) -> Gr
     return gm
 
 
-def partition_joint_graph(joint: GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
+def partition_joint_graph(joint: GraphModule, joint_inputs: Sequence[Any], settings: Optional[Settings] = None,
+                          **kwargs: Any) -> Any:
     """aot_autograd's partition_fn: the joint-graph passes, then torch's min-cut partitioner.
+
+    Under CUDA graphs the forward saves no view (passes/saved_views.py): cudagraph trees rebuild every
+    output that shares a storage with another on each replay.
 
     Fewer saved tensors were tried and measured no better (session 20, commit eb47355, reverted):
     tagging each norm's mean and reciprocal std MUST_RECOMPUTE took the forward outputs of 2-layer
@@ -111,7 +116,15 @@ def partition_joint_graph(joint: GraphModule, joint_inputs: Sequence[Any], **kwa
     them saved, while GPU time grew 2-4% on the LLaMA-, ViT- and ConvNeXt-style steps and each
     recomputed RMSNorm backward became two kernels. A replay's host time is not in the saved count.
     """
-    return min_cut_rematerialization_partition(simplify_one_hot_sums(joint), joint_inputs, **kwargs)
+    joint = simplify_one_hot_sums(joint)
+    if settings is not None and settings.recomputes_saved_views():
+        joint = recompute_saved_views(joint)
+    forward, backward = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+    tagged = joint.meta.pop(RECOMPUTED_VIEWS_KEY, 0)
+    if tagged:
+        add_note(backward, f"recompute_saved_views: {tagged} view node(s) of the forward recomputed here "
+                           f"where the backward reads them; the forward saves their bases (CUDA graphs)")
+    return forward, backward
 
 
 class _Recorder:
@@ -163,6 +176,7 @@ class _GraphCompiler:
         # The passes rewrite a copy (nodes and their meta dicts are copied, values shared), so a
         # failure anywhere in planning leaves aot_autograd's graph intact to run as it is.
         work = GraphModule(gm, copy.deepcopy(gm.graph))
+        work.meta[NOTES_KEY] = list(gm.meta.get(NOTES_KEY, []))  # the joint-graph passes' notes
         if self.settings.strict:
             plan, forward = self._compile(work, kind, graph_id)
         else:
@@ -235,7 +249,7 @@ def nvf_bookend(
         fw_compiler=functools.partial(compiler, kind="forward"),
         bw_compiler=functools.partial(compiler, kind="backward"),
         inference_compiler=functools.partial(compiler, kind="inference"),
-        partition_fn=partition_joint_graph,
+        partition_fn=functools.partial(partition_joint_graph, settings=settings),
         decompositions=table_for(settings, hold_composites=settings.holds_composites()
                                  and not _has_dynamic_sizes(example_inputs)),
         keep_inference_input_mutations=True,

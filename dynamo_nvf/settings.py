@@ -175,6 +175,11 @@ class Settings:
     #: (CPU tensors, mutated non-static inputs, ops that sync) run uncaptured, with one log line saying
     #: why. `mode="reduce-overhead"` turns it on.
     cuda_graphs: bool = False
+    #: With cuda_graphs, a training step's forward saves the tensor a chain of views starts from, not
+    #: the views (q, k and v of one qkv projection; the attention output and its reshape): the backward
+    #: graph recomputes them, for free under a replay, and cudagraph trees no longer rebuild outputs that
+    #: share a storage on every replay (passes/saved_views.py). No effect without cuda_graphs.
+    recompute_saved_views: bool = True
     #: With cuda_graphs, a graph with dynamic shapes records one CUDA graph per distinct set of sizes
     #: (each holds its own memory); sizes seen after this many run uncaptured.
     cuda_graph_max_shapes: int = 8
@@ -226,6 +231,10 @@ class Settings:
     def launches_directly(self) -> bool:
         """direct_launch where it saves host time: not under CUDA graphs."""
         return self.direct_launch and not self.cuda_graphs
+
+    def recomputes_saved_views(self) -> bool:
+        """recompute_saved_views where it saves host time: under CUDA graphs."""
+        return self.recompute_saved_views and self.cuda_graphs
 
     def holds_composites(self) -> bool:
         """Whether aot_autograd leaves HELD_COMPOSITES whole for passes/composites.py to decide."""

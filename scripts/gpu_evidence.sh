@@ -153,6 +153,12 @@ il10_half() {  # NAME WORKLOADS: perf.interleave of five backends in the call's 
     --json "$OUT/$1.json" > "$OUT/$1.log" 2>&1; echo "$1 rc=$?"
   grep -E "^\| [a-z]" "$OUT/$1.log" | tail -n 25 | cut -c1-170
 }
+il10_graphs() {  # NAME WORKLOADS: perf.interleave of the two CUDA-graph backends in the call's time left
+  timeout $((590 - SECONDS)) python3 -m perf.interleave "$2" \
+    --backends inductor_ro,nvf_cudagraphs --rounds ${IL10_ROUNDS:-5} \
+    --json "$OUT/$1.json" > "$OUT/$1.log" 2>&1; echo "$1 rc=$?"
+  grep -E "^\| [a-z]" "$OUT/$1.log" | tail -n 12 | cut -c1-170
+}
 il10_table() {  # issue #10's acceptance table, interleaved rounds, with nvf_fec_execute (direct launch off) beside the default
   timeout $((590 - SECONDS)) python3 -m perf.interleave "$IL10_WORKLOADS" \
     --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs,nvf_fec_execute --rounds ${IL10_ROUNDS:-7} --acceptance \
@@ -645,6 +651,20 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     timeout $((560 - SECONDS)) python3 scripts/host_profile.py gpt_train_bf16_small nvf_cudagraphs inductor_ro \
       --steps 200 --top 45 > "$OUT/host_own.txt" 2>&1; echo "host rc=$?"
     grep -E "^==" "$OUT/host_own.txt"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s21b)
+    # Session 21 (#10, #11): recompute_saved_views' tests on the GPU (no recorded graph returns two
+    # outputs on one storage); the flush repro again (its reading flush fixed); the graph-mode GPT-2-style
+    # training step's host profile with the pass; the training half under graphs, interleaved.
+    direct_tests 150 tests/test_saved_views.py tests/test_gpu_cuda_graphs.py
+    timeout 200 python3 scripts/repros/l2_flush_kinds.py layernorm_fwd_f32 rmsnorm_fwd_f32 softmax_fwd_f32 \
+      embedding_scale_add_bf16 rmsnorm_fwd_bf16 --rounds 3 > "$OUT/flush.txt" 2>&1; echo "flush rc=$?"
+    grep -v -i warn "$OUT/flush.txt" | grep -v _warn_once | cut -c1-160
+    timeout 90 python3 scripts/host_profile.py gpt_train_bf16_small nvf_cudagraphs --steps 200 --top 30 \
+      > "$OUT/host_own.txt" 2>&1; echo "host rc=$?"
+    grep -E "^==|reconstruct_outputs|check_invariants|_construct_CUDA" "$OUT/host_own.txt"
+    IL10_ROUNDS=${IL10_ROUNDS:-5} il10_graphs il10g "$IL10_TRAIN"
     echo "elapsed ${SECONDS}s"
     ;;
   s20i)

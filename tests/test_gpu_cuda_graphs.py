@@ -85,6 +85,52 @@ def test_training_forward_and_backward_are_captured():
     assert all(p.cuda_graph == CAPTURED for p in rec.plans)
 
 
+def _recorded_nodes(device_index: int = 0) -> list:
+    """Every recorded CUDA graph of cudagraph trees' manager on this device (tree order)."""
+    from torch._inductor import cudagraph_trees
+
+    manager = cudagraph_trees.get_manager(device_index, create_if_none_exists=False)
+    nodes, todo = [], [n for ns in manager.roots.values() for n in ns] if manager is not None else []
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        todo.extend(n for ns in node.children.values() for n in ns)
+    return nodes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_training_replays_rebuild_no_output_that_shares_a_storage(dtype):
+    """recompute_saved_views: q, k and v of one qkv projection (and the attention output's views) are
+    recomputed in the backward, so no two outputs of a recorded graph share a storage (cudagraph trees
+    rebuild such outputs on every replay); results still match eager on every replay."""
+    from torch._inductor.cudagraph_trees import AliasesNewOutput, AliasesPriorGraphOutput
+
+    from test_saved_views import QkvAttention
+
+    torch.manual_seed(0)
+    ref = QkvAttention().to(DEV, dtype)
+    model = copy.deepcopy(ref)
+    compiled = _graphs_compile(model)
+    rtol, atol = (1e-4, 1e-4) if dtype == torch.float32 else (2e-2, 2e-2)
+    for _ in range(5):
+        x = torch.randn(4, 16, 32, device=DEV, dtype=dtype)
+        for m in (model, ref):
+            m.zero_grad(set_to_none=True)
+        out = _step(lambda: compiled(x))
+        out.float().pow(2).mean().backward()
+        expected = ref(x)
+        expected.float().pow(2).mean().backward()
+        torch.testing.assert_close(out.detach(), expected.detach(), rtol=rtol, atol=atol)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=rtol, atol=atol)
+    nodes = _recorded_nodes()
+    assert len(nodes) == 2, nodes  # the forward and the backward
+    for node in nodes:
+        shared = [i for i, alias in enumerate(node.output_storage_alias)
+                  if isinstance(alias, (AliasesNewOutput, AliasesPriorGraphOutput))]
+        assert shared == [], f"outputs {shared} share a storage with another output"
+
+
 def test_dropout_under_graphs_draws_a_fresh_mask_each_replay():
     p = 0.3
 

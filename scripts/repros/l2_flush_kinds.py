@@ -39,7 +39,7 @@ def event_us(step, flush_kind: str, flush: torch.Tensor, sink: torch.Tensor, cyc
         if flush_kind == "zero":
             flush.zero_()
         elif flush_kind == "read":
-            torch.sum(flush, out=sink)
+            torch.sum(flush, dim=(0,), out=sink)
         torch.cuda._sleep(cycles)
         starts[i].record()
         step()
@@ -56,7 +56,7 @@ def kernel_us_after_flush(step, flush_kind: str, flush: torch.Tensor, sink: torc
             if flush_kind == "zero":
                 flush.zero_()
             elif flush_kind == "read":
-                torch.sum(flush, out=sink)
+                torch.sum(flush, dim=(0,), out=sink)
             step()
         torch.cuda.synchronize()
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
