@@ -667,6 +667,13 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     IL10_ROUNDS=${IL10_ROUNDS:-5} il10_graphs il10g "$IL10_TRAIN"
     echo "elapsed ${SECONDS}s"
     ;;
+  s21c)
+    # Session 21 (#10, #11): ConvNeXt-style training kernels against inductor's (1.24x GPU time in s21b):
+    # per-kernel tables, graph mode too, and which ATen ops launch the eager kernels.
+    kernel_files 120 "convnext_train_bf16_small" "nvf_bookend inductor nvf_cudagraphs nvf_bookend:ops"
+    pack_kernels
+    echo "elapsed ${SECONDS}s"
+    ;;
   s20i)
     # Session 20: the loss-kernel test past direct launch's checking call; the perf model tests
     # (cross-entropy in every training step).
