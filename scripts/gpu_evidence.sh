@@ -674,6 +674,15 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     pack_kernels
     echo "elapsed ${SECONDS}s"
     ;;
+  s21d)
+    # Session 21 (#10, #11): ConvNeXt-style training's regions alone against inductor's compile of each
+    # (inputs' layouts, launches, CUDA source of the losers), two nvFuser options swept.
+    timeout 420 python3 scripts/region_scoreboard.py convnext_train_bf16_small --sweep ws_normalization,tma_reduction \
+      --dump "$OUT/d" --json "$OUT/sb.json" > "$OUT/sb.txt" 2>&1; echo "scoreboard rc=$?"
+    grep -E "nvf .*ind|^TOTAL" "$OUT/sb.txt" | cut -c1-160
+    tar czf "$OUT/dumps.tgz" -C "$OUT" d && rm -rf "$OUT/d"
+    echo "elapsed ${SECONDS}s"
+    ;;
   s20i)
     # Session 20: the loss-kernel test past direct launch's checking call; the perf model tests
     # (cross-entropy in every training step).

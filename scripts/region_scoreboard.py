@@ -128,7 +128,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     torch.cuda.synchronize()
     rows, definitions = [], set()
     for label, graph, region_args, runtime_options in seen:
-        row: dict = {"region": label, "runtime_options": runtime_options}
+        row: dict = {"region": label, "runtime_options": runtime_options, "inputs": [_layout(a) for a in region_args]}
         try:
             fd, nvf_out, call = nvf_call(nvf, graph, region_args, runtime_options)
         except Exception as exc:
@@ -187,11 +187,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+def _layout(value: Any) -> str:
+    """An argument as shape/strides/dtype (what nvFuser's schedulers see), or its repr."""
+    if not isinstance(value, torch.Tensor):
+        return repr(value)
+    return f"{list(value.shape)}/{list(value.stride())}/{str(value.dtype).replace('torch.', '')}"
+
+
 def _line(row: dict) -> str:
     head = (f"{row['region'][:44]:44s}{'*' if row.get('runtime_options') else ' '}nvf {row.get('nvf_us', 0):6.2f}us/{row.get('nvf_kernels', 0):.0f}k "
             f"ind {row.get('inductor_us', float('nan')):6.2f}us/{row.get('inductor_kernels', 0):.0f}k "
             f"eager {row.get('eager_us', 0):6.2f}us/{row.get('eager_kernels', 0):.0f}k")
-    lines = [head] + [f"    nvf: {n}" for n in row.get("nvf_names", [])]
+    lines = [head, "    inputs: " + " ".join(row.get("inputs", []))]
+    lines += [f"    nvf: {n}" for n in row.get("nvf_names", [])]
     lines += [f"    launch: {n}" for n in row.get("launches", [])]
     lines += [f"    ind: {n}" for n in row.get("inductor_names", [])]
     for name, o in (row.get("options") or {}).items():
