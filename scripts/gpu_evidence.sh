@@ -683,6 +683,14 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     tar czf "$OUT/dumps.tgz" -C "$OUT" d && rm -rf "$OUT/d"
     echo "elapsed ${SECONDS}s"
     ;;
+  s21e)
+    # Session 21 (#10, #11): ConvNeXt's LayerNorms alone, spelled and planned several ways
+    # (scripts/repros/convnext_norms.py); then issue #10's training half, five backends, interleaved.
+    timeout 200 python3 scripts/repros/convnext_norms.py > "$OUT/norms.txt" 2>&1; echo "norms rc=$?"
+    grep -v -i warn "$OUT/norms.txt" | grep -v _warn_once | cut -c1-160 | tail -n 20
+    IL10_ROUNDS=${IL10_ROUNDS:-4} il10_half il10b "$IL10_TRAIN"
+    echo "elapsed ${SECONDS}s"
+    ;;
   s20i)
     # Session 20: the loss-kernel test past direct launch's checking call; the perf model tests
     # (cross-entropy in every training step).
