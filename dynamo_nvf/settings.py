@@ -321,6 +321,15 @@ class Settings:
 #: and the 4096 where it measured 4% more.
 AUTO_SPLIT_ROWS = 1024
 
+#: Row width (the normalised columns) up to which a norm backward's column sums get their own kernels at
+#: any row count, by default: a region of their own under CUDA graphs, a segment boundary without (see
+#: `Settings.split_norm_backward_rows`, `segment_norm_backward`). nvFuser 0.2.36's inner-outer persistent
+#: kernel runs such narrow rows with blocks of C/8 threads (12 for ConvNeXt's 96 channels): on an H100
+#: (session 21, scripts/repros/convnext_norms.py) a LayerNorm forward and backward over [2, 56, 56, 96]
+#: bf16 took 46.9 us whole against 18.4 cut (inductor 14.0), and ConvNeXt-style training's four such
+#: regions 26-81 us each against inductor's 10-17. The models' wider norms (384-768) keep the row rules.
+NARROW_NORM_COLS = 256
+
 #: Rows (N*H*W) from which unpermute_reductions rewrites a region without CUDA graphs (see
 #: `Settings.unpermute_reductions`): between ConvNeXt's 6272 rows (small batch, stage 1), where the
 #: rewrite and its split cost more host time than they saved GPU time, and 50176 (large batch, stage 2),

@@ -691,6 +691,18 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     IL10_ROUNDS=${IL10_ROUNDS:-4} il10_half il10b "$IL10_TRAIN"
     echo "elapsed ${SECONDS}s"
     ;;
+  s21f)
+    # Session 21 (#10, #11): narrow norm rows (NARROW_NORM_COLS): ConvNeXt's LayerNorms alone, whole, cut
+    # and segmented; the split and saved-views tests on the GPU; ConvNeXt training kernels, both plans;
+    # ConvNeXt's gradients.
+    timeout 150 python3 scripts/repros/convnext_norms.py > "$OUT/norms.txt" 2>&1; echo "norms rc=$?"
+    grep -v -i warn "$OUT/norms.txt" | grep -v _warn_once | cut -c1-160 | tail -n 14
+    direct_tests 120 tests/test_split_norm_backward.py tests/test_saved_views.py
+    kernel_files 90 "convnext_train_bf16_small" "nvf_bookend nvf_cudagraphs"
+    pack_kernels
+    gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
   s20i)
     # Session 20: the loss-kernel test past direct launch's checking call; the perf model tests
     # (cross-entropy in every training step).

@@ -15,6 +15,8 @@ from dynamo_nvf.passes import split_reductions
 from helpers import DEVICES, check_training, cuda_plans, device_options
 
 ALWAYS = 1 << 40
+#: Rows wider than NARROW_NORM_COLS, where the row rules apply (narrow rows are cut at any size).
+WIDE = 512
 
 
 class NormBlock(nn.Module):
@@ -118,9 +120,9 @@ def test_default_cuts_few_rows_under_cuda_graphs_only(cuda_graphs, rows, split):
 
     assert Settings().split_norm_backward_rows == -1
     assert Settings(cuda_graphs=cuda_graphs).norm_backward_split_rows() == (AUTO_SPLIT_ROWS if cuda_graphs else 0)
-    block = NormBlock(64)
-    plans = cuda_plans(lambda x, r: block(x, r), (rows // 16, 16, 64), (rows // 16, 16, 64), train=True, fake=False,
-                       options={"cuda_graphs": cuda_graphs})
+    block = NormBlock(WIDE)
+    plans = cuda_plans(lambda x, r: block(x, r), (rows // 16, 16, WIDE), (rows // 16, 16, WIDE), train=True,
+                       fake=False, options={"cuda_graphs": cuda_graphs})
     backward = next(p for p in plans if p.kind == "backward")
     assert len(backward.regions) == (2 if split else 1)
 
@@ -135,13 +137,13 @@ def test_negative_limits_other_than_auto_are_refused():
 def test_default_keeps_norm_backwards_whose_column_sums_read_no_row_reduction():
     """An RMSNorm's weight gradient reads dy and the saved activation only: the default keeps it whole
     under graphs (a cut measured no gain), an explicit row limit still cuts it."""
-    norm = nn.RMSNorm(64)
+    norm = nn.RMSNorm(WIDE)
 
     def fn(x):
         return norm(x) * 1.5
 
     def backward_regions(options):
-        plans = cuda_plans(fn, (4, 16, 64), train=True, fake=False, options=options)
+        plans = cuda_plans(fn, (4, 16, WIDE), train=True, fake=False, options=options)
         return next(p for p in plans if p.kind == "backward").regions
 
     assert len(backward_regions({"cuda_graphs": True})) == 1
@@ -172,12 +174,40 @@ def test_dynamic_shapes_are_not_cut_and_do_not_recompile():
     assert [p.kind for p in rec.plans] == ["forward", "backward"]
 
 
+@pytest.mark.parametrize("options, regions, marked", [
+    ({"cuda_graphs": True}, 2, False),          # under graphs: a region of their own
+    ({}, 1, True),                              # without: one region, a segment boundary
+    ({"segment_norm_backward": False}, 1, False),
+    ({"cuda_graphs": True, "split_norm_backward_rows": 1024}, 1, False),  # an explicit row rule wins
+])
+def test_narrow_rows_get_their_own_column_sum_kernels_at_any_size(options, regions, marked):
+    """ConvNeXt's LayerNorm over 96 channels: 6272 rows, past AUTO_SPLIT_ROWS, and no column sum that
+    reads a row reduction; nvFuser's inner-outer kernel is slow for such narrow rows (NARROW_NORM_COLS)."""
+    from dynamo_nvf.settings import AUTO_SPLIT_ROWS, NARROW_NORM_COLS
+
+    norm = nn.LayerNorm(96)
+    assert 96 <= NARROW_NORM_COLS and 2 * 56 * 56 > AUTO_SPLIT_ROWS
+
+    def fn(x):
+        return norm(x) * 1.5
+
+    plans = cuda_plans(fn, (2, 56, 56, 96), train=True, fake=False, options=options)
+    backward = next(p for p in plans if p.kind == "backward")
+    assert len(backward.regions) == regions
+    notes = [n for n in backward.rewrites if "segment boundary" in n]
+    assert bool(notes) == marked
+    if marked:
+        assert "at most 256 columns" in notes[0] and "6272 rows" in notes[0], notes
+    if regions == 2:
+        assert any("at most 256 columns: any size" in note for r in backward.regions for note in r.boundary)
+
+
 # ------------------------------------------------------------------ segment_norm_backward (no graphs)
 
 
-def _backward_plan(options, rows=64):
-    block = NormBlock(64)
-    plans = cuda_plans(lambda x, r: block(x, r), (rows // 16, 16, 64), (rows // 16, 16, 64), train=True,
+def _backward_plan(options, rows=64, width=64):
+    block = NormBlock(width)
+    plans = cuda_plans(lambda x, r: block(x, r), (rows // 16, 16, width), (rows // 16, 16, width), train=True,
                        fake=False, options=options)
     return next(p for p in plans if p.kind == "backward")
 
@@ -200,7 +230,8 @@ def test_segment_option_keeps_one_region_and_marks_its_column_sums():
 
 def test_segment_option_follows_the_graphs_rule():
     """Past AUTO_SPLIT_ROWS nothing is marked; under CUDA graphs the region is cut as before."""
-    assert not any("segment boundary" in n for n in _backward_plan({"segment_norm_backward": True}, rows=2048).rewrites)
+    assert not any("segment boundary" in n
+                   for n in _backward_plan({"segment_norm_backward": True}, rows=2048, width=WIDE).rewrites)
     cut = _backward_plan({"segment_norm_backward": True, "cuda_graphs": True})
     assert len(cut.regions) == 2 and not any("segment boundary" in n for n in cut.rewrites)
 

@@ -33,7 +33,7 @@ from dynamo_nvf.ops.metadata import is_metadata, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of
 from dynamo_nvf.passes.unpermute_reductions import UNPERMUTED_KEY
-from dynamo_nvf.settings import Settings
+from dynamo_nvf.settings import NARROW_NORM_COLS, Settings
 
 aten = torch.ops.aten
 
@@ -178,16 +178,19 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
     next_id = max(regions, default=-1) + 1
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     for region_id, nodes in list(regions.items()):
-        # A region unpermute_reductions rewrote is cut at any size (Settings.unpermute_reductions).
+        if any(_symbolic(n) or any(_symbolic(p) for p in n.all_input_nodes) for n in nodes):
+            continue  # a row count to compare needs a guard: it would recompile for every size
+        rows_of_row_reductions = {_rows_and_cols(tensor_val(n.args[0])) for n in nodes if _is_row_reduction(n)}
+        # A region unpermute_reductions rewrote is cut at any size (Settings.unpermute_reductions); so
+        # are narrow rows by default (NARROW_NORM_COLS), where graphs are off by a segment boundary.
         unpermuted = any(n.meta.get(UNPERMUTED_KEY) for n in nodes)
-        region_limit = math.inf if unpermuted else (limit or mark_rows)
+        narrow = (only_reading_dx and bool(limit or settings.segment_norm_backward) and bool(rows_of_row_reductions)
+                  and all(cols <= NARROW_NORM_COLS for _, cols in rows_of_row_reductions))
+        region_limit = math.inf if unpermuted or narrow else (limit or mark_rows)
         mark_only = not unpermuted and not limit
         if region_limit <= 0:
             continue
-        if any(_symbolic(n) or any(_symbolic(p) for p in n.all_input_nodes) for n in nodes):
-            continue  # a row count to compare needs a guard: it would recompile for every size
         members = set(nodes)
-        rows_of_row_reductions = {_rows_and_cols(tensor_val(n.args[0])) for n in nodes if _is_row_reduction(n)}
         sums, tails = [], []
         for n in nodes:
             if not _is_column_sum(n):
@@ -199,18 +202,21 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
             if tail is not None:  # else the rest of the region needs the sum
                 sums.append(n)
                 tails.extend(tail)
-        if not sums or (only_reading_dx and not unpermuted
+        if not sums or (only_reading_dx and not unpermuted and not narrow
                         and not any(_reads_row_reduction(n, members) for n in sums)):
             continue
         rows = _rows_and_cols(tensor_val(sums[0].args[0]))[0]
         if mark_only:
             for node in sums:
                 node.meta[SEGMENT_INPUTS_KEY] = True
-            add_note(gm, f"segment boundary: column sums {', '.join(n.name for n in sums)} over {rows} rows read "
+            why = f" (rows of at most {NARROW_NORM_COLS} columns: any size)" if narrow else ""
+            add_note(gm, f"segment boundary{why}: column sums {', '.join(n.name for n in sums)} over {rows} rows read "
                          f"their inputs through nvFuser's segment_set (segment_norm_backward: one region, "
                          f"their own kernels)")
             continue
-        size_rule = "an unpermuted sum: any size" if unpermuted else f"split_norm_backward_rows={limit}"
+        size_rule = ("an unpermuted sum: any size" if unpermuted
+                     else f"rows of at most {NARROW_NORM_COLS} columns: any size" if narrow
+                     else f"split_norm_backward_rows={limit}")
         per_sum = {n: recomputable_feeders([n], members, rows) for n in sums}
         if any(f is None for f in per_sum.values()):
             continue
