@@ -703,6 +703,19 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
     echo "elapsed ${SECONDS}s"
     ;;
+  s21g)
+    # Session 21 (#10, #11): hoist_permutes' strided rule (LayerNorm2d on an NCHW-contiguous input):
+    # the repro, the hoist/split/saved-views tests on the GPU, ConvNeXt kernels (training both plans,
+    # inference against inductor), ConvNeXt's gradients.
+    timeout 150 python3 scripts/repros/convnext_norms.py > "$OUT/norms.txt" 2>&1; echo "norms rc=$?"
+    grep -v -i warn "$OUT/norms.txt" | grep -v _warn_once | cut -c1-160 | tail -n 16
+    direct_tests 120 tests/test_hoist_permutes.py tests/test_split_norm_backward.py tests/test_saved_views.py
+    kernel_files 80 "convnext_train_bf16_small" "nvf_bookend nvf_cudagraphs"
+    kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
+    pack_kernels
+    gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
   s20i)
     # Session 20: the loss-kernel test past direct launch's checking call; the perf model tests
     # (cross-entropy in every training step).

@@ -1,6 +1,8 @@
 """hoist_permutes: a permute fed by pointwise ops inside a region moves onto the region's inputs where
 that makes them row-major (ConvNeXt's channels-last LayerNorm), so the region reads the NHWC view;
-elsewhere (an NCHW input, a producer read twice, the option off) the region keeps its permute.
+where the region normalises over the permuted last dim an NCHW input is hoisted onto as a strided view;
+elsewhere (a strided permute without a norm, a producer read twice, the option off) the region keeps
+its permute.
 Values and output strides match eager."""
 
 from __future__ import annotations
@@ -50,9 +52,23 @@ def test_a_cast_between_add_and_permute_is_crossed_too():
     assert "aten.permute.default" not in region.ops, region.ops
 
 
-def test_nchw_input_keeps_the_permute():
-    _, region = _region(check_inference(bias_permute_layer_norm, _inputs(channels_last=False), PLAN))
-    assert "aten.permute.default" in region.ops
+def test_nchw_input_of_a_norm_is_read_as_a_strided_view():
+    """LayerNorm2d on an NCHW-contiguous tensor (ConvNeXt's stem): the permute moves onto the input, so
+    nvFuser reads the strided NHWC view in its allocation order instead of permuting inside."""
+    inputs = _inputs(channels_last=False)
+    plan, region = _region(check_inference(bias_permute_layer_norm, inputs, PLAN))
+    assert "aten.permute.default" not in region.ops, region.ops
+    (x_in,) = [t for t in region.inputs if len(t.shape) == 4 and t.shape[0] == 2]
+    assert list(x_in.shape) == [2, 5, 5, 8] and list(x_in.stride) == [200, 5, 1, 25]  # NCHW memory
+    assert any("strided views" in note for note in plan.rewrites), plan.rewrites
+
+
+def test_a_strided_permute_without_a_norm_stays_in_the_region():
+    def f(x, bias, w, b):
+        return (x + bias.view(-1, 1, 1)).permute(0, 2, 3, 1) * w + b
+
+    _, region = _region(check_inference(f, _inputs(channels_last=False), PLAN))
+    assert "aten.permute.default" in region.ops, region.ops
 
 
 def test_a_producer_read_twice_keeps_the_permute():

@@ -210,7 +210,7 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
             for node in sums:
                 node.meta[SEGMENT_INPUTS_KEY] = True
             why = f" (rows of at most {NARROW_NORM_COLS} columns: any size)" if narrow else ""
-            add_note(gm, f"segment boundary{why}: column sums {', '.join(n.name for n in sums)} over {rows} rows read "
+            add_note(gm, f"segment boundary: column sums {', '.join(n.name for n in sums)} over {rows} rows{why} read "
                          f"their inputs through nvFuser's segment_set (segment_norm_backward: one region, "
                          f"their own kernels)")
             continue

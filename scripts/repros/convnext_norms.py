@@ -8,6 +8,9 @@ against inductor's (issue #11; ConvNeXt training ran 1.24x inductor's GPU time i
   of their own (what CUDA graphs get).
 * `ln2d_permuted`: the stem's LayerNorm2d, as the model writes it (permute an NCHW-contiguous tensor to
   NHWC, LayerNorm over C, permute back): nvFuser reduces over a dimension 3136 elements apart.
+* `ln2d_bias`: the stem's region as the model's graph has it: the convolution's bias added in NCHW
+  order, then LayerNorm2d. `nvf` hoists the permute onto the input (hoist_permutes' strided rule,
+  forward graphs), `nvf no hoist` keeps it inside the fusion.
 
 Session 21 also timed that LayerNorm2d written over dim 1 of the NCHW tensor: nvFuser 0.2.36 failed
 its backward (INTERNAL ASSERT, internal_nodes.cpp:1568 and fusion_kernel_runtime.cpp:476), so it ran in
@@ -41,7 +44,12 @@ def ln2d_permuted(x, w, b):
     return F.layer_norm(x.permute(0, 2, 3, 1), (C,), w, b, EPS).permute(0, 3, 1, 2)
 
 
-SHAPES = {"ln_rows96": (2, 56, 56, 96), "ln_rows192": (2, 28, 28, 192), "ln2d_permuted": (2, C, 56, 56)}
+def ln2d_bias(x, w, b):
+    return ln2d_permuted(x + b.view(C, 1, 1), w, b)
+
+
+SHAPES = {"ln_rows96": (2, 56, 56, 96), "ln_rows192": (2, 28, 28, 192), "ln2d_permuted": (2, C, 56, 56),
+          "ln2d_bias": (2, C, 56, 56)}
 
 
 def inputs(name):
@@ -58,13 +66,15 @@ def _relative(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def main() -> None:
-    cases = {"ln_rows96": ln_rows, "ln_rows192": ln_rows, "ln2d_permuted": ln2d_permuted}
-    backends = {
+    cases = {"ln_rows96": ln_rows, "ln_rows192": ln_rows, "ln2d_permuted": ln2d_permuted, "ln2d_bias": ln2d_bias}
+    plans = {
         "nvf": dict(backend="nvf_bookend"),
         "nvf whole": dict(backend="nvf_bookend", options={"split_norm_backward_rows": 0}),
         "nvf cut": dict(backend="nvf_bookend", options={"split_norm_backward_rows": 1 << 22}),
+        "nvf no hoist": dict(backend="nvf_bookend", options={"hoist_permutes": False}),
         "inductor": dict(backend="inductor"),
     }
+    per_case = {"ln2d_bias": ("nvf", "nvf no hoist", "inductor")}
     print(f"{'case':<16}{'plan':<18}{'fwd us':>9}{'k':>4}{'fwd+bwd us':>12}{'k':>4}  max |diff| / max |eager|")
     for name, fn in cases.items():
         x, w, b = inputs(name)
@@ -72,7 +82,8 @@ def main() -> None:
         expected = fn(x, w, b).detach()
         fn(x, w, b).backward(gy)
         reference = [t.grad.clone() for t in (x, w, b)]
-        for label, kw in backends.items():
+        for label in per_case.get(name, ("nvf", "nvf whole", "nvf cut", "inductor")):
+            kw = plans[label]
             torch._dynamo.reset()
             compiled = torch.compile(fn, **kw)
 
