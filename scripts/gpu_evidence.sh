@@ -716,6 +716,17 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
     echo "elapsed ${SECONDS}s"
     ;;
+  s21h)
+    # Session 21 (#10): the training half, five backends, interleaved (saved views, narrow norm rows and
+    # the strided hoist in).
+    IL10_ROUNDS=${IL10_ROUNDS:-5} il10_half il10b "$IL10_TRAIN"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s21i)
+    # Session 21 (#10): the forward half, five backends, interleaved.
+    IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10a "$IL10_FWD"
+    echo "elapsed ${SECONDS}s"
+    ;;
   s20i)
     # Session 20: the loss-kernel test past direct launch's checking call; the perf model tests
     # (cross-entropy in every training step).
