@@ -202,6 +202,20 @@ case "${1:-tests}" in
       --deselect tests/test_gpu_opinfo.py::test_opinfo_sweep > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
     tail -n 25 "$OUT/gpu_tests.log"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests.log" | head -30
     ;;
+  suite_par)
+    # The GPU suite (OpInfo sweep aside) in three pytest processes at once, files dealt round-robin by
+    # size (one GPU, 16 cores: nvFuser's compiles are the bottleneck); each process's log, then totals.
+    mapfile -t files < <(ls -S tests/test_*.py)
+    for g in 0 1 2; do
+      group=(); for i in "${!files[@]}"; do [ $((i % 3)) -eq $g ] && group+=("${files[$i]}"); done
+      timeout ${SUITE_S:-540} python3 -m pytest -q -m gpu "${group[@]}" -p no:cacheprovider --tb=short -rfs \
+        --deselect tests/test_gpu_opinfo.py::test_opinfo_sweep > "$OUT/gpu_tests_$g.log" 2>&1 &
+    done
+    wait
+    for g in 0 1 2; do echo "group $g: $(tail -n 1 "$OUT/gpu_tests_$g.log")"; done
+    grep -h -E "^FAILED|^ERROR" "$OUT"/gpu_tests_*.log | head -30
+    echo "elapsed ${SECONDS}s"
+    ;;
   verify)
     # The GPU suite under the current defaults, then the BERT training fault's repro (it must run clean).
     timeout 440 python3 -m pytest -q -m gpu tests -p no:cacheprovider --tb=short -rfs --durations=10 \
