@@ -71,7 +71,7 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     unpermute_rows = settings.unpermute_min_rows()
     if unpermute_rows is not None:
         gm = unpermute_reductions(gm, unpermute_rows)
-    gm = split_norm_backward(gm, settings)
+    gm = split_norm_backward(gm, settings, kind)
     notes += gm.meta.pop(NOTES_KEY, [])
     if settings.hoist_permutes and kind != "backward":  # hoist_permutes says why not in backward graphs
         gm = hoist_permutes(gm)

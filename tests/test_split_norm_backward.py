@@ -202,6 +202,20 @@ def test_narrow_rows_get_their_own_column_sum_kernels_at_any_size(options, regio
         assert any("at most 256 columns: any size" in note for r in backward.regions for note in r.boundary)
 
 
+def test_narrow_rows_rule_holds_in_backward_graphs_only():
+    """An inference region summing narrow columns next to an amax over rows stays as it is (behind a
+    segment boundary nvFuser 0.2.36 failed to compile it)."""
+
+    def fn(x):
+        h = x * 1.5 + 1.0
+        return h.sum(0), h.amax(-1)
+
+    (plan,) = cuda_plans(fn, (3, 20, 48), fake=False, options={})
+    assert not any("segment boundary" in n for n in plan.rewrites), plan.rewrites
+    (plan,) = cuda_plans(fn, (3, 20, 48), fake=False, options={"cuda_graphs": True})
+    assert len(plan.regions) == 1
+
+
 # ------------------------------------------------------------------ segment_norm_backward (no graphs)
 
 

@@ -157,7 +157,7 @@ def _reads_row_reduction(node: Node, members: set[Node]) -> bool:
     return any(_is_row_reduction(n) for n in reach(node, members, upstream=True))
 
 
-def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
+def split_norm_backward(gm: GraphModule, settings: Settings, kind: str = "backward") -> GraphModule:
     """Moves each qualifying region's column sums, with copies of what feeds them, to a new region.
 
     By default (-1) only a region one of whose column sums reads a row reduction is cut (a linear
@@ -166,6 +166,11 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
     (perf.interleave, 2026-11-23) cutting changed a training step's GPU time by -9% (BERT-style, 512
     rows), -10% (ViT-S, 394 rows) and +3% (GPT-2-style, 256 rows); LLaMA-style RMSNorm regions have
     no such sum and stay whole (cut anyway, 0%).
+
+    The narrow-rows rule (NARROW_NORM_COLS) holds in backward graphs only: an inference region that
+    sums columns next to an amax over rows (tests/test_unflatten_reductions.py) failed nvFuser 0.2.36's
+    compile behind a segment boundary (H100, session 21: INTERNAL ASSERT, predicate_elimination.cpp:1056,
+    "Inconsistent setting of initialization value").
     """
     limit = settings.norm_backward_split_rows()
     if settings.split_norm_backward_rows == 0:
@@ -184,7 +189,8 @@ def split_norm_backward(gm: GraphModule, settings: Settings) -> GraphModule:
         # A region unpermute_reductions rewrote is cut at any size (Settings.unpermute_reductions); so
         # are narrow rows by default (NARROW_NORM_COLS), where graphs are off by a segment boundary.
         unpermuted = any(n.meta.get(UNPERMUTED_KEY) for n in nodes)
-        narrow = (only_reading_dx and bool(limit or settings.segment_norm_backward) and bool(rows_of_row_reductions)
+        narrow = (kind == "backward" and only_reading_dx and bool(limit or settings.segment_norm_backward)
+                  and bool(rows_of_row_reductions)
                   and all(cols <= NARROW_NORM_COLS for _, cols in rows_of_row_reductions))
         region_limit = math.inf if unpermuted or narrow else (limit or mark_rows)
         mark_only = not unpermuted and not limit
