@@ -11,6 +11,9 @@ block per call, side by side in one process, in four ways:
 * the profiler's kernel durations after a zeroing flush (the kernel alone, no launch latency).
 
     python scripts/repros/l2_flush_kinds.py layernorm_fwd_f32 embedding_scale_add_bf16 --backends inductor,nvf_bookend
+
+Answer on an H100 (session 21; scripts/repros/README.md has the table): the gap is in nvFuser's kernel
+and appears after either flush, clean or dirty; without a flush the two tie.
 """
 
 from __future__ import annotations
