@@ -105,10 +105,12 @@ class Settings:
     #: (256 rows) measured 3% more GPU time cut; LLaMA-style RMSNorm regions are not cut (0% if cut).
     #: Those measurements had unflatten_reductions on (the default), which puts the bias gradients
     #: into the norm backwards' regions. A region unpermute_reductions rewrote is cut at any size,
-    #: graphs or not, unless this is 0.
+    #: graphs or not, unless this is 0. Under -1, a norm backward over rows of at most
+    #: `NARROW_NORM_COLS` columns is cut at any row count under graphs (given a segment boundary
+    #: without them), whatever its column sums read.
     split_norm_backward_rows: int = -1
     #: Without CUDA graphs, where split_norm_backward would cut a norm backward under graphs (the same
-    #: rows rule), keep the region whole and have its column sums read their inputs through nvFuser's
+    #: rules: up to AUTO_SPLIT_ROWS rows, or narrow rows at any count), keep the region whole and have its column sums read their inputs through nvFuser's
     #: `segment_set` instead: nvFuser runs the row part and the column sums as separate kernels of one
     #: region call, most of the cut's GPU time saved without a second region's host time, and smaller
     #: kernels to compile than the inner-outer persistent one. Why: on an H100 (session 12,
@@ -325,9 +327,12 @@ AUTO_SPLIT_ROWS = 1024
 #: any row count, by default: a region of their own under CUDA graphs, a segment boundary without (see
 #: `Settings.split_norm_backward_rows`, `segment_norm_backward`). nvFuser 0.2.36's inner-outer persistent
 #: kernel runs such narrow rows with blocks of C/8 threads (12 for ConvNeXt's 96 channels): on an H100
-#: (session 21, scripts/repros/convnext_norms.py) a LayerNorm forward and backward over [2, 56, 56, 96]
-#: bf16 took 46.9 us whole against 18.4 cut (inductor 14.0), and ConvNeXt-style training's four such
-#: regions 26-81 us each against inductor's 10-17. The models' wider norms (384-768) keep the row rules.
+#: (session 21, scripts/repros/convnext_norms.py, calls 6 and 7) a LayerNorm forward and backward over
+#: [2, 56, 56, 96] bf16 took 47.5-47.8 us whole, 17.5 behind a segment boundary and 17.7-18.5 cut
+#: (inductor 13.9-14.1); over [2, 28, 28, 192], 19.5-19.7 whole, 11.4-11.6 segmented, 9.3 cut (inductor
+#: 8.7-8.9). ConvNeXt-style training's four such regions had taken 26-81 us each against inductor's
+#: 10-17. Norm backwards only (split_reductions._normalises_rows): nothing else was measured. The
+#: models' wider norms (384-768) keep the row rules.
 NARROW_NORM_COLS = 256
 
 #: Rows (N*H*W) from which unpermute_reductions rewrites a region without CUDA graphs (see

@@ -105,10 +105,8 @@ def test_training_replays_rebuild_no_output_that_shares_a_storage(dtype):
     rebuild such outputs on every replay); results still match eager on every replay."""
     from torch._inductor.cudagraph_trees import AliasesNewOutput, AliasesPriorGraphOutput
 
-    from test_saved_views import QkvAttention
-
     torch.manual_seed(0)
-    ref = QkvAttention().to(DEV, dtype)
+    ref = programs.QkvAttention().to(DEV, dtype)
     model = copy.deepcopy(ref)
     compiled = _graphs_compile(model)
     rtol, atol = (1e-4, 1e-4) if dtype == torch.float32 else (2e-2, 2e-2)

@@ -63,6 +63,18 @@ def test_nchw_input_of_a_norm_is_read_as_a_strided_view():
     assert any("strided views" in note for note in plan.rewrites), plan.rewrites
 
 
+def test_a_strided_hoist_climbs_a_chain_of_pointwise_ops():
+    """Two pointwise ops between the input and the permute: the permute ends on the input, not between
+    them (each step's permute feeds the next op, no longer the norm)."""
+    def f(x, bias, w, b):
+        y = ((x + bias.view(-1, 1, 1)) * 2.0).permute(0, 2, 3, 1)
+        return torch.nn.functional.layer_norm(y, (y.shape[-1],), w, b, 1e-6)
+
+    plan, region = _region(check_inference(f, _inputs(channels_last=False), PLAN))
+    assert "aten.permute.default" not in region.ops, region.ops
+    assert sum("strided views" in note for note in plan.rewrites) == 2, plan.rewrites
+
+
 def test_a_strided_permute_without_a_norm_stays_in_the_region():
     def f(x, bias, w, b):
         return (x + bias.view(-1, 1, 1)).permute(0, 2, 3, 1) * w + b

@@ -7,8 +7,6 @@ import operator
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils.checkpoint import CheckpointPolicy
 
@@ -17,25 +15,10 @@ from dynamo_nvf.ops.metadata import is_metadata
 from dynamo_nvf.passes.lean_views import reinterpret_tensor
 from dynamo_nvf.passes.saved_views import RECOMPUTED_VIEWS_KEY, recompute_saved_views
 from helpers import check_training, compile_fn
+from programs import QkvAttention
 
 aten = torch.ops.aten
-D, H = 32, 4
-
-
-class QkvAttention(nn.Module):
-    """GPT-2's attention: one qkv projection split into heads, SDPA, the output projection."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.qkv = nn.Linear(D, 3 * D)
-        self.proj = nn.Linear(D, D)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, _ = x.shape
-        q, k, v = self.qkv(x).split(D, dim=-1)
-        q, k, v = (t.view(b, s, H, D // H).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(b, s, D))
+D = 32
 
 
 def _view_base(node: torch.fx.Node) -> torch.fx.Node:
@@ -101,10 +84,33 @@ def test_only_forward_alias_views_the_backward_reads_are_tagged():
 
     gm = recompute_saved_views(make_fx(joint, tracing_mode="fake")(
         torch.randn(8, 32), torch.randn(16, 16), torch.randn(8, 16)))
-    tagged = {n.name for n in gm.graph.nodes if n.meta.get("recompute") == CheckpointPolicy.MUST_RECOMPUTE}
-    by_target = {n.name: n.target for n in gm.graph.nodes}
-    assert {by_target[name] for name in tagged} == {aten.split.Tensor, aten.t.default, operator.getitem}
-    untagged_views = [n for n in gm.graph.nodes if n.op == "call_function" and is_metadata(n) and n.name not in tagged]
-    # the view feeding only the forward's sum, and the backward's own views of the tangent, stay as they are
-    assert {n.target for n in untagged_views} >= {aten.view.default}
+    tagged = [n for n in gm.graph.nodes if n.meta.get("recompute") == CheckpointPolicy.MUST_RECOMPUTE]
+    # t.t() is read by the backward; the chain behind it (t, getitem a, the split) is tagged with it.
+    assert [(n.target, n.args[1] if n.target is operator.getitem else None) for n in tagged] == [
+        (aten.split.Tensor, None), (operator.getitem, 0), (aten.t.default, None), (aten.t.default, None)]
+    views = {n.name: n for n in gm.graph.nodes if n.op == "call_function" and is_metadata(n)}
+    untagged = [n for n in views.values() if n not in tagged]
+    # Left alone: getitem b (read by a forward mul), the view feeding the forward's sum, primals_2's t and
+    # its t (an input's views, read by a forward sum), and the backward's own views of the tangent.
+    getitems = [n for n in untagged if n.target is operator.getitem]
+    assert [n.args[1] for n in getitems] == [1]
+    forward_views = [n for n in untagged if n.target is aten.view.default and n.args[0].target is aten.mul.Tensor]
+    assert len(forward_views) == 1
+    tangent_views = [n for n in untagged if n.target is aten.view.default and n.args[0].op == "placeholder"
+                     or n.target is aten.view.default and n.args[0].target is aten.view.default]
+    assert len(tangent_views) == 2
     assert gm.meta[RECOMPUTED_VIEWS_KEY] == len(tagged)
+
+
+def test_a_users_checkpoint_tag_is_kept_with_its_chain():
+    def joint(primals_1, tangents_1):
+        h = primals_1 * 2.0
+        t = h.t()
+        return h.sum(), tangents_1 * t.t()
+
+    gm = make_fx(joint, tracing_mode="fake")(torch.randn(8, 16), torch.randn(8, 16))
+    (outer,) = [n for n in gm.graph.nodes if n.target is aten.t.default and n.args[0].target is aten.t.default]
+    outer.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+    gm = recompute_saved_views(gm)
+    assert outer.meta["recompute"] == CheckpointPolicy.MUST_SAVE
+    assert not any(n.meta.get("recompute") == CheckpointPolicy.MUST_RECOMPUTE for n in gm.graph.nodes)

@@ -197,9 +197,25 @@ def test_narrow_rows_get_their_own_column_sum_kernels_at_any_size(options, regio
     notes = [n for n in backward.rewrites if "segment boundary" in n]
     assert bool(notes) == marked
     if marked:
-        assert "at most 256 columns" in notes[0] and "6272 rows" in notes[0], notes
+        assert f"at most {NARROW_NORM_COLS} columns" in notes[0] and "6272 rows" in notes[0], notes
     if regions == 2:
-        assert any("at most 256 columns: any size" in note for r in backward.regions for note in r.boundary)
+        assert any(f"at most {NARROW_NORM_COLS} columns: any size" in note
+                   for r in backward.regions for note in r.boundary)
+
+
+def test_narrow_rows_rule_holds_for_norm_backwards_only():
+    """A softmax over 10 classes after a linear layer: its backward sums rows (the softmax's) and columns
+    (the bias gradient) over narrow rows, but computes no norm statistic and reads none: left whole."""
+    lin = nn.Linear(64, 10)
+
+    def fn(x):
+        return torch.softmax(lin(x), dim=-1) * 1.5
+
+    for options in ({}, {"cuda_graphs": True}):
+        plans = cuda_plans(fn, (8, 1024, 64), train=True, fake=False, options=options)
+        backward = next(p for p in plans if p.kind == "backward")
+        assert len(backward.regions) == 1 and not any("segment boundary" in n for n in backward.rewrites), \
+            backward.rewrites
 
 
 def test_narrow_rows_rule_holds_in_backward_graphs_only():

@@ -12,6 +12,11 @@ from torch.fx import GraphModule, Node
 NOTES_KEY = "nvf_rewrite_notes"
 
 
+def is_tangent(node: Node) -> bool:
+    """A backward graph's (or joint graph's) gradient input: aot_autograd names them `tangents_*`."""
+    return node.op == "placeholder" and node.name.startswith("tangents")
+
+
 def add_note(gm: GraphModule, note: str) -> None:
     """Records what a pass rewrote, for the plan of this graph."""
     gm.meta.setdefault(NOTES_KEY, []).append(note)

@@ -8,7 +8,8 @@ channels-last allocation domain, permute inside) at about half the speed of the 
 view: on an H100 (scripts/repros/ln_shapes.py, bf16, session 10) 6.08 against 2.85 us at [2, 96, 56, 56],
 3.30 against 2.43 at [2, 192, 28, 28], 6.96 against 3.71 at [8, 192, 28, 28]; the NHWC form is what a
 hand-written row-major [N*H*W, C] fusion takes. Once hoisted, each permute reads a region input, so the
-bookend pass trims it to a zero-copy alias and nvFuser is handed the row-major NHWC view.
+bookend pass trims it to a zero-copy alias and nvFuser is handed the row-major NHWC view (or, under the
+strided rule below, the strided view with its allocation order).
 
 Only where exact and useful: every op on the way is pointwise (or a dtype-only copy), has the permute
 (or the op above it) as its only user and sits in the permute's region; every operand of full shape
@@ -100,6 +101,9 @@ def _can_hoist(node: Node, perm: list[int], region: Any, strided_ok: bool = Fals
     return True
 
 
+#: node.meta key of a permute that a strided hoist moved (or is moving) up a chain toward the inputs.
+STRIDED_HOIST_KEY = "nvf_strided_hoist"
+
 #: What may sit between a permute and the reduction that normalises its last dim.
 _LAYOUT_ONLY = (aten.clone.default, aten._to_copy.default)
 
@@ -154,9 +158,14 @@ def _hoist_at(gm: GraphModule, node: Node) -> bool:
     op = node.args[0]
     if getattr(tensor_val(op), "fake_mode", None) is None:
         return False
-    if not _can_hoist(op, perm, region, strided_ok=_normalised_over_last_dim(node, region)):
+    # A strided hoist checked the whole chain up to the region's inputs once; the permutes it leaves
+    # on the way (which feed the next pointwise op, no longer the norm) carry the mark to go on.
+    strided_ok = bool(node.meta.get(STRIDED_HOIST_KEY)) or _normalised_over_last_dim(node, region)
+    if not _can_hoist(op, perm, region, strided_ok=strided_ok):
         return False
     row_major = _can_hoist(op, perm, region)
+    if not row_major:
+        node.meta[STRIDED_HOIST_KEY] = True  # call_like copies it onto the permutes that replace this one
     add_note(gm, (NOTE if row_major else NOTE_STRIDED).format(permute=node.name, op=op.name))
     _hoist(gm, node, perm)
     return True

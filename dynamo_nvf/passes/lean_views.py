@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch.fx import GraphModule, Node
 
+from dynamo_nvf.passes import is_tangent
 from dynamo_nvf.ops.metadata import METADATA_OPS, MULTI_OUTPUT_METADATA_OPS, alias_violation, static_layout
 
 aten = torch.ops.aten
@@ -71,7 +72,7 @@ def _view_step(node: Node) -> Optional[Node]:
 
 def _trusted_root(node: Node, is_region: Callable[[Any], bool]) -> bool:
     if node.op == "placeholder":
-        return not node.name.startswith("tangents")
+        return not is_tangent(node)
     if node.op != "call_function":
         return False
     if node.target in _FRESH_CONTIGUOUS or is_region(node.target):

@@ -31,6 +31,7 @@ from torch.fx import GraphModule, Node
 from torch.utils.checkpoint import CheckpointPolicy
 
 from dynamo_nvf.ops.metadata import alias_violation, is_metadata
+from dynamo_nvf.passes import is_tangent
 
 log = logging.getLogger("dynamo_nvf")
 
@@ -38,15 +39,15 @@ log = logging.getLogger("dynamo_nvf")
 RECOMPUTED_VIEWS_KEY = "nvf_recomputed_saved_views"
 
 
-def backward_nodes(gm: GraphModule) -> set[Node]:
-    """Nodes that depend on a tangent: the backward half of a joint graph."""
-    backward: set[Node] = set()
+def tangent_closure(gm: GraphModule) -> set[Node]:
+    """Nodes that depend on a tangent. Not quite aot_autograd's backward half: a view it tags
+    `is_backward` but that reads only forward values (a weight's transpose for a matmul's gradient, an
+    alias of the attention output) is outside, so it is tagged too, and min-cut saves its base."""
+    closure: set[Node] = set()
     for node in gm.graph.nodes:
-        if node.op == "placeholder" and node.name.startswith("tangents"):
-            backward.add(node)
-        elif any(a in backward for a in node.all_input_nodes):
-            backward.add(node)
-    return backward
+        if is_tangent(node) or any(a in closure for a in node.all_input_nodes):
+            closure.add(node)
+    return closure
 
 
 def _is_alias_view(node: Node) -> bool:
@@ -56,7 +57,7 @@ def _is_alias_view(node: Node) -> bool:
 def recompute_saved_views(gm: GraphModule) -> GraphModule:
     """Tags the forward's alias views that the backward reads, and the views they are built from,
     MUST_RECOMPUTE (see the module docstring)."""
-    backward = backward_nodes(gm)
+    backward = tangent_closure(gm)
     tagged = 0
     # Walk backwards so that a view feeding a tagged view is tagged as well: the whole chain back to
     # its base is recomputed, and only the base can be saved.
@@ -67,9 +68,10 @@ def recompute_saved_views(gm: GraphModule) -> GraphModule:
         read_by_backward = any(user in backward for user in node.users)
         if not (read_by_backward or node in wanted):
             continue
-        if node.meta.get("recompute") is None:
-            node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
-            tagged += 1
+        if node.meta.get("recompute") is not None:
+            continue  # the user's checkpointing policy (MUST_SAVE, ...) stands, and so does its chain
+        node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+        tagged += 1
         wanted.update(a for a in node.all_input_nodes if a.op == "call_function")
     gm.meta[RECOMPUTED_VIEWS_KEY] = tagged
     if tagged:

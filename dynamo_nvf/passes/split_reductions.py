@@ -9,8 +9,9 @@ per call there, where inductor ran a 1.5 us row kernel and a column reduction of
 (scripts/block_kernels.py, 2026-11-23). Inductor always splits like that.
 
 With a row limit (`split_norm_backward_rows`, by default 1024 rows under CUDA graphs and none
-without them; any size for a region that unpermute_reductions rewrote), a region with both kinds of reduction over tensors of at most
-that many rows is cut in two: the column sums, with copies of the pointwise and view nodes that feed
+without them; any size for a region that unpermute_reductions rewrote, and by default any size for a
+norm backward over narrow rows, NARROW_NORM_COLS), a region with both kinds of reduction over tensors
+of at most that many rows is cut in two: the column sums, with copies of the pointwise and view nodes that feed
 them (recomputed, so the new region reads the same inputs as the original and writes nothing extra),
 go to a new region; the row part stays. Nothing random or reducing is copied (a copied dropout would
 draw another mask): the new region reads such a value from the old one when it is one per row (the
@@ -157,11 +158,38 @@ def _reads_row_reduction(node: Node, members: set[Node]) -> bool:
     return any(_is_row_reduction(n) for n in reach(node, members, upstream=True))
 
 
-def split_norm_backward(gm: GraphModule, settings: Settings, kind: str = "backward") -> GraphModule:
+#: Ops that compute a norm's per-row statistics where the backward recomputes them.
+_NORM_STATISTICS = (aten.var_mean.correction, aten.rsqrt.default)
+
+
+def _normalises_rows(nodes: list[Node], row_shapes: set[tuple[int, int]]) -> bool:
+    """A norm backward's signature: the region computes per-row statistics (var_mean, rsqrt), or it reads
+    one value per row of the rows it reduces (the forward's saved mean or reciprocal std) and has a
+    column sum that reads no row reduction (a norm's weight or bias gradient). A softmax backward reads
+    per-row values too (the forward's max and sum), but its only column sum, a linear layer's bias
+    gradient, reads the softmax's row sum."""
+    if any(n.target in _NORM_STATISTICS for n in nodes):
+        return True
+    members = set(nodes)
+    if all(_reads_row_reduction(n, members) for n in nodes if _is_column_sum(n)):
+        return False
+    rows = {r for r, _ in row_shapes}
+    for node in nodes:
+        for arg in node.all_input_nodes:
+            val = tensor_val(arg) if arg not in members else None
+            if val is None or val.dim() < 2 or static_sizes(val) is None:
+                continue
+            if int(val.shape[-1]) == 1 and math.prod(int(s) for s in val.shape[:-1]) in rows:
+                return True
+    return False
+
+
+def split_norm_backward(gm: GraphModule, settings: Settings, kind: str) -> GraphModule:
     """Moves each qualifying region's column sums, with copies of what feeds them, to a new region.
 
     By default (-1) only a region one of whose column sums reads a row reduction is cut (a linear
-    layer's bias gradient, a sum of dx, next to a LayerNorm backward): there nvFuser's inner-outer
+    layer's bias gradient, a sum of dx, next to a LayerNorm backward), or, at any row count, a norm
+    backward (`_normalises_rows`) whose rows are at most NARROW_NORM_COLS wide: there nvFuser's inner-outer
     kernel measured 20 us a call at 512 rows (14.5 without that sum). Under CUDA graphs on an H100
     (perf.interleave, 2026-11-23) cutting changed a training step's GPU time by -9% (BERT-style, 512
     rows), -10% (ViT-S, 394 rows) and +3% (GPT-2-style, 256 rows); LLaMA-style RMSNorm regions have
@@ -189,9 +217,9 @@ def split_norm_backward(gm: GraphModule, settings: Settings, kind: str = "backwa
         # A region unpermute_reductions rewrote is cut at any size (Settings.unpermute_reductions); so
         # are narrow rows by default (NARROW_NORM_COLS), where graphs are off by a segment boundary.
         unpermuted = any(n.meta.get(UNPERMUTED_KEY) for n in nodes)
-        narrow = (kind == "backward" and only_reading_dx and bool(limit or settings.segment_norm_backward)
-                  and bool(rows_of_row_reductions)
-                  and all(cols <= NARROW_NORM_COLS for _, cols in rows_of_row_reductions))
+        narrow = (kind == "backward" and only_reading_dx and bool(limit or mark_rows) and bool(rows_of_row_reductions)
+                  and all(cols <= NARROW_NORM_COLS for _, cols in rows_of_row_reductions)
+                  and _normalises_rows(nodes, rows_of_row_reductions))
         region_limit = math.inf if unpermuted or narrow else (limit or mark_rows)
         mark_only = not unpermuted and not limit
         if region_limit <= 0:
