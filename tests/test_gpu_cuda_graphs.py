@@ -12,7 +12,6 @@ import logging
 
 import pytest
 import torch
-from torch import nn
 
 import programs
 from dynamo_nvf import nvf as nvf_env
@@ -60,26 +59,41 @@ def test_inference_is_captured_and_replayed(dtype):
     assert [p.cuda_graph for p in rec.plans] == [CAPTURED]
 
 
+def _train_like_eager(compiled, model, ref, shape, steps: int, dtype=torch.float32, after_step=None,
+                      out_tol=None) -> None:
+    """`steps` training steps of `compiled` (a graph-mode compile of `model`) on fresh inputs, each
+    output (`assert_same`, or within `out_tol`) and parameter gradient compared with `ref`'s (an eager
+    copy of `model`)."""
+    for step in range(steps):
+        x = torch.randn(*shape, device=DEV, dtype=dtype)
+        for m in (model, ref):
+            m.zero_grad(set_to_none=True)
+        out = _step(lambda: compiled(x))
+        out.float().pow(2).mean().backward()
+        expected = ref(x)
+        expected.float().pow(2).mean().backward()
+        if out_tol is None:
+            assert_same(out.detach().clone(), expected.detach())
+        else:
+            torch.testing.assert_close(out.detach(), expected.detach(), rtol=out_tol, atol=out_tol)
+        tol = 1e-4 if dtype == torch.float32 else 2e-2
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=tol, atol=tol)
+        if after_step is not None:
+            after_step(step)
+
+
 def test_training_forward_and_backward_are_captured():
     torch.manual_seed(0)
     ref = programs.TransformerBlock(64, 4).to(DEV)
     model = copy.deepcopy(ref)
     compiled = _graphs_compile(model)
     STATS.reset()
+    seen = {}
     with recording() as rec:
-        for step in range(6):
-            x = torch.randn(4, 16, 64, device=DEV)
-            for m in (model, ref):
-                m.zero_grad(set_to_none=True)
-            out = _step(lambda: compiled(x))
-            out.float().pow(2).mean().backward()
-            expected = ref(x)
-            expected.float().pow(2).mean().backward()
-            assert_same(out.detach().clone(), expected.detach())
-            for p, q in zip(model.parameters(), ref.parameters()):
-                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
-            if step == 2:
-                calls = STATS.nvfuser_calls
+        _train_like_eager(compiled, model, ref, (4, 16, 64), steps=6,
+                          after_step=lambda step: seen.setdefault("calls", STATS.nvfuser_calls) if step == 2 else None)
+    calls = seen["calls"]
     assert STATS.nvfuser_calls == calls and STATS.fallbacks == 0
     assert sorted(p.kind for p in rec.plans) == ["backward", "forward"]
     assert all(p.cuda_graph == CAPTURED for p in rec.plans)
@@ -109,18 +123,8 @@ def test_training_replays_rebuild_no_output_that_shares_a_storage(dtype):
     ref = programs.QkvAttention().to(DEV, dtype)
     model = copy.deepcopy(ref)
     compiled = _graphs_compile(model)
-    rtol, atol = (1e-4, 1e-4) if dtype == torch.float32 else (2e-2, 2e-2)
-    for _ in range(5):
-        x = torch.randn(4, 16, 32, device=DEV, dtype=dtype)
-        for m in (model, ref):
-            m.zero_grad(set_to_none=True)
-        out = _step(lambda: compiled(x))
-        out.float().pow(2).mean().backward()
-        expected = ref(x)
-        expected.float().pow(2).mean().backward()
-        torch.testing.assert_close(out.detach(), expected.detach(), rtol=rtol, atol=atol)
-        for p, q in zip(model.parameters(), ref.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, rtol=rtol, atol=atol)
+    _train_like_eager(compiled, model, ref, (4, 16, 32), steps=5, dtype=dtype,
+                      out_tol=1e-4 if dtype == torch.float32 else 2e-2)
     nodes = _recorded_nodes()
     assert len(nodes) == 2, nodes  # the forward and the backward
     for node in nodes:

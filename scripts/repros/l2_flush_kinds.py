@@ -25,11 +25,13 @@ import sys
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from perf.backends import get_backend, reset_compile_state  # noqa: E402
 from perf.measure import backend_step, hide_host_sleep_cycles  # noqa: E402
 from perf.workloads import REGISTRY  # noqa: E402
+from kernel_timing import cuda_kernels  # noqa: E402
 
 FLUSH_BYTES = 256 << 20
 
@@ -48,15 +50,6 @@ def event_us(step, flush_kind: str, flush: torch.Tensor, sink: torch.Tensor, cyc
     return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
 
 
-def _cuda_kernel_times(call, iters: int) -> list:
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            call()
-        torch.cuda.synchronize()
-    return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-
-
 def _flush(flush_kind: str, flush: torch.Tensor, sink: torch.Tensor) -> None:
     if flush_kind == "zero":
         flush.zero_()
@@ -67,9 +60,9 @@ def _flush(flush_kind: str, flush: torch.Tensor, sink: torch.Tensor) -> None:
 def kernel_us_after_flush(step, flush_kind: str, flush: torch.Tensor, sink: torch.Tensor, iters: int) -> float:
     """The profiler's kernel time per call after the given flush; the flush's own kernels (their exact
     names, from a profile of the flush alone) are left out, the workload's are all counted."""
-    flush_names = {e.name for e in _cuda_kernel_times(lambda: _flush(flush_kind, flush, sink), 3)}
+    flush_names = {e.name for e in cuda_kernels(lambda: _flush(flush_kind, flush, sink), 3)}
     per_kernel: dict[str, list[float]] = {}
-    for e in _cuda_kernel_times(lambda: (_flush(flush_kind, flush, sink), step()), iters):
+    for e in cuda_kernels(lambda: (_flush(flush_kind, flush, sink), step()), iters):
         if e.name not in flush_names:
             per_kernel.setdefault(e.name, []).append(e.device_time)
     return sum(statistics.median(v) * len(v) / iters for v in per_kernel.values())
