@@ -741,6 +741,16 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10a "$IL10_FWD"
     echo "elapsed ${SECONDS}s"
     ;;
+  s21j)
+    # Session 21's loose ends for the next session: the GPU tests its last commits touched after the
+    # suite ran (the narrow rule in backward graphs only, the shared graph-mode training loop, the
+    # review mend), then ConvNeXt's training kernels in graph mode.
+    direct_tests 300 tests/test_unflatten_reductions.py tests/test_gpu_cuda_graphs.py tests/test_split_norm_backward.py \
+      tests/test_hoist_permutes.py tests/test_saved_views.py
+    kernel_files 90 "convnext_train_bf16_small" "nvf_cudagraphs"
+    pack_kernels
+    echo "elapsed ${SECONDS}s"
+    ;;
   s20i)
     # Session 20: the loss-kernel test past direct launch's checking call; the perf model tests
     # (cross-entropy in every training step).
