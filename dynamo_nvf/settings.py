@@ -107,11 +107,12 @@ class Settings:
     #: into the norm backwards' regions. A region unpermute_reductions rewrote is cut at any size,
     #: graphs or not, unless this is 0. Under -1, a norm backward over rows of at most
     #: `NARROW_NORM_COLS` columns is cut at any row count under graphs (given a segment boundary
-    #: without them), whatever its column sums read.
+    #: without them), whether or not its column sums read a row reduction (a norm backward's
+    #: signature: split_reductions._normalises_rows).
     split_norm_backward_rows: int = -1
     #: Without CUDA graphs, where split_norm_backward would cut a norm backward under graphs (the same
-    #: rules: up to AUTO_SPLIT_ROWS rows, or narrow rows at any count), keep the region whole and have its column sums read their inputs through nvFuser's
-    #: `segment_set` instead: nvFuser runs the row part and the column sums as separate kernels of one
+    #: rules: up to AUTO_SPLIT_ROWS rows, or narrow rows at any count), keep the region whole and have
+    #: its column sums read their inputs through nvFuser's `segment_set` instead: nvFuser runs the row part and the column sums as separate kernels of one
     #: region call, most of the cut's GPU time saved without a second region's host time, and smaller
     #: kernels to compile than the inner-outer persistent one. Why: on an H100 (session 12,
     #: 2026-11-24, scripts/block_kernels.py and perf.interleave, 5 rounds), against it off (perf

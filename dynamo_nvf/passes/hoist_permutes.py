@@ -42,7 +42,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.metadata import static_sizes, tensor_val
-from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_pointwise, is_reduction, reduced_dims
+from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_pointwise, reduced_dims
 from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
 
@@ -119,7 +119,7 @@ def _normalised_over_last_dim(permute: Node, region: Any) -> bool:
             if user in seen or user.meta.get(REGION_KEY) != region:
                 continue
             seen.add(user)
-            if is_reduction(user) and user.target in DIM_REDUCTIONS and reduced_dims(user) == [rank - 1]:
+            if user.target in DIM_REDUCTIONS and reduced_dims(user) == [rank - 1]:
                 return True
             if user.op == "call_function" and user.target in _LAYOUT_ONLY:
                 todo.append(user)
@@ -163,7 +163,7 @@ def _hoist_at(gm: GraphModule, node: Node) -> bool:
     strided_ok = bool(node.meta.get(STRIDED_HOIST_KEY)) or _normalised_over_last_dim(node, region)
     if not _can_hoist(op, perm, region, strided_ok=strided_ok):
         return False
-    row_major = _can_hoist(op, perm, region)
+    row_major = not strided_ok or _can_hoist(op, perm, region)  # without strided_ok, the check above said so
     if not row_major:
         node.meta[STRIDED_HOIST_KEY] = True  # call_like copies it onto the permutes that replace this one
     add_note(gm, (NOTE if row_major else NOTE_STRIDED).format(permute=node.name, op=op.name))

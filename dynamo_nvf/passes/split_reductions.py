@@ -162,7 +162,7 @@ def _reads_row_reduction(node: Node, members: set[Node]) -> bool:
 _NORM_STATISTICS = (aten.var_mean.correction, aten.rsqrt.default)
 
 
-def _normalises_rows(nodes: list[Node], row_shapes: set[tuple[int, int]]) -> bool:
+def _normalises_rows(nodes: list[Node], members: set[Node], row_shapes: set[tuple[int, int]]) -> bool:
     """A norm backward's signature: the region computes per-row statistics (var_mean, rsqrt), or it reads
     one value per row of the rows it reduces (the forward's saved mean or reciprocal std) and has a
     column sum that reads no row reduction (a norm's weight or bias gradient). A softmax backward reads
@@ -170,7 +170,6 @@ def _normalises_rows(nodes: list[Node], row_shapes: set[tuple[int, int]]) -> boo
     gradient, reads the softmax's row sum."""
     if any(n.target in _NORM_STATISTICS for n in nodes):
         return True
-    members = set(nodes)
     if all(_reads_row_reduction(n, members) for n in nodes if _is_column_sum(n)):
         return False
     rows = {r for r, _ in row_shapes}
@@ -213,18 +212,18 @@ def split_norm_backward(gm: GraphModule, settings: Settings, kind: str) -> Graph
     for region_id, nodes in list(regions.items()):
         if any(_symbolic(n) or any(_symbolic(p) for p in n.all_input_nodes) for n in nodes):
             continue  # a row count to compare needs a guard: it would recompile for every size
+        members = set(nodes)
         rows_of_row_reductions = {_rows_and_cols(tensor_val(n.args[0])) for n in nodes if _is_row_reduction(n)}
         # A region unpermute_reductions rewrote is cut at any size (Settings.unpermute_reductions); so
         # are narrow rows by default (NARROW_NORM_COLS), where graphs are off by a segment boundary.
         unpermuted = any(n.meta.get(UNPERMUTED_KEY) for n in nodes)
         narrow = (kind == "backward" and only_reading_dx and bool(limit or mark_rows) and bool(rows_of_row_reductions)
                   and all(cols <= NARROW_NORM_COLS for _, cols in rows_of_row_reductions)
-                  and _normalises_rows(nodes, rows_of_row_reductions))
+                  and _normalises_rows(nodes, members, rows_of_row_reductions))
         region_limit = math.inf if unpermuted or narrow else (limit or mark_rows)
         mark_only = not unpermuted and not limit
         if region_limit <= 0:
             continue
-        members = set(nodes)
         sums, tails = [], []
         for n in nodes:
             if not _is_column_sum(n):
