@@ -741,6 +741,17 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10a "$IL10_FWD"
     echo "elapsed ${SECONDS}s"
     ;;
+  s22a)
+    # Session 22 (#10): session 21's loose ends on the GPU (s21j's tests); ConvNeXt inference's losing
+    # kernels alone (scripts/repros/convnext_head.py); its regions alone against inductor's compile.
+    direct_tests 240 tests/test_unflatten_reductions.py tests/test_gpu_cuda_graphs.py tests/test_split_norm_backward.py \
+      tests/test_hoist_permutes.py tests/test_saved_views.py
+    timeout 150 python3 scripts/repros/convnext_head.py > "$OUT/head.txt" 2>&1; echo "head rc=$?"; cat "$OUT/head.txt"
+    timeout $((580 - SECONDS)) python3 scripts/region_scoreboard.py convnext_fwd_bf16_small --sweep tma_reduction \
+      --json "$OUT/sb.json" > "$OUT/sb.txt" 2>&1; echo "scoreboard rc=$?"
+    grep -E "nvf .*ind|^TOTAL" "$OUT/sb.txt" | cut -c1-160
+    echo "elapsed ${SECONDS}s"
+    ;;
   s21j)
     # Session 21's loose ends for the next session: the GPU tests its last commits touched after the
     # suite ran (the narrow rule in backward graphs only, the shared graph-mode training loop, the
