@@ -30,7 +30,9 @@ from dynamo_nvf.passes.gqa_attention import read_grouped_heads
 from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.composites import decompose_fused_composites
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
+from dynamo_nvf.passes.conv_weight_layout import channels_last_conv_weights
 from dynamo_nvf.passes.hoist_permutes import hoist_permutes
+from dynamo_nvf.passes.memory_order_reductions import reduce_in_memory_order
 from dynamo_nvf.passes.hoist_slices import hoist_slices
 from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.reinplace import reinplace_fresh_accumulations
@@ -64,6 +66,9 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
         notes += gm.meta.pop(NOTES_KEY, [])
     gm = decompose_fused_composites(gm, settings)
     notes += gm.meta.pop(NOTES_KEY, [])
+    if settings.channels_last_conv_weights and settings.cuda_graphs:
+        gm = channels_last_conv_weights(gm, settings.plan_cpu_as_cuda)
+        notes += gm.meta.pop(NOTES_KEY, [])
     gm = partition_regions(gm, settings)
     gm = keep_known_bugs_eager(gm)
     if settings.unflattens():
@@ -73,6 +78,9 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
         gm = unpermute_reductions(gm, unpermute_rows)
     gm = split_norm_backward(gm, settings, kind)
     notes += gm.meta.pop(NOTES_KEY, [])
+    if settings.memory_order_reductions and kind != "backward":  # memory_order_reductions says why
+        gm = reduce_in_memory_order(gm)
+        notes += gm.meta.pop(NOTES_KEY, [])
     if settings.hoist_permutes and kind != "backward":  # hoist_permutes says why not in backward graphs
         gm = hoist_permutes(gm)
         notes += gm.meta.pop(NOTES_KEY, [])

@@ -23,7 +23,11 @@ class Settings:
     bookend: bool = True
     #: A region must keep at least this many compute (non-metadata) nodes, after trimming, to be sent
     #: to nvFuser; smaller regions run in eager. One op gains nothing from fusion but pays nvFuser's
-    #: host cost (Thunder #1251), so the default is 2. Set 1 to send single ops (tests do).
+    #: host cost (Thunder #1251), so the default is 2. Set 1 to send single ops (tests do). Two kinds
+    #: of lone op are regions whatever this says: a copy that changes layout (a transpose, nvFuser's
+    #: transpose scheduler beats ATen's strided copy), and, under CUDA graphs (where a replay costs no
+    #: host time per region), a pointwise op: ConvNeXt's downsampling bias add on a channels-last
+    #: tensor took 1.25 us less as a region than as ATen's broadcast kernel (H100, session 22).
     min_region_size: int = 2
     #: Cap on a region's inputs plus outputs (the NVRTC kernel-argument limit of seed 002).
     max_region_io: int = 128
@@ -212,6 +216,18 @@ class Settings:
     #: where that hands nvFuser row-major inputs (passes/hoist_permutes.py): ConvNeXt's channels-last
     #: LayerNorms then run at about twice the speed (H100, bf16: 6.08 -> 2.85 us at [2, 96, 56, 56]).
     hoist_permutes: bool = True
+    #: Under CUDA graphs, convert a convolution's NCHW weight to channels-last in the graph where cuDNN
+    #: runs it channels-last (its input is), so the conversion is a region instead of ATen's strided
+    #: copy inside every call (passes/conv_weight_layout.py): 0.7 us less for ConvNeXt's downsampling
+    #: convolution on an H100 (session 22).
+    channels_last_conv_weights: bool = True
+    #: Give a region's sum, mean, amax or amin whose input lies in memory in another order than its
+    #: logical dims (a channels-last tensor) a permute of that input into memory order, where the orders
+    #: disagree on whether the innermost dim is reduced (passes/memory_order_reductions.py): nvFuser
+    #: otherwise schedules an inner reduction over strided memory. ConvNeXt's head (mean over H and W
+    #: of a channels-last tensor) took 5.5 us that way on an H100 (session 22). Forward and inference
+    #: graphs only (the pass's docstring says why).
+    memory_order_reductions: bool = True
     #: Move the slices of a pointwise op inside a region above it, onto its operands, where every user
     #: of the op is such a slice (passes/hoist_slices.py): nvFuser's resize scheduler then reads slices of
     #: its inputs in one kernel where a sliced intermediate split LLaMA's RoPE backward into two to four.

@@ -194,6 +194,20 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_reduce_logical",
+            _nvf({"memory_order_reductions": False}),
+            "dynamo_nvf with memory_order_reductions off (reductions of channels-last tensors over their "
+            "logical dims); opt-in",
+            nvf=True,
+        ),
+        Backend(
+            "nvf_reduce_logical_cudagraphs",
+            _nvf({"memory_order_reductions": False, "cuda_graphs": True}),
+            "nvf_cudagraphs with memory_order_reductions off; opt-in",
+            cuda_graphs=True,
+            nvf=True,
+        ),
+        Backend(
             "nvf_no_unflatten",
             _nvf({"unflatten_reductions": False}),
             "dynamo_nvf with unflatten_reductions off (reductions of flattening views left as they are); opt-in",

@@ -741,6 +741,20 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10a "$IL10_FWD"
     echo "elapsed ${SECONDS}s"
     ;;
+  s22b)
+    # Session 22 (#10): memory-order reductions, channels-last conv weights and lone pointwise regions
+    # under graphs: their GPU tests; the repro; ConvNeXt inference's kernels under graphs against
+    # inductor reduce-overhead; convnext_fwd's step times, five backends interleaved.
+    direct_tests 200 tests/test_memory_order_reductions.py tests/test_conv_weight_layout.py
+    timeout 150 python3 scripts/repros/convnext_head.py > "$OUT/head.txt" 2>&1; echo "head rc=$?"; cat "$OUT/head.txt"
+    kernel_files 90 "convnext_fwd_bf16_small" "nvf_cudagraphs nvf_reduce_logical_cudagraphs inductor_ro"
+    pack_kernels
+    timeout $((585 - SECONDS)) python3 -m perf.interleave convnext_fwd_bf16_small \
+      --backends eager,inductor,inductor_ro,nvf_bookend,nvf_cudagraphs --rounds 7 --acceptance \
+      --json "$OUT/il.json" > "$OUT/il.log" 2>&1; echo "il rc=$?"
+    grep -E "^\| [a-z]" "$OUT/il.log" | tail -n 12 | cut -c1-170
+    echo "elapsed ${SECONDS}s"
+    ;;
   s22a)
     # Session 22 (#10): session 21's loose ends on the GPU (s21j's tests); ConvNeXt inference's losing
     # kernels alone (scripts/repros/convnext_head.py); its regions alone against inductor's compile.

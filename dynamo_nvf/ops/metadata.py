@@ -111,6 +111,14 @@ def static_sizes(t: torch.Tensor) -> Optional[list[int]]:
     return sizes if all(isinstance(s, int) for s in sizes) else None
 
 
+def memory_order(val: torch.Tensor) -> list[int]:
+    """A tensor's dims from outermost to innermost in memory (logical order where strides tie)."""
+    from torch._prims_common import compute_elementwise_output_logical_to_physical_perm
+
+    perm, _ = compute_elementwise_output_logical_to_physical_perm(val)
+    return list(perm)
+
+
 def tensor_val(node: object) -> Optional[torch.Tensor]:
     """An FX node's (fake) tensor value: Dynamo's `example_value` or aot_autograd's `val`; None for
     anything else (a non-node, a tuple value)."""

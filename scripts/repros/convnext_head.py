@@ -3,15 +3,19 @@ is GPU-bound there, 0.184 against inductor reduce-overhead's 0.179 ms of kernels
 alone, bf16, forward, spelled and planned several ways; nvFuser's kernels against inductor's.
 
 * `head`: the last block's residual add, the mean over H and W of a channels-last [2, 192, 28, 28]
-  tensor, and the final LayerNorm over C (one region: a 5.6 us outer reduction plus a 2.7 us norm in
-  session 21, against inductor's three kernels of 4.6 us). `nvf` as the model writes it; `nvf H,W`
+  tensor, and the final LayerNorm over C (one region: a 5.6 us reduction plus a 2.7 us norm in
+  session 21, against inductor's three kernels of 4.5 us). `nvf` the default plan (the mean reads its
+  input in memory order: passes/memory_order_reductions.py); `nvf logical` without that
+  (memory_order_reductions=False: nvFuser schedules an inner reduction over strided memory); `nvf H,W`
   the mean as a sum over H then over W; `nvf chunks` as a sum over 16 chunks of 49 positions, then
   over the chunks (inductor's split reduction, spelled out).
 * `down`: the downsampling convolution (2x2, stride 2, 96 -> 192 channels, with bias) on a
-  channels-last input. ATen converts its NCHW weight to channels-last on every call (a 2.3 us copy)
-  and the bias add stays in eager (a lone op under min_region_size=2: a 2.7 us ATen kernel). `nvf`
-  the default plan; `nvf min1` lets single ops be regions (the bias add); `nvf min1 cl-weight` also
-  converts the weight in the program, so the copy is a region of its own.
+  channels-last input. ATen converts its NCHW weight to channels-last on every call (a 2.3 us copy),
+  and without CUDA graphs the bias add stays in eager (a lone op: a 2.7 us ATen broadcast kernel).
+  `nvf` the plan without graphs; `nvf graphs` under CUDA graphs (the bias add a region, the weight
+  converted in a region: passes/conv_weight_layout.py), inputs marked static so that no input copy
+  is timed; `nvf graphs, ATen weight` with channels_last_conv_weights=False; `nvf min1` without
+  graphs but min_region_size=1; `nvf min1 cl-weight` also converting the weight in the program.
 
     python scripts/repros/convnext_head.py
 """
@@ -82,6 +86,7 @@ def _relative(actual: torch.Tensor, expected: torch.Tensor) -> float:
 CASES = {
     "head": (head_inputs, head, {
         "nvf": (head, dict(backend="nvf_bookend")),
+        "nvf logical": (head, dict(backend="nvf_bookend", options={"memory_order_reductions": False})),
         "nvf H,W": (head_hw, dict(backend="nvf_bookend")),
         "nvf chunks": (head_chunks, dict(backend="nvf_bookend")),
         "inductor": (head, dict(backend="inductor")),
@@ -89,6 +94,9 @@ CASES = {
     "down": (down_inputs, down, {
         "eager": (down, None),
         "nvf": (down, dict(backend="nvf_bookend")),
+        "nvf graphs": (down, dict(backend="nvf_bookend", options={"cuda_graphs": True})),
+        "nvf graphs, ATen weight": (down, dict(backend="nvf_bookend", options={
+            "cuda_graphs": True, "channels_last_conv_weights": False})),
         "nvf min1": (down, dict(backend="nvf_bookend", options={"min_region_size": 1})),
         "nvf min1 cl-weight": (down_cl_weight, dict(backend="nvf_bookend", options={"min_region_size": 1})),
         "inductor": (down, dict(backend="inductor")),
@@ -97,9 +105,11 @@ CASES = {
 
 
 def main() -> None:
-    print(f"{'case':<8}{'plan':<22}{'fwd us':>9}{'k':>4}  max |diff| / max |eager|  strides ok")
+    print(f"{'case':<8}{'plan':<26}{'fwd us':>9}{'k':>4}  max |diff| / max |eager|  strides ok")
     for name, (make_inputs, reference_fn, plans) in CASES.items():
         args = make_inputs()
+        for t in args:  # a graph plan's inputs stay where they are: no copy into the graph's buffers
+            torch._dynamo.mark_static_address(t)
         expected = reference_fn(*args)
         for label, (fn, kw) in plans.items():
             torch._dynamo.reset()
@@ -108,10 +118,10 @@ def main() -> None:
                 with torch.no_grad():
                     out = compiled(*args)
                     us, k = kernel_us(lambda: compiled(*args))
-                print(f"{name:<8}{label:<22}{us:9.2f}{k:4d}  {_relative(out, expected):.3g}"
+                print(f"{name:<8}{label:<26}{us:9.2f}{k:4d}  {_relative(out, expected):.3g}"
                       f"  {out.stride() == expected.stride()}", flush=True)
             except Exception as exc:  # a repro reports, it does not stop
-                print(f"{name:<8}{label:<22} failed: {str(exc).splitlines()[0][:120]}", flush=True)
+                print(f"{name:<8}{label:<26} failed: {str(exc).splitlines()[0][:120]}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,105 @@
+"""Under CUDA graphs, a convolution with a channels-last input gets its NCHW weight converted to
+channels-last in a region of its own (channels_last_conv_weights), and a lone pointwise op (the
+convolution's bias add) is a region; without graphs both stay with ATen. Depthwise weights (already
+channels-last) and NCHW inputs are left alone. Values, strides and gradients match eager; on the GPU
+the graph replays nvFuser's kernels for both and no ATen copy or add."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dynamo_nvf import nvf as nvf_env
+
+from helpers import DEVICES, assert_same, check_inference, check_training, compile_fn, tolerance
+
+GRAPHS = {"plan_cpu_as_cuda": True, "cuda_graphs": True}
+
+
+def down(x, w, b):
+    """ConvNeXt's downsampling layer: a 2x2 stride-2 convolution with bias."""
+    return F.conv2d(x, w, b, stride=2)
+
+
+def _inputs(device="cpu", dtype=torch.float32, channels_last=True, cin=8, cout=16, hw=8):
+    x = torch.randn(2, cin, hw, hw, device=device, dtype=dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    return [x, torch.randn(cout, cin, 2, 2, device=device, dtype=dtype) / 4,
+            torch.randn(cout, device=device, dtype=dtype)]
+
+
+def _weight_regions(plan):
+    return [r for r in plan.regions if r.compute_ops == ["aten.clone.default"]]
+
+
+def test_graphs_convert_the_weight_and_fuse_the_bias_add():
+    (plan,) = check_inference(down, _inputs(), GRAPHS)
+    assert [n.split(":")[0] for n in plan.rewrites if "channels-last" in n] == ["convolution"], plan.rewrites
+    (weight,) = _weight_regions(plan)
+    assert "memory_format = torch.channels_last" in weight.fx_code, weight.fx_code
+    (w_in,) = weight.inputs
+    (w_out,) = weight.outputs
+    assert list(w_in.stride) == [32, 4, 2, 1] and list(w_out.stride) == [32, 1, 16, 8], (w_in, w_out)
+    adds = [r for r in plan.regions if r.compute_ops == ["aten.add.Tensor"]]
+    assert len(adds) == 1, [r.ops for r in plan.regions]
+    assert not plan.eager_nodes or all(n.op != "aten.add.Tensor" for n in plan.eager_nodes)
+
+
+def test_without_graphs_aten_keeps_both():
+    (plan,) = check_inference(down, _inputs(), {"plan_cpu_as_cuda": True})
+    assert plan.regions == [] and not any("channels-last" in n for n in plan.rewrites), plan.rewrites
+
+
+def test_option_off_keeps_atens_weight_copy():
+    (plan,) = check_inference(down, _inputs(), {**GRAPHS, "channels_last_conv_weights": False})
+    assert not _weight_regions(plan) and not any("channels-last" in n for n in plan.rewrites)
+
+
+def test_nchw_input_and_depthwise_weight_are_left_alone():
+    (plan,) = check_inference(down, _inputs(channels_last=False), GRAPHS)
+    assert not _weight_regions(plan)
+
+    def depthwise(x, w, b):
+        return F.conv2d(x, w, b, padding=1, groups=x.shape[1])
+
+    x = torch.randn(2, 8, 6, 6).to(memory_format=torch.channels_last)
+    (plan,) = check_inference(depthwise, [x, torch.randn(8, 1, 3, 3), torch.randn(8)], GRAPHS)
+    assert not _weight_regions(plan)
+
+
+def test_one_weight_read_by_two_convolutions_is_converted_once():
+    def twice(x, w, b):
+        return down(x, w, b), down(x * 2.0, w, None)
+
+    (plan,) = check_inference(twice, _inputs(), GRAPHS)
+    assert len(_weight_regions(plan)) == 1, [r.ops for r in plan.regions]
+
+
+def test_training_gradients_match_with_converted_weights():
+    torch.manual_seed(0)
+    plans = check_training(down, _inputs(), GRAPHS)
+    converted = {p.kind: any("channels-last" in n for n in p.rewrites) for p in plans}
+    assert converted == {"forward": True, "backward": True}, converted
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser")
+def test_graph_replays_nvfusers_copy_and_add():
+    dtype = torch.bfloat16
+    inputs = _inputs("cuda", dtype, cin=96, cout=192, hw=56)
+    for t in inputs:  # static: no copies into the graph's input buffers
+        torch._dynamo.mark_static_address(t)
+    compiled = compile_fn(down, {"cuda_graphs": True, "strict": True})
+    with torch.no_grad():
+        for _ in range(3):  # warm-up, record, replay
+            compiled(*inputs)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = compiled(*inputs)
+            torch.cuda.synchronize()
+        assert_same(out, down(*inputs), *tolerance(dtype))
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert sum("nvfuser" in n for n in names) == 2, names
+    assert not any("at::native" in n for n in names), names
