@@ -755,6 +755,12 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     grep -E "^\| [a-z]" "$OUT/il.log" | tail -n 12 | cut -c1-170
     echo "elapsed ${SECONDS}s"
     ;;
+  s22c)
+    # Session 22 (#10): the head spelled as two-stage reductions on the NHWC view (the repro), then the
+    # whole GPU suite (OpInfo sweep aside) in three concurrent pytest processes.
+    timeout 120 python3 scripts/repros/convnext_head.py > "$OUT/head.txt" 2>&1; echo "head rc=$?"; grep -v -i warn "$OUT/head.txt"
+    SUITE_S=$((590 - SECONDS)) OUT=$OUT bash "$0" suite_par
+    ;;
   s22a)
     # Session 22 (#10): session 21's loose ends on the GPU (s21j's tests); ConvNeXt inference's losing
     # kernels alone (scripts/repros/convnext_head.py); its regions alone against inductor's compile.
