@@ -761,6 +761,25 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     timeout 120 python3 scripts/repros/convnext_head.py > "$OUT/head.txt" 2>&1; echo "head rc=$?"; grep -v -i warn "$OUT/head.txt"
     SUITE_S=$((590 - SECONDS)) OUT=$OUT bash "$0" suite_par
     ;;
+  s22d)
+    # Session 22 (#10): the chained-reductions boundary with the session's other passes: their GPU tests,
+    # the head repro (`nvf` is the default plan), ConvNeXt inference's kernels under graphs.
+    direct_tests 200 tests/test_chained_reductions.py tests/test_memory_order_reductions.py tests/test_conv_weight_layout.py
+    timeout 120 python3 scripts/repros/convnext_head.py > "$OUT/head.txt" 2>&1; echo "head rc=$?"; grep -v -i warn "$OUT/head.txt"
+    kernel_files 90 "convnext_fwd_bf16_small" "nvf_cudagraphs inductor_ro"
+    pack_kernels
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s22e)
+    # Session 22 (#10): the forward half, five backends, interleaved.
+    IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10a "$IL10_FWD"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s22f)
+    # Session 22 (#10): the training half, five backends, interleaved.
+    IL10_ROUNDS=${IL10_ROUNDS:-5} il10_half il10b "$IL10_TRAIN"
+    echo "elapsed ${SECONDS}s"
+    ;;
   s22a)
     # Session 22 (#10): session 21's loose ends on the GPU (s21j's tests); ConvNeXt inference's losing
     # kernels alone (scripts/repros/convnext_head.py); its regions alone against inductor's compile.

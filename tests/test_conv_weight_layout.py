@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from dynamo_nvf import nvf as nvf_env
 
-from helpers import DEVICES, assert_same, check_inference, check_training, compile_fn, tolerance
+from helpers import assert_same, check_inference, check_training, compile_fn, tolerance
 
 GRAPHS = {"plan_cpu_as_cuda": True, "cuda_graphs": True}
 
