@@ -30,7 +30,6 @@ from dynamo_nvf.passes.gqa_attention import read_grouped_heads
 from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.composites import decompose_fused_composites
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
-from dynamo_nvf.passes.chained_reductions import segment_chained_reductions
 from dynamo_nvf.passes.conv_weight_layout import channels_last_conv_weights
 from dynamo_nvf.passes.hoist_permutes import hoist_permutes
 from dynamo_nvf.passes.memory_order_reductions import reduce_in_memory_order
@@ -81,9 +80,6 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     notes += gm.meta.pop(NOTES_KEY, [])
     if settings.memory_order_reductions and kind != "backward":  # memory_order_reductions says why
         gm = reduce_in_memory_order(gm)
-        notes += gm.meta.pop(NOTES_KEY, [])
-    if settings.segment_chained_reductions and kind != "backward":
-        gm = segment_chained_reductions(gm)
         notes += gm.meta.pop(NOTES_KEY, [])
     if settings.hoist_permutes and kind != "backward":  # hoist_permutes says why not in backward graphs
         gm = hoist_permutes(gm)

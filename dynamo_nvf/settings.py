@@ -228,12 +228,6 @@ class Settings:
     #: of a channels-last tensor) took 5.5 us that way on an H100 (session 22). Forward and inference
     #: graphs only (the pass's docstring says why).
     memory_order_reductions: bool = True
-    #: Where a region reduces a reduction's result again (a LayerNorm of a pooled mean), end a kernel at
-    #: the first reduction's result with nvFuser's segment_set (passes/chained_reductions.py): nvFuser
-    #: segments such a region anyway, and where it cut ConvNeXt's head itself that took 7.4 us on an
-    #: H100 (session 22) against 3.2 for the mean alone plus the norm's kernel. Forward and inference
-    #: graphs only.
-    segment_chained_reductions: bool = True
     #: Move the slices of a pointwise op inside a region above it, onto its operands, where every user
     #: of the op is such a slice (passes/hoist_slices.py): nvFuser's resize scheduler then reads slices of
     #: its inputs in one kernel where a sliced intermediate split LLaMA's RoPE backward into two to four.

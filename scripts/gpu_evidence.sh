@@ -762,9 +762,10 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     SUITE_S=$((590 - SECONDS)) OUT=$OUT bash "$0" suite_par
     ;;
   s22d)
-    # Session 22 (#10): the chained-reductions boundary with the session's other passes: their GPU tests,
-    # the head repro (`nvf` is the default plan), ConvNeXt inference's kernels under graphs.
-    direct_tests 200 tests/test_chained_reductions.py tests/test_memory_order_reductions.py tests/test_conv_weight_layout.py
+    # Session 22 (#10): the session's passes: their GPU tests, the head repro (`nvf` is the default
+    # plan), ConvNeXt inference's kernels under graphs. (Its call also ran a chained-reductions boundary
+    # and its test; removed after it, having changed nothing.)
+    direct_tests 200 tests/test_memory_order_reductions.py tests/test_conv_weight_layout.py
     timeout 120 python3 scripts/repros/convnext_head.py > "$OUT/head.txt" 2>&1; echo "head rc=$?"; grep -v -i warn "$OUT/head.txt"
     kernel_files 90 "convnext_fwd_bf16_small" "nvf_cudagraphs inductor_ro"
     pack_kernels

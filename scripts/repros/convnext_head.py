@@ -11,6 +11,10 @@ alone, bf16, forward, spelled and planned several ways; nvFuser's kernels agains
   over the chunks (inductor's split reduction, spelled out); `nvf NHWC two-stage` and `nvf NHWC
   chunks` the same two on the row-major NHWC view (the residual added there); `mean only` the
   residual and the mean without the norm (compared with its own eager).
+  Session 22 (H100): `nvf` 7.4 us in 3 kernels (the mean as a grid reduction, 4.3-4.5 us, its
+  semaphore's fill, the norm), `nvf logical` 7.5-8.2, `nvf NHWC two-stage` 5.8, `nvf mean only` 3.2
+  in one kernel, inductor 4.5. A segment boundary at the mean's result (the region's own cut, made
+  explicit) left `nvf` at 7.36: nvFuser schedules the mean that way only when the norm follows.
 * `down`: the downsampling convolution (2x2, stride 2, 96 -> 192 channels, with bias) on a
   channels-last input. ATen converts its NCHW weight to channels-last on every call (a 2.3 us copy),
   and without CUDA graphs the bias add stays in eager (a lone op: a 2.7 us ATen broadcast kernel).
