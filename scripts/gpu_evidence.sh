@@ -781,6 +781,14 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     IL10_ROUNDS=${IL10_ROUNDS:-5} il10_half il10b "$IL10_TRAIN"
     echo "elapsed ${SECONDS}s"
     ;;
+  s22g)
+    # Session 22 (#10): the forward half again with 15 rounds (s22e's host was slow and noisy: graph
+    # replays host-bound), then the host profile of ConvNeXt inference's replays, both graph backends.
+    IL10_ROUNDS=${IL10_ROUNDS:-15} il10_half il10c "$IL10_FWD"
+    timeout $((590 - SECONDS)) python3 scripts/host_profile.py convnext_fwd_bf16_small nvf_cudagraphs inductor_ro \
+      --steps 200 > "$OUT/host.txt" 2>&1; echo "host rc=$?"
+    echo "elapsed ${SECONDS}s"
+    ;;
   s22a)
     # Session 22 (#10): session 21's loose ends on the GPU (s21j's tests); ConvNeXt inference's losing
     # kernels alone (scripts/repros/convnext_head.py); its regions alone against inductor's compile.
