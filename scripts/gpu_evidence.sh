@@ -789,6 +789,13 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
       --steps 200 > "$OUT/host.txt" 2>&1; echo "host rc=$?"
     echo "elapsed ${SECONDS}s"
     ;;
+  s22h)
+    # Session 22 (#10): ConvNeXt training's gradients against eager's with this session's passes (conv
+    # weights converted and the bias add a region under graphs; the head's mean in memory order).
+    gradients convnext_train_bf16_small nvf_cudagraphs,nvf_bookend 300
+    tail -n 4 "$OUT/grad.txt"
+    echo "elapsed ${SECONDS}s"
+    ;;
   s22a)
     # Session 22 (#10): session 21's loose ends on the GPU (s21j's tests); ConvNeXt inference's losing
     # kernels alone (scripts/repros/convnext_head.py); its regions alone against inductor's compile.
