@@ -26,8 +26,9 @@ class Settings:
     #: host cost (Thunder #1251), so the default is 2. Set 1 to send single ops (tests do). Two kinds
     #: of lone op are regions whatever this says: a copy that changes layout (a transpose, nvFuser's
     #: transpose scheduler beats ATen's strided copy), and, under CUDA graphs (where a replay costs no
-    #: host time per region), a pointwise op: ConvNeXt's downsampling bias add on a channels-last
-    #: tensor took 1.25 us less as a region than as ATen's broadcast kernel (H100, session 22).
+    #: host time per region), a pointwise op that broadcasts an operand into a result not laid out
+    #: row-major: ConvNeXt's downsampling bias add on a channels-last tensor took 1.6 us as a region
+    #: against 2.7 for ATen's broadcast kernel (H100, session 22; bookend._is_strided_broadcast).
     min_region_size: int = 2
     #: Cap on a region's inputs plus outputs (the NVRTC kernel-argument limit of seed 002).
     max_region_io: int = 128

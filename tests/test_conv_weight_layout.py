@@ -1,6 +1,7 @@
 """Under CUDA graphs, a convolution with a channels-last input gets its NCHW weight converted to
-channels-last in a region of its own (channels_last_conv_weights), and a lone pointwise op (the
-convolution's bias add) is a region; without graphs both stay with ATen. Depthwise weights (already
+channels-last in a region of its own (channels_last_conv_weights), and a lone pointwise op that
+broadcasts into a channels-last result (the convolution's bias add) is a region; without graphs both
+stay with ATen. Depthwise weights (already
 channels-last) and NCHW inputs are left alone. Values, strides and gradients match eager; on the GPU
 the graph replays nvFuser's kernels for both and no ATen copy or add."""
 
@@ -45,6 +46,22 @@ def test_graphs_convert_the_weight_and_fuse_the_bias_add():
     adds = [r for r in plan.regions if r.compute_ops == ["aten.add.Tensor"]]
     assert len(adds) == 1, [r.ops for r in plan.regions]
     assert not plan.eager_nodes or all(n.op != "aten.add.Tensor" for n in plan.eager_nodes)
+
+
+def test_only_a_strided_broadcast_is_a_lone_region_under_graphs():
+    """Same-shape lone ops (an optimizer step's) and row-major broadcasts stay with ATen under graphs."""
+    x = torch.randn(2, 8, 4, 4).to(memory_format=torch.channels_last)
+    bias = torch.randn(8, 1, 1)
+    cases = {
+        "channels-last broadcast": (lambda a, b: a + b, [x, bias], 1),
+        "same shape, channels-last": (lambda a, b: a + b, [x, x.clone()], 0),
+        "row-major broadcast": (lambda a, b: a + b, [x.contiguous(), bias], 0),
+    }
+    for name, (fn, inputs, regions) in cases.items():
+        (plan,) = check_inference(fn, inputs, GRAPHS)
+        assert len(plan.regions) == regions, (name, [r.ops for r in plan.regions])
+        (plan,) = check_inference(fn, inputs, {"plan_cpu_as_cuda": True})
+        assert plan.regions == [], name  # without graphs: the single-op policy
 
 
 def test_without_graphs_aten_keeps_both():

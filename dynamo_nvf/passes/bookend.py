@@ -165,6 +165,20 @@ def _is_transposing_copy(node: Node) -> bool:
     return all(not (isinstance(st, int) and st == 0) for st in val.stride())
 
 
+def _is_strided_broadcast(node: Node) -> bool:
+    """A pointwise op that broadcasts an operand into a result not laid out row-major (a convolution's
+    bias added to a channels-last output): ATen's broadcast kernel takes its slow strided path there.
+    Worth a region of its own under CUDA graphs, where a replay costs no host time per region: on an
+    H100 (session 22, scripts/repros/convnext_head.py) ConvNeXt's downsampling bias add took 1.6 us
+    as nvFuser's kernel against ATen's 2.7. Not every lone pointwise op: same-shape ops (an optimizer
+    step's, by the hundred) run as fast in ATen, and each region is a compile."""
+    out = node.meta.get("val")
+    if not is_pointwise(node) or not isinstance(out, torch.Tensor) or out.dim() < 2 or out.is_contiguous():
+        return False
+    operands = [a.meta.get("val") for a in node.all_input_nodes]
+    return any(isinstance(v, torch.Tensor) and tuple(v.shape) != tuple(out.shape) for v in operands)
+
+
 def _compute_nodes(nodes: list[Node]) -> list[Node]:
     return [n for n in nodes if not is_metadata(n) and n.target is not operator.getitem]
 
@@ -182,7 +196,7 @@ def _too_small(nodes: list[Node], settings: Settings) -> bool:
         compute = _compute_nodes(nodes)
         return len(compute) < settings.min_region_size and not (
             len(compute) == 1 and (_is_transposing_copy(compute[0])
-                                   or (settings.cuda_graphs and is_pointwise(compute[0])))
+                                   or (settings.cuda_graphs and _is_strided_broadcast(compute[0])))
         )
     return len(nodes) < settings.min_region_size
 

@@ -39,7 +39,7 @@ from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import reduced_dims
 from dynamo_nvf.ops.metadata import memory_order, static_sizes, tensor_val
-from dynamo_nvf.passes import add_note, call_like
+from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
 
 log = logging.getLogger("dynamo_nvf")
@@ -117,12 +117,7 @@ def _rewrite_at(gm: GraphModule, node: Node) -> bool:
 
 def reduce_in_memory_order(gm: GraphModule) -> GraphModule:
     """Rewrites each region reduction whose input's memory order nvFuser would misread (module docstring)."""
-    changed = 0
-    for node in list(gm.graph.nodes):
-        if not node._erased and _rewrite_at(gm, node):
-            changed += 1
+    changed = rewrite_to_fixpoint(gm, _rewrite_at)  # a rewritten reduction carries MEMORY_ORDER_KEY
     if changed:
-        gm.graph.lint()
-        gm.recompile()
         log.debug("dynamo_nvf: %d reduction(s) now read their input in memory order", changed)
     return gm
