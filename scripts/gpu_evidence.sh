@@ -796,6 +796,13 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     tail -n 4 "$OUT/grad.txt"
     echo "elapsed ${SECONDS}s"
     ;;
+  s22i)
+    # Session 22: the GPU tests of the files the final review touched (lone-op rule narrowed; the
+    # memory-order pass on rewrite_to_fixpoint), with the CUDA-graph tests.
+    direct_tests 400 tests/test_memory_order_reductions.py tests/test_conv_weight_layout.py \
+      tests/test_gpu_cuda_graphs.py tests/test_hoist_permutes.py
+    echo "elapsed ${SECONDS}s"
+    ;;
   s22a)
     # Session 22 (#10): session 21's loose ends on the GPU (s21j's tests); ConvNeXt inference's losing
     # kernels alone (scripts/repros/convnext_head.py); its regions alone against inductor's compile.
