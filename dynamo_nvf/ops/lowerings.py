@@ -427,6 +427,11 @@ def reduced_dims(node: Node) -> list[int]:
     return _norm_dims(_arg(node, 1, "dim"), _rank(node.args[0]))
 
 
+def keeps_reduced_dims(node: Node) -> bool:
+    """Whether a reduction keeps its reduced dims as size 1 (`keepdim`); a full `sum` never does."""
+    return node.target is not aten.sum.default and bool(_arg(node, 2, "keepdim", False))
+
+
 def _rows_reduced_in_region(node: Node, x: Any) -> bool:
     """True when another node of `node`'s region reduces the last dim of a tensor shaped like `x`."""
     shape, rank = tuple(_val(x).shape), _rank(x)

@@ -154,11 +154,11 @@ def _is_transposing_copy(node: Node) -> bool:
         return False
     src = node.args[1] if node.target is torch.ops.aten.copy.default else node.args[0]
     val = src.meta.get("val") if isinstance(src, Node) else None
-    out = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.dim() < 2:
         return False
-    if val.is_contiguous() and not (isinstance(out, torch.Tensor) and out.dim() == val.dim()
-                                    and memory_order(out) != memory_order(val)):
+    out = node.meta.get("val")
+    reorders = isinstance(out, torch.Tensor) and out.dim() == val.dim() and memory_order(out) != memory_order(val)
+    if val.is_contiguous() and not reorders:
         return False
     # A copy of an expanded (stride-0) tensor, such as GQA's repeat_kv, is no transpose: eager's copy
     # kernel does it as well, and a region of its own would only add nvFuser's host cost.

@@ -37,7 +37,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.lowerings import reduced_dims
+from dynamo_nvf.ops.lowerings import keeps_reduced_dims, reduced_dims
 from dynamo_nvf.ops.metadata import memory_order, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
@@ -66,10 +66,6 @@ def misread_order(sizes: list[int], order: list[int], dims: list[int]) -> bool:
     return (logical[-1] in dims) != (physical[-1] in dims)
 
 
-def _keepdim(node: Node) -> bool:
-    return bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
-
-
 def _rewrite_at(gm: GraphModule, node: Node) -> bool:
     if node.op != "call_function" or node.target not in LIST_REDUCTIONS or node.meta.get(MEMORY_ORDER_KEY):
         return False
@@ -85,7 +81,7 @@ def _rewrite_at(gm: GraphModule, node: Node) -> bool:
     order = memory_order(val)
     if not dims or len(dims) == val.dim() or order == sorted(order) or not misread_order(sizes, order, dims):
         return False
-    keepdim = _keepdim(node)
+    keepdim = keeps_reduced_dims(node)
     new_dims = sorted(order.index(d) for d in dims)
     kept = [order[i] for i in range(val.dim()) if i not in new_dims]
     if [d for d in kept if sizes[d] != 1] != sorted(d for d in kept if sizes[d] != 1):
@@ -103,14 +99,14 @@ def _rewrite_at(gm: GraphModule, node: Node) -> bool:
         result = reduced if back is None else call_like(gm, aten.permute.default, (reduced, back), node, mode)
     new_val = tensor_val(result)
     if list(new_val.shape) != list(out.shape) or new_val.dtype != out.dtype:
-        for added in (result, reduced, permuted):
-            if added is not None and not added.users and not added._erased:
+        for added in (result, reduced, permuted):  # result may be reduced itself
+            if not added._erased and not added.users:
                 gm.graph.erase_node(added)
         return False
     reduced.meta[MEMORY_ORDER_KEY] = True
     node.replace_all_uses_with(result)
     gm.graph.erase_node(node)
-    kind = "outer" if order[-1] not in dims else "inner"
+    kind = "outer" if [d for d in order if sizes[d] != 1][-1] not in dims else "inner"  # as misread_order
     add_note(gm, NOTE.format(op=node.target.__name__.split(".")[0], name=node.name, perm=order, kind=kind))
     return True
 

@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
+from dynamo_nvf.ops.lowerings import keeps_reduced_dims
 from dynamo_nvf.ops.metadata import arange_params, tensor_val
 
 log = logging.getLogger("dynamo_nvf")
@@ -83,7 +84,7 @@ def _match(node: Node) -> Optional[tuple[Node, object, int, int, bool]]:
         return None
     masked = node.args[0]
     dims = node.args[1] if len(node.args) > 1 else None
-    keepdim = bool(node.args[2]) if len(node.args) > 2 else bool(node.kwargs.get("keepdim", False))
+    keepdim = keeps_reduced_dims(node)
     out, src = tensor_val(node), tensor_val(masked)
     if (not isinstance(masked, Node) or not isinstance(dims, (list, tuple)) or len(dims) != 1
             or out is None or src is None or "dtype" in node.kwargs or out.dtype != src.dtype):

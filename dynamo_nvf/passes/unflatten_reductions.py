@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_reduction
+from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_reduction, keeps_reduced_dims
 from dynamo_nvf.ops.metadata import static_shape, static_sizes
 from dynamo_nvf.passes.partition import regions_of
 
@@ -92,14 +92,6 @@ def _reduced_view_dims(node: Node, rank: int) -> Optional[list[int]]:
     return sorted({d % rank if rank else 0 for d in dims})
 
 
-def _keepdim(node: Node) -> bool:
-    if node.target is aten.sum.default:
-        return False
-    if len(node.args) > 2:
-        return bool(node.args[2])
-    return bool(node.kwargs.get("keepdim", False))
-
-
 def _rewrite(gm: GraphModule, node: Node) -> bool:
     """Rewrites one reduction of a flattening view in place; False where it does not apply."""
     if not _reads_flattening_view(node):
@@ -122,7 +114,7 @@ def _rewrite(gm: GraphModule, node: Node) -> bool:
     base_dims = sorted(d for j in reduced for d in groups[j])
     if not base_dims or len(groups) == len(src) and all(g == [j] for j, g in enumerate(groups)):
         return False  # only size-1 dims reduced, or the view changes nothing
-    keepdim = _keepdim(node)
+    keepdim = keeps_reduced_dims(node)
     if node.target is aten.sum.default:
         args: tuple = (base, base_dims, False)
         kwargs = {k: v for k, v in node.kwargs.items() if k == "dtype"}

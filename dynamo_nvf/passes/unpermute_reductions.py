@@ -33,6 +33,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
+from dynamo_nvf.ops.lowerings import keeps_reduced_dims
 from dynamo_nvf.ops.metadata import static_shape, static_sizes, tensor_val
 from dynamo_nvf.passes.partition import regions_of
 
@@ -75,8 +76,7 @@ def _sum_dims(node: Node) -> Optional[list[int]]:
     if node.op != "call_function" or node.target is not aten.sum.dim_IntList:
         return None
     dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-    if keepdim or not isinstance(dims, (list, tuple)) or not dims or not all(isinstance(d, int) for d in dims):
+    if keeps_reduced_dims(node) or not isinstance(dims, (list, tuple)) or not dims or not all(isinstance(d, int) for d in dims):
         return None
     return list(dims)
 
