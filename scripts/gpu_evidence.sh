@@ -730,14 +730,14 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
     echo "elapsed ${SECONDS}s"
     ;;
-  s21h)
-    # Session 21 (#10): the training half, five backends, interleaved (saved views, narrow norm rows and
-    # the strided hoist in).
+  s21h|s22f)
+    # Sessions 21 and 22 (#10): the training half, five backends, interleaved (session 21: saved views,
+    # narrow norm rows and the strided hoist in).
     IL10_ROUNDS=${IL10_ROUNDS:-5} il10_half il10b "$IL10_TRAIN"
     echo "elapsed ${SECONDS}s"
     ;;
-  s21i)
-    # Session 21 (#10): the forward half, five backends, interleaved.
+  s21i|s22e)
+    # Sessions 21 and 22 (#10): the forward half, five backends, interleaved.
     IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10a "$IL10_FWD"
     echo "elapsed ${SECONDS}s"
     ;;
@@ -769,16 +769,6 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     timeout 120 python3 scripts/repros/convnext_head.py > "$OUT/head.txt" 2>&1; echo "head rc=$?"; grep -v -i warn "$OUT/head.txt"
     kernel_files 90 "convnext_fwd_bf16_small" "nvf_cudagraphs inductor_ro"
     pack_kernels
-    echo "elapsed ${SECONDS}s"
-    ;;
-  s22e)
-    # Session 22 (#10): the forward half, five backends, interleaved.
-    IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10a "$IL10_FWD"
-    echo "elapsed ${SECONDS}s"
-    ;;
-  s22f)
-    # Session 22 (#10): the training half, five backends, interleaved.
-    IL10_ROUNDS=${IL10_ROUNDS:-5} il10_half il10b "$IL10_TRAIN"
     echo "elapsed ${SECONDS}s"
     ;;
   s22g)
