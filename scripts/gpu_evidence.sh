@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s23a     #10's fwd_f32_large third of the model tier; ConvNeXt inference GPU span under graphs
 #   scripts/gpu_evidence.sh s16d     back-to-back training steps under graphs: which backend or option faults
 #   scripts/gpu_evidence.sh s16h     after the slot fix: direct-launch tests with training steps, the five-backend repro, il10
 #   scripts/gpu_evidence.sh s16g     plans of the launchers whose outputs differ (debug log)
@@ -146,6 +147,7 @@ direct_tests() {  # pytest (markers "gpu or not gpu") of the given files within 
 }
 IL10_WORKLOADS=llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small,llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small
 IL10_FWD=llama_fwd_bf16_small,gpt_fwd_bf16_small,bert_fwd_bf16_small,vit_fwd_bf16_small,convnext_fwd_bf16_small
+IL10_FWD_LARGE=llama_fwd_f32_large,gpt_fwd_f32_large,bert_fwd_f32_large,vit_fwd_f32_large,convnext_fwd_f32_large
 IL10_TRAIN=llama_train_bf16_small,gpt_train_bf16_small,bert_train_bf16_small,vit_train_bf16_small,convnext_train_bf16_small
 il10_half() {  # NAME WORKLOADS: perf.interleave of five backends in the call's time left, $OUT/NAME.json
   timeout $((590 - SECONDS)) python3 -m perf.interleave "$2" \
@@ -728,6 +730,15 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s23a)
+    # Session 23 (#10): the model tier's last unmeasured third, GPU-bound inference in f32 (large
+    # batch), five backends interleaved; then ConvNeXt inference's GPU span per replay under graphs.
+    IL10_ROUNDS=${IL10_ROUNDS:-5} il10_half il10l "$IL10_FWD_LARGE"
+    timeout $((590 - SECONDS)) python3 -m perf.interleave convnext_fwd_bf16_small \
+      --backends inductor_ro,nvf_cudagraphs --gpu --rounds 7 > "$OUT/span.log" 2>&1; echo "span rc=$?"
+    grep -E "^\| [a-z]" "$OUT/span.log" | cut -c1-170
     echo "elapsed ${SECONDS}s"
     ;;
   s21h|s22f)
