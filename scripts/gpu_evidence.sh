@@ -734,11 +734,11 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     ;;
   s23a)
     # Session 23 (#10): the model tier's last unmeasured third, GPU-bound inference in f32 (large
-    # batch), five backends interleaved; then ConvNeXt inference's GPU span per replay under graphs.
-    IL10_ROUNDS=${IL10_ROUNDS:-5} il10_half il10l "$IL10_FWD_LARGE"
-    timeout $((590 - SECONDS)) python3 -m perf.interleave convnext_fwd_bf16_small \
+    # batch), five backends interleaved, after ConvNeXt inference's GPU span per replay under graphs.
+    timeout 120 python3 -m perf.interleave convnext_fwd_bf16_small \
       --backends inductor_ro,nvf_cudagraphs --gpu --rounds 7 > "$OUT/span.log" 2>&1; echo "span rc=$?"
     grep -E "^\| [a-z]" "$OUT/span.log" | cut -c1-170
+    IL10_ROUNDS=${IL10_ROUNDS:-5} il10_half il10l "$IL10_FWD_LARGE"
     echo "elapsed ${SECONDS}s"
     ;;
   s21h|s22f)
