@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s23b     kernel tables, segments, regions alone of the f32 large inference that loses (#10)
 #   scripts/gpu_evidence.sh s23a     #10's fwd_f32_large third of the model tier; ConvNeXt inference GPU span under graphs
 #   scripts/gpu_evidence.sh s16d     back-to-back training steps under graphs: which backend or option faults
 #   scripts/gpu_evidence.sh s16h     after the slot fix: direct-launch tests with training steps, the five-backend repro, il10
@@ -730,6 +731,16 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s23b)
+    # Session 23 (#10): the GPU-bound f32 inference that loses under graphs (convnext_fwd_f32_large 1.12x,
+    # vit_fwd_f32_large 1.04x inductor reduce-overhead): kernel tables side by side, nvFuser's
+    # segments, ATen ops behind the kernels; ConvNeXt's regions alone against inductor.
+    kernel_files 100 "convnext_fwd_f32_large vit_fwd_f32_large" "nvf_cudagraphs inductor_ro explain nvf_bookend:ops"
+    pack_kernels
+    timeout $((585 - SECONDS)) python3 scripts/region_scoreboard.py convnext_fwd_f32_large --sweep tma_reduction \
+      > "$OUT/sb.txt" 2>&1; echo "sb rc=$?"; grep -v -i warn "$OUT/sb.txt" | head -n 60 | cut -c1-200
     echo "elapsed ${SECONDS}s"
     ;;
   s23a)
