@@ -217,6 +217,12 @@ class Settings:
     #: where that hands nvFuser row-major inputs (passes/hoist_permutes.py): ConvNeXt's channels-last
     #: LayerNorms then run at about twice the speed (H100, bf16: 6.08 -> 2.85 us at [2, 96, 56, 56]).
     hoist_permutes: bool = True
+    #: Move a permute inside a region below the pointwise ops that consume it, onto the region's output,
+    #: where the region then reads and writes only row-major tensors (passes/sink_permutes.py):
+    #: ConvNeXt's residual add of a channels-last input and the MLP's permuted NHWC output took 582 us
+    #: in nvFuser against inductor's 76 on an H100 (f32, [64, 96, 56, 56], session 23). Forward and
+    #: inference graphs only.
+    sink_permutes: bool = True
     #: Under CUDA graphs, convert a convolution's NCHW weight to channels-last in the graph where cuDNN
     #: runs it channels-last (its input is), so the conversion is a region instead of ATen's strided
     #: copy inside every call (passes/conv_weight_layout.py): 0.7 us less for ConvNeXt's downsampling

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s23c     sink_permutes: GPU tests, image stems alone, ConvNeXt inference kernels and step times (#10)
 #   scripts/gpu_evidence.sh s23b     kernel tables, segments, regions alone of the f32 large inference that loses (#10)
 #   scripts/gpu_evidence.sh s23a     #10's fwd_f32_large third of the model tier; ConvNeXt inference GPU span under graphs
 #   scripts/gpu_evidence.sh s16d     back-to-back training steps under graphs: which backend or option faults
@@ -731,6 +732,20 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s23c)
+    # Session 23 (#10): sink_permutes (ConvNeXt's residual region in memory order): its GPU tests; the
+    # image stems alone (scripts/repros/conv_stems.py); ConvNeXt inference's kernels and step times,
+    # large f32 and small bf16, five backends interleaved.
+    direct_tests 150 tests/test_sink_permutes.py tests/test_hoist_permutes.py
+    for dt in f32 bf16; do
+      timeout 120 python3 scripts/repros/conv_stems.py $dt > "$OUT/stems_$dt.txt" 2>&1; echo "stems $dt rc=$?"
+      grep -E "^(vit|convnext) " "$OUT/stems_$dt.txt"
+    done
+    kernel_files 100 "convnext_fwd_f32_large" "nvf_cudagraphs"
+    pack_kernels
+    IL10_ROUNDS=${IL10_ROUNDS:-5} il10_half il10cx "convnext_fwd_f32_large,convnext_fwd_bf16_small"
     echo "elapsed ${SECONDS}s"
     ;;
   s23b)

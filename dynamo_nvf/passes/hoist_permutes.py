@@ -56,14 +56,15 @@ NOTE_STRIDED = ("permute {permute}: moved above {op} onto the region's inputs, s
                 "in their allocation order (a norm over the permuted last dim)")
 
 
-def _pointwise(node: Node) -> bool:
+def pointwise_or_cast(node: Node) -> bool:
     """is_pointwise, or a dtype-only copy (elementwise too, but not tagged pointwise)."""
     if node.op == "call_function" and node.target is aten._to_copy.default:
         return set(node.kwargs) <= {"dtype"} and len(node.args) == 1
     return is_pointwise(node)
 
 
-def _perm(node: Node) -> Optional[list[int]]:
+def permute_dims(node: Node) -> Optional[list[int]]:
+    """A permute node's dims, normalized; None for any other node (or symbolic dims)."""
     if node.op != "call_function" or node.target is not aten.permute.default:
         return None
     dims = node.args[1]
@@ -79,7 +80,7 @@ def _can_hoist(node: Node, perm: list[int], region: Any, strided_ok: bool = Fals
     """Whether `permute(node, perm)` can move above `node` and on up to row-major region inputs (or
     any region inputs, with `strided_ok`)."""
     out = tensor_val(node)
-    if out is None or node.meta.get(REGION_KEY) != region or len(node.users) != 1 or not _pointwise(node):
+    if out is None or node.meta.get(REGION_KEY) != region or len(node.users) != 1 or not pointwise_or_cast(node):
         return False
     shape = static_sizes(out)
     if shape is None or len(shape) != len(perm):
@@ -93,7 +94,7 @@ def _can_hoist(node: Node, perm: list[int], region: Any, strided_ok: bool = Fals
             return False
         if sizes != shape:  # broadcast: nothing of its layout matters
             continue
-        if operand.meta.get(REGION_KEY) == region and _pointwise(operand) and len(operand.users) == 1:
+        if operand.meta.get(REGION_KEY) == region and pointwise_or_cast(operand) and len(operand.users) == 1:
             if not _can_hoist(operand, perm, region, strided_ok):
                 return False
         elif not val.permute(perm).is_contiguous() and (not strided_ok or operand.meta.get(REGION_KEY) == region):
@@ -151,7 +152,7 @@ def _hoist(gm: GraphModule, permute: Node, perm: list[int]) -> None:
 
 
 def _hoist_at(gm: GraphModule, node: Node) -> bool:
-    perm = _perm(node)
+    perm = permute_dims(node)
     region = node.meta.get(REGION_KEY)
     if perm is None or region is None or not isinstance(node.args[0], Node):
         return False
