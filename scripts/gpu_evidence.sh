@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s23d     ViT f32 large: image stems' kernels four ways, regions alone against inductor (#10)
 #   scripts/gpu_evidence.sh s23c     sink_permutes: GPU tests, image stems alone, ConvNeXt inference kernels and step times (#10)
 #   scripts/gpu_evidence.sh s23b     kernel tables, segments, regions alone of the f32 large inference that loses (#10)
 #   scripts/gpu_evidence.sh s23a     #10's fwd_f32_large third of the model tier; ConvNeXt inference GPU span under graphs
@@ -732,6 +733,19 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s23d)
+    # Session 23 (#10): vit_fwd_f32_large (1.04x inductor reduce-overhead): the image stems' kernels,
+    # spelled four ways (scripts/repros/conv_stems.py --kernels); ViT inference's regions alone against
+    # inductor; the hoist test that sink_permutes changed.
+    direct_tests 100 tests/test_hoist_permutes.py
+    for dt in f32 bf16; do
+      timeout 150 python3 scripts/repros/conv_stems.py $dt --kernels > "$OUT/stems_$dt.txt" 2>&1; echo "stems $dt rc=$?"
+      grep -E "^(vit|convnext) " "$OUT/stems_$dt.txt"
+    done
+    timeout $((585 - SECONDS)) python3 scripts/region_scoreboard.py vit_fwd_f32_large > "$OUT/sb.txt" 2>&1; echo "sb rc=$?"
+    grep -v -i warn "$OUT/sb.txt" | head -n 70 | cut -c1-200
     echo "elapsed ${SECONDS}s"
     ;;
   s23c)

@@ -75,11 +75,18 @@ def test_a_strided_hoist_climbs_a_chain_of_pointwise_ops():
     assert sum("strided views" in note for note in plan.rewrites) == 2, plan.rewrites
 
 
-def test_a_strided_permute_without_a_norm_stays_in_the_region():
+def test_a_strided_permute_without_a_norm_is_not_hoisted():
+    """An NCHW input permuted to NHWC, then scaled and shifted (no norm): hoisting would hand nvFuser a
+    strided view for nothing. sink_permutes moves the permute below the pointwise ops instead (the
+    region then computes in NCHW, row-major); without it the region keeps its permute."""
     def f(x, bias, w, b):
         return (x + bias.view(-1, 1, 1)).permute(0, 2, 3, 1) * w + b
 
-    _, region = _region(check_inference(f, _inputs(channels_last=False), PLAN))
+    plan, region = _region(check_inference(f, _inputs(channels_last=False), PLAN))
+    assert not any("moved above" in note for note in plan.rewrites), plan.rewrites
+    assert any("onto the region's output" in note for note in plan.rewrites), plan.rewrites
+    assert "aten.permute.default" not in region.ops, region.ops
+    _, region = _region(check_inference(f, _inputs(channels_last=False), {**PLAN, "sink_permutes": False}))
     assert "aten.permute.default" in region.ops, region.ops
 
 

@@ -13,9 +13,11 @@ inductor's (which converts the images to channels-last first: its layout optimis
 
 Variants: `eager`; `nvf` (the default plan, no CUDA graphs); `nvf cl-input` the program with
 `images.contiguous(memory_format=torch.channels_last)` before the conv (the conversion as a region of
-its own when `min_region_size=1`); `inductor`.
+its own when `min_region_size=1`); `nvf split` (ViT) the tokens made contiguous in a first compiled
+function (conv, flatten, transpose, copy) and the CLS concat, position add and norm in a second, to
+time the region without its transposed read; `inductor`. With `--kernels`, each variant's kernels.
 
-    python scripts/repros/conv_stems.py [f32|bf16]
+    python scripts/repros/conv_stems.py [f32|bf16] [--kernels]
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import dynamo_nvf  # noqa: E402,F401
-from kernel_timing import kernel_us  # noqa: E402
+from kernel_timing import cuda_kernels, kernel_us  # noqa: E402
 
 DEV = "cuda"
 B, IMG = 64, 224
@@ -40,6 +42,15 @@ def vit_stem(x, w, b, cls, pos, lw, lb, channels_last=False):
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     y = F.conv2d(x, w, b, stride=16).flatten(2).transpose(1, 2)
+    y = torch.cat([cls.expand(y.shape[0], -1, -1), y], dim=1) + pos
+    return F.layer_norm(y, (y.shape[-1],), lw, lb, 1e-6)
+
+
+def vit_tokens(x, w, b):
+    return F.conv2d(x, w, b, stride=16).flatten(2).transpose(1, 2).contiguous()
+
+
+def vit_after_tokens(y, cls, pos, lw, lb):
     y = torch.cat([cls.expand(y.shape[0], -1, -1), y], dim=1) + pos
     return F.layer_norm(y, (y.shape[-1],), lw, lb, 1e-6)
 
@@ -60,8 +71,16 @@ def _inputs(name, dt):
     return [r(B, 3, IMG, IMG), r(d, 3, 4, 4) * 0.1, r(d), r(d), r(d)]
 
 
+def _split_vit():
+    opts = {"strict": True, "min_region_size": 1}
+    first = torch.compile(vit_tokens, backend="nvf_bookend", options=opts)
+    second = torch.compile(vit_after_tokens, backend="nvf_bookend", options=opts)
+    return lambda x, w, b, *rest: second(first(x, w, b), *rest)
+
+
 def main() -> None:
-    dt = torch.bfloat16 if sys.argv[1:] == ["bf16"] else torch.float32
+    dt = torch.bfloat16 if "bf16" in sys.argv[1:] else torch.float32
+    show_kernels = "--kernels" in sys.argv[1:]
     torch.manual_seed(0)
     for name, fn in (("vit", vit_stem), ("convnext", convnext_stem)):
         inputs = _inputs(name, dt)
@@ -71,16 +90,21 @@ def main() -> None:
             "nvf": torch.compile(fn, backend="nvf_bookend", options={"strict": True}),
             "nvf cl-input": torch.compile(lambda x, *a: fn(x, *a, channels_last=True), backend="nvf_bookend",
                                           options={"strict": True, "min_region_size": 1}),
-            "inductor": torch.compile(fn),
         }
+        if name == "vit":
+            variants["nvf split"] = _split_vit()
+        variants["inductor"] = torch.compile(fn)
         for label, call in variants.items():
-            torch._dynamo.reset() if label == "inductor" else None
             with torch.no_grad():
                 got = call(*inputs)
                 err = (got.float() - want.float()).abs().max().item()
                 us, kernels = kernel_us(lambda: call(*inputs), 20)
             print(f"{name:9s} {str(dt)[6:]:9s} {label:14s} {us:8.1f} us  {kernels:2d} kernels  "
                   f"max err {err:.2e}  strides {tuple(got.stride())}")
+            if show_kernels:
+                with torch.no_grad():
+                    for e in cuda_kernels(lambda: call(*inputs), 1):
+                        print(f"      {e.device_time:8.1f}  {e.name[:110]}")
 
 
 if __name__ == "__main__":
