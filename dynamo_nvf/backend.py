@@ -41,6 +41,7 @@ from dynamo_nvf.passes.split_reductions import split_norm_backward
 from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager
 from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
 from dynamo_nvf.passes.sink_permutes import sink_permutes
+from dynamo_nvf.passes.split_transposes import split_transposes
 from dynamo_nvf.passes.saved_views import RECOMPUTED_VIEWS_KEY, recompute_saved_views
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.passes.unfuse_addmm import unfuse_addmm_bias
@@ -87,6 +88,9 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
         notes += gm.meta.pop(NOTES_KEY, [])
     if settings.sink_permutes and kind != "backward":  # sink_permutes says why not in backward graphs
         gm = sink_permutes(gm)
+        notes += gm.meta.pop(NOTES_KEY, [])
+    if settings.split_transposes and kind != "backward":  # split_transposes says why not in backward graphs
+        gm = split_transposes(gm)
         notes += gm.meta.pop(NOTES_KEY, [])
     if settings.hoist_slices:
         gm = hoist_slices(gm)

@@ -223,6 +223,11 @@ class Settings:
     #: in nvFuser against inductor's 76 on an H100 (f32, [64, 96, 56, 56], session 23). Forward and
     #: inference graphs only.
     sink_permutes: bool = True
+    #: Give a large transposed read that a concatenation in its region reads a region of its own, which
+    #: writes it row-major (passes/split_transposes.py): ViT's patch tokens, CLS concat, position add
+    #: and first LayerNorm took 129 us in nvFuser against inductor's 31, and 31 once split (H100, f32,
+    #: batch 64, session 23). Forward and inference graphs only.
+    split_transposes: bool = True
     #: Under CUDA graphs, convert a convolution's NCHW weight to channels-last in the graph where cuDNN
     #: runs it channels-last (its input is), so the conversion is a region instead of ATen's strided
     #: copy inside every call (passes/conv_weight_layout.py): 0.7 us less for ConvNeXt's downsampling

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s23e     split_transposes: GPU tests, ViT kernels, the tier's forwards interleaved (#10)
 #   scripts/gpu_evidence.sh s23d     ViT f32 large: image stems' kernels four ways, regions alone against inductor (#10)
 #   scripts/gpu_evidence.sh s23c     sink_permutes: GPU tests, image stems alone, ConvNeXt inference kernels and step times (#10)
 #   scripts/gpu_evidence.sh s23b     kernel tables, segments, regions alone of the f32 large inference that loses (#10)
@@ -733,6 +734,16 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s23e)
+    # Session 23 (#10): split_transposes (ViT's patch tokens written row-major by a region of their own):
+    # its GPU tests; ViT inference's kernels; then the model tier's forwards (bf16 small and f32
+    # large), five backends interleaved.
+    direct_tests 150 tests/test_split_transposes.py tests/test_sink_permutes.py
+    kernel_files 100 "vit_fwd_f32_large" "nvf_cudagraphs"
+    pack_kernels
+    IL10_ROUNDS=${IL10_ROUNDS:-5} il10_half il10f "$IL10_FWD_LARGE,$IL10_FWD"
     echo "elapsed ${SECONDS}s"
     ;;
   s23d)

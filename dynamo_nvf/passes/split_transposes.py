@@ -1,0 +1,97 @@
+"""Give a large transposed read that feeds a concatenation its own region: the transpose (and what
+computes its input in the region) moves to a new region that writes the transposed tensor row-major,
+and the concatenation reads that.
+
+Why: ViT's patch embedding. The convolution's NCHW output gets its bias added, is flattened and
+transposed to tokens [B, 196, 384], the CLS token is concatenated and the position embedding added,
+then the first LayerNorm runs: one region. nvFuser 0.2.36 runs it as a pointwise segment (the
+concatenation) that walks the transposed memory, then a norm that reads the pointwise segment's output
+in that same transposed order: on an H100 (session 23, f32, batch 64; scripts/repros/conv_stems.py
+and scripts/region_scoreboard.py vit_fwd_f32_large) 87 + 42 us against inductor's one 31 us kernel.
+Spelled as two regions, nvFuser's transpose scheduler writes the tokens in 12 us and the norm with the
+concatenation takes 19 us.
+
+Only where measured: the transpose's result has at least `MIN_ELEMENTS` elements (the ViT case has
+4.8 million; at a small batch, 150 thousand, the extra region's launch and host time are not known to
+pay), its sizes are static, it turns a row-major value into a strided view, and a concatenation in
+its region reads it. Forward and inference graphs (the backward's transposes of ViT's stem are not
+measured). Values are unchanged (a copy).
+
+Pure on annotations: GraphModule in (partitioned), GraphModule out.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+from torch.fx import GraphModule, Node
+
+from dynamo_nvf.ops.metadata import static_sizes, tensor_val
+from dynamo_nvf.passes import add_note, call_like
+from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of
+
+log = logging.getLogger("dynamo_nvf")
+aten = torch.ops.aten
+
+#: The smallest transposed tensor given its own region (elements): ViT-S/16's tokens at batch 64 are
+#: 4.8 million; at batch 2, 150 thousand (not split).
+MIN_ELEMENTS = 1 << 20
+
+_TRANSPOSES = (aten.transpose.int, aten.permute.default)
+_CONCATS = (aten.cat.default,)
+
+NOTE = ("transpose {transpose}: {count} node(s) split into a region of their own that writes its result "
+        "row-major for {cat} (a concatenation reading transposed memory)")
+
+
+def _splittable(node: Node, members: set[Node]) -> bool:
+    if node.op != "call_function" or node.target not in _TRANSPOSES:
+        return False
+    out, src = tensor_val(node), tensor_val(node.args[0])
+    if out is None or src is None or getattr(out, "fake_mode", None) is None:
+        return False
+    sizes = static_sizes(out)
+    if sizes is None or math.prod(sizes) < MIN_ELEMENTS:
+        return False
+    if out.is_contiguous() or not src.is_contiguous():
+        return False  # not a transposed read of row-major memory
+    return any(u in members and u.target in _CONCATS for u in node.users)
+
+
+def split_transposes(gm: GraphModule) -> GraphModule:
+    """Splits each qualifying transpose, with its feeders in the region, into a region of its own."""
+    regions = regions_of(gm)
+    next_id = max(regions, default=-1) + 1
+    split = 0
+    for members_list in list(regions.values()):
+        members = set(members_list)
+        for node in members_list:
+            if not _splittable(node, members):
+                continue
+            cat = next(u for u in node.users if u in members and u.target in _CONCATS)
+            part = {node} | reach(node, members, upstream=True)
+            if len(part) + 1 >= len(members):
+                continue  # nothing but the transpose would stay: no split to make
+            mode = tensor_val(node).fake_mode
+            with gm.graph.inserting_after(node):
+                copy = call_like(gm, aten.clone.default, (node,), node, mode,
+                                 {"memory_format": torch.contiguous_format})
+            for user in list(node.users):
+                if user is not copy and user in members:
+                    user.replace_input_with(node, copy)
+            for moved in (*part, copy):
+                moved.meta[REGION_KEY] = next_id
+            cat.meta.setdefault(SPLIT_KEY, []).append(
+                (copy.name, f"split: {node.name}'s transposed read runs in a region of its own, which writes "
+                            f"it row-major (split_transposes)"))
+            add_note(gm, NOTE.format(transpose=node.name, count=len(part) + 1, cat=cat.name))
+            next_id += 1
+            split += 1
+            break  # the region changed: one split per region and pass
+    if split:
+        gm.graph.lint()
+        gm.recompile()
+        log.debug("dynamo_nvf: split %d transposed read(s) into regions of their own", split)
+    return gm
