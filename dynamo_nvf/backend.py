@@ -30,6 +30,7 @@ from dynamo_nvf.passes.gqa_attention import read_grouped_heads
 from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.composites import decompose_fused_composites
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
+from dynamo_nvf.passes.conv_input_layout import channels_last_patch_inputs
 from dynamo_nvf.passes.conv_weight_layout import channels_last_conv_weights
 from dynamo_nvf.passes.hoist_permutes import hoist_permutes
 from dynamo_nvf.passes.memory_order_reductions import reduce_in_memory_order
@@ -68,6 +69,9 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
         notes += gm.meta.pop(NOTES_KEY, [])
     gm = decompose_fused_composites(gm, settings)
     notes += gm.meta.pop(NOTES_KEY, [])
+    if settings.channels_last_patch_inputs and kind == "inference":  # conv_input_layout says why
+        gm = channels_last_patch_inputs(gm, settings.plan_cpu_as_cuda)
+        notes += gm.meta.pop(NOTES_KEY, [])
     if settings.channels_last_conv_weights and settings.cuda_graphs:
         gm = channels_last_conv_weights(gm, settings.plan_cpu_as_cuda)
         notes += gm.meta.pop(NOTES_KEY, [])

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s23f     conv_input_layout: GPU tests, stems, ViT kernels and step times (#10)
 #   scripts/gpu_evidence.sh s23e     split_transposes: GPU tests, ViT kernels, the tier's forwards interleaved (#10)
 #   scripts/gpu_evidence.sh s23d     ViT f32 large: image stems' kernels four ways, regions alone against inductor (#10)
 #   scripts/gpu_evidence.sh s23c     sink_permutes: GPU tests, image stems alone, ConvNeXt inference kernels and step times (#10)
@@ -734,6 +735,20 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s23f)
+    # Session 23 (#10): conv_input_layout (ViT's image converted to channels-last) with split_transposes
+    # on the channels-last tokens: GPU tests; the stems' kernels; ViT inference's kernels; ViT
+    # inference's step times, five backends interleaved.
+    direct_tests 150 tests/test_conv_input_layout.py tests/test_split_transposes.py tests/test_conv_weight_layout.py
+    for dt in f32 bf16; do
+      timeout 150 python3 scripts/repros/conv_stems.py $dt --kernels > "$OUT/stems_$dt.txt" 2>&1; echo "stems $dt rc=$?"
+      grep -E "^(vit|convnext) " "$OUT/stems_$dt.txt"
+    done
+    kernel_files 100 "vit_fwd_f32_large" "nvf_cudagraphs"
+    pack_kernels
+    IL10_ROUNDS=${IL10_ROUNDS:-5} il10_half il10v "vit_fwd_f32_large,vit_fwd_bf16_small"
     echo "elapsed ${SECONDS}s"
     ;;
   s23e)

@@ -36,7 +36,7 @@ def test_large_transposed_tokens_get_a_region_of_their_own():
     inputs = _inputs()  # tokens [4, 1024, 256]: 1M elements
     (plan,) = check_inference(patch_tokens, inputs, PLAN)
     assert _notes(plan) == ["transpose transpose: 5 node(s) split into a region of their own that writes its "
-                            "result row-major for cat (a concatenation reading transposed memory)"], plan.rewrites
+                            "result row-major for cat (a concatenation reading a transpose)"], plan.rewrites
     transposing = [r for r in plan.regions if "aten.transpose.int" in r.ops]
     (first,) = transposing
     assert first.ops[-1] == "aten.clone.default", first.ops

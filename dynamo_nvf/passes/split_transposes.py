@@ -11,10 +11,15 @@ and scripts/region_scoreboard.py vit_fwd_f32_large) 87 + 42 us against inductor'
 Spelled as two regions, nvFuser's transpose scheduler writes the tokens in 12 us and the norm with the
 concatenation takes 19 us.
 
+The same where the convolution's output is channels-last (conv_input_layout.py converts ViT's image):
+the bias add, flatten and transpose then keep memory order, but nvFuser 0.2.36 still ran the region as
+a 75 us pointwise segment (reshape and permute inside the fusion before the concatenation) and a 41 us
+norm (session 23, conv_stems.py `nvf cl-input`).
+
 Only where measured: the transpose's result has at least `MIN_ELEMENTS` elements (the ViT case has
 4.8 million; at a small batch, 150 thousand, the extra region's launch and host time are not known to
-pay), its sizes are static, it turns a row-major value into a strided view, and a concatenation in
-its region reads it. Forward and inference graphs (the backward's transposes of ViT's stem are not
+pay), its sizes are static, it either turns row-major memory into a strided view or permutes a value
+the region computes, and a concatenation in its region reads it. Forward and inference graphs (the backward's transposes of ViT's stem are not
 measured). Values are unchanged (a copy).
 
 Pure on annotations: GraphModule in (partitioned), GraphModule out.
@@ -43,7 +48,7 @@ _TRANSPOSES = (aten.transpose.int, aten.permute.default)
 _CONCATS = (aten.cat.default,)
 
 NOTE = ("transpose {transpose}: {count} node(s) split into a region of their own that writes its result "
-        "row-major for {cat} (a concatenation reading transposed memory)")
+        "row-major for {cat} (a concatenation reading a transpose)")
 
 
 def _splittable(node: Node, members: set[Node]) -> bool:
@@ -55,8 +60,9 @@ def _splittable(node: Node, members: set[Node]) -> bool:
     sizes = static_sizes(out)
     if sizes is None or math.prod(sizes) < MIN_ELEMENTS:
         return False
-    if out.is_contiguous() or not src.is_contiguous():
-        return False  # not a transposed read of row-major memory
+    transposed_read = src.is_contiguous() and not out.is_contiguous()
+    if not transposed_read and node.args[0] not in members:
+        return False  # a view of a region input in memory order: nvFuser reads it as it is
     return any(u in members and u.target in _CONCATS for u in node.users)
 
 

@@ -11,11 +11,17 @@ inductor's (which converts the images to channels-last first: its layout optimis
   f32): an NCHW fp32 conv of 151 us and a norm over strided channels of 122 us, against inductor's
   channels-last conversion (56 us), NHWC conv (67 us) and norm (76 us).
 
-Variants: `eager`; `nvf` (the default plan, no CUDA graphs); `nvf cl-input` the program with
-`images.contiguous(memory_format=torch.channels_last)` before the conv (the conversion as a region of
-its own when `min_region_size=1`); `nvf split` (ViT) the tokens made contiguous in a first compiled
-function (conv, flatten, transpose, copy) and the CLS concat, position add and norm in a second, to
-time the region without its transposed read; `inductor`. With `--kernels`, each variant's kernels.
+Variants: `eager`; `nvf` (the default plan, no CUDA graphs; from session 23 it converts the ViT image
+to channels-last, conv_input_layout.py, and writes its tokens in a region of their own,
+split_transposes.py); `nvf nchw` without the conversion; `nvf one region` without either (session 23's
+first plan); `nvf cl-input` the program with `images.contiguous(memory_format=torch.channels_last)`
+before the conv (the conversion as a region of its own when `min_region_size=1`); `nvf split` (ViT) the
+tokens made contiguous in a first compiled function (conv, flatten, transpose, copy) and the CLS
+concat, position add and norm in a second; `inductor`. With `--kernels`, each variant's kernels.
+
+Session 23, H100, f32 (before the two passes): ViT `nvf` 544 us, `nvf cl-input` 464 (the region after
+the conv still 75 + 41 us), `nvf split` 446 (a 12 us transpose kernel and a 19 us norm), inductor 397;
+ConvNeXt `nvf` 270, `nvf cl-input` 263 (a TF32 conv), inductor 217-286 (two runs).
 
     python scripts/repros/conv_stems.py [f32|bf16] [--kernels]
 """
@@ -88,6 +94,10 @@ def main() -> None:
         variants = {
             "eager": lambda x, *a: fn(x, *a),
             "nvf": torch.compile(fn, backend="nvf_bookend", options={"strict": True}),
+            "nvf nchw": torch.compile(fn, backend="nvf_bookend",
+                                      options={"strict": True, "channels_last_patch_inputs": False}),
+            "nvf one region": torch.compile(fn, backend="nvf_bookend", options={
+                "strict": True, "channels_last_patch_inputs": False, "split_transposes": False}),
             "nvf cl-input": torch.compile(lambda x, *a: fn(x, *a, channels_last=True), backend="nvf_bookend",
                                           options={"strict": True, "min_region_size": 1}),
         }

@@ -1,0 +1,113 @@
+"""Patch-embedding pass: a patchifying convolution (kernel = stride >= `MIN_PATCH`, no padding) of an
+NCHW image gets its input converted to channels-last in the graph, `convolution(clone(x,
+memory_format=channels_last), w, ...)`, a region of its own (nvFuser's transpose scheduler), so cuDNN
+neither converts the image itself nor converts its output back to NCHW.
+
+Why: ViT's patch embedding (16x16, stride 16, 3 -> 384 channels). For an NCHW f32 image batch cuDNN
+picks its NHWC tensor-op kernel anyway and wraps it in its own layout copies: on an H100 (session 23,
+batch 64, 224 px; scripts/repros/conv_stems.py) nchwToNhwc took 144 us and nhwcToNchw 12, where
+nvFuser's copy of the image into channels-last took 27 us and cuDNN then only pads it (63 us, as under
+inductor, whose layout optimisation converts the image the same way in 58 us). The convolution kernel
+is the same one, so its values are too; the output is channels-last, which the tokens' flatten and
+transpose then read row-major.
+
+Not for small patches: ConvNeXt's 4x4 stem runs cuDNN's NCHW kernel in f32, which a channels-last
+input would swap for a TF32 one (other values), and in bf16 it was slower that way (183 against 163
+us). Inference graphs only (a training step's convolution backward would see other layouts; not
+measured). The conversion stays only where every other node of the graph accepts the new layout:
+the graph's fake values are propagated again, and a view that would fail, or a graph output whose
+strides would change, undoes it.
+
+Pure: GraphModule in (aot_autograd's aten graph, before partitioning), GraphModule out.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+
+from dynamo_nvf.ops.metadata import tensor_val
+from dynamo_nvf.passes import add_note, call_like
+
+log = logging.getLogger("dynamo_nvf")
+aten = torch.ops.aten
+
+#: The smallest patch (kernel = stride) converted: ViT's 16 is measured, ConvNeXt's 4 is left alone.
+MIN_PATCH = 8
+
+NOTE = ("{conv}: input {x} converted to channels-last in a region of its own (a {k}x{k} patch "
+        "embedding: cuDNN runs it channels-last and would convert the image and its output itself)")
+
+
+def _is_patch_embedding(node: Node) -> bool:
+    if node.op != "call_function" or node.target is not aten.convolution.default or len(node.args) < 9:
+        return False
+    x, w, _bias, stride, padding, dilation, transposed, _out_pad, groups = node.args[:9]
+    x_val, w_val = tensor_val(x), tensor_val(w)
+    if x_val is None or w_val is None or x_val.dim() != 4 or w_val.dim() != 4:
+        return False
+    if transposed or groups != 1 or any(p != 0 for p in padding) or any(d != 1 for d in dilation):
+        return False
+    kernel = list(w_val.shape[2:])
+    if not all(isinstance(k, int) for k in kernel) or list(stride) != kernel or min(kernel) < MIN_PATCH:
+        return False
+    return x_val.is_contiguous() and not x_val.is_contiguous(memory_format=torch.channels_last)
+
+
+def _output_strides(gm: GraphModule) -> list[Any]:
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    args = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    return [tuple(v.stride()) if (v := tensor_val(a)) is not None else None for a in args]
+
+
+def _propagate(gm: GraphModule, mode: Any) -> None:
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    inputs = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*inputs)
+
+
+def channels_last_patch_inputs(gm: GraphModule, cuda_ok: bool = False) -> GraphModule:
+    """Converts each patch embedding's NCHW input to channels-last in the graph (module docstring).
+    `cuda_ok` plans CPU tensors as CUDA ones (Settings.plan_cpu_as_cuda)."""
+    convs = [n for n in gm.graph.nodes if _is_patch_embedding(n)]
+    convs = [n for n in convs if cuda_ok or tensor_val(n.args[0]).device.type == "cuda"]
+    if not convs or not torch.backends.cudnn.enabled:
+        return gm
+    saved = {n: n.meta.get("val") for n in gm.graph.nodes}
+    strides = _output_strides(gm)
+    mode = tensor_val(convs[0].args[0]).fake_mode
+    clones = []
+    for conv in convs:
+        x = conv.args[0]
+        with gm.graph.inserting_before(conv):
+            clone = call_like(gm, aten.clone.default, (x,), conv, mode, {"memory_format": torch.channels_last})
+        clone.meta.pop("stack_trace", None)
+        conv.replace_input_with(x, clone)
+        clones.append((conv, x, clone))
+    try:
+        gm.recompile()
+        _propagate(gm, mode)
+        undo = _output_strides(gm) != strides
+        why = "a graph output's strides would change"
+    except Exception as exc:  # a view the new layout cannot take, or any op that refuses it
+        undo, why = True, f"{type(exc).__name__}: {str(exc)[:120]}"
+    if undo:
+        for conv, x, clone in clones:
+            conv.replace_input_with(clone, x)
+            gm.graph.erase_node(clone)
+        for node, val in saved.items():
+            if val is not None:
+                node.meta["val"] = val
+        gm.recompile()
+        log.debug("dynamo_nvf: patch-embedding inputs left NCHW: %s", why)
+        return gm
+    for conv, x, _ in clones:
+        k = tensor_val(conv.args[1]).shape[-1]
+        add_note(gm, NOTE.format(conv=conv.name, x=x.name, k=k))
+    gm.graph.lint()
+    gm.recompile()
+    return gm

@@ -1,0 +1,109 @@
+"""conv_input_layout: a patch-embedding convolution (kernel = stride >= 8) of an NCHW image reads it
+converted to channels-last in a region of its own, in inference graphs; small patches, training graphs,
+graphs whose outputs or views the new layout would change, and the option off keep NCHW. Values and
+output strides match eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dynamo_nvf import nvf as nvf_env
+from helpers import assert_same, assert_same_layout, check_inference, check_training, compile_fn
+
+PLAN = {"plan_cpu_as_cuda": True}
+
+
+def vit_stem(x, w, b, cls, pos, lw, lb):
+    y = F.conv2d(x, w, b, stride=w.shape[-1]).flatten(2).transpose(1, 2)
+    y = torch.cat([cls.expand(y.shape[0], -1, -1), y], dim=1) + pos
+    return F.layer_norm(y, (y.shape[-1],), lw, lb, 1e-6)
+
+
+def _inputs(batch=2, d=32, image=32, patch=16, device="cpu"):
+    tokens = (image // patch) ** 2
+    r = lambda *s: torch.randn(*s, device=device)  # noqa: E731
+    return [r(batch, 3, image, image), r(d, 3, patch, patch) * 0.05, r(d), r(1, 1, d), r(1, tokens + 1, d), r(d),
+            r(d)]
+
+
+def _notes(plan):
+    return [n for n in plan.rewrites if "patch embedding" in n]
+
+
+def test_patch_embedding_reads_a_channels_last_image():
+    (plan,) = check_inference(vit_stem, _inputs(), PLAN)
+    assert _notes(plan) == ["convolution: input arg1_1 converted to channels-last in a region of its own (a "
+                            "16x16 patch embedding: cuDNN runs it channels-last and would convert the image "
+                            "and its output itself)"], plan.rewrites
+    (copy,) = [r for r in plan.regions if r.ops == ["aten.clone.default"]]
+    (image,) = copy.outputs
+    assert list(image.shape) == [2, 3, 32, 32] and list(image.stride) == [3072, 1, 96, 3]
+    compiled = compile_fn(vit_stem, PLAN)
+    for _ in range(2):  # fresh inputs
+        fresh = _inputs()
+        with torch.no_grad():
+            got, want = compiled(*fresh), vit_stem(*fresh)
+        assert_same(got, want)
+        assert_same_layout(got, want)
+
+
+def test_small_patches_keep_nchw():
+    (plan,) = check_inference(vit_stem, _inputs(patch=4), PLAN)
+    assert not _notes(plan), plan.rewrites
+
+
+def test_a_conv_output_returned_as_it_is_keeps_nchw():
+    """The graph's output would come out channels-last: the conversion is undone."""
+    def f(x, w):
+        return F.conv2d(x, w, stride=16)
+
+    x, w = _inputs()[:2]
+    (plan,) = check_inference(f, [x, w], PLAN)
+    assert not _notes(plan), plan.rewrites
+    compiled = compile_fn(f, PLAN)
+    with torch.no_grad():
+        assert_same_layout(compiled(x, w), f(x, w))
+
+
+def test_a_view_the_new_layout_cannot_take_keeps_nchw():
+    def f(x, w):
+        y = F.conv2d(x, w, stride=16)
+        return y.view(y.shape[0], -1) * 2.0  # a view of NCHW memory; channels-last would need a copy
+
+    x, w = _inputs(image=64)[:2]
+    (plan,) = check_inference(f, [x, w], PLAN)
+    assert not _notes(plan), plan.rewrites
+
+
+def test_option_off_keeps_nchw():
+    (plan,) = check_inference(vit_stem, _inputs(), {**PLAN, "channels_last_patch_inputs": False})
+    assert not _notes(plan)
+
+
+def test_training_graphs_keep_nchw():
+    torch.manual_seed(0)
+    plans = check_training(vit_stem, _inputs(), PLAN)
+    assert not any(_notes(p) for p in plans), [p.rewrites for p in plans]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser")
+def test_vit_stem_has_no_cudnn_layout_copies():
+    inputs = _inputs(batch=64, d=384, image=224, device="cuda")
+    compiled = compile_fn(vit_stem, {"strict": True})
+    with torch.no_grad():
+        for _ in range(5):  # compile, then steady state (direct launch checks its first calls)
+            compiled(*inputs)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = compiled(*inputs)
+            torch.cuda.synchronize()
+        want = vit_stem(*inputs)
+    # cuDNN runs the same TF32 tensor-op kernel for both layouts (torch.backends.cudnn.allow_tf32).
+    assert_same(out, want, rtol=1e-3, atol=1e-3)
+    assert_same_layout(out, want)
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert not any("nchwToNhwc" in n or "nhwcToNchw" in n for n in names), names
+    assert "nvfuser" in names[0], names  # the image's conversion
