@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s23g     the model tier's forwards, five backends interleaved (#10)
+#   scripts/gpu_evidence.sh s23h     the model tier's training steps, five backends interleaved (#10)
 #   scripts/gpu_evidence.sh s23f     conv_input_layout: GPU tests, stems, ViT kernels and step times (#10)
 #   scripts/gpu_evidence.sh s23e     split_transposes: GPU tests, ViT kernels, the tier's forwards interleaved (#10)
 #   scripts/gpu_evidence.sh s23d     ViT f32 large: image stems' kernels four ways, regions alone against inductor (#10)
@@ -735,6 +737,17 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s23g)
+    # Session 23 (#10): the model tier's forwards (f32 large, bf16 small) after conv_input_layout was
+    # limited to large images, five backends interleaved.
+    IL10_ROUNDS=${IL10_ROUNDS:-7} il10_half il10g "$IL10_FWD_LARGE,$IL10_FWD"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s23h)
+    # Session 23 (#10): the model tier's training steps (bf16 small), five backends interleaved.
+    IL10_ROUNDS=${IL10_ROUNDS:-5} il10_half il10h "$IL10_TRAIN"
     echo "elapsed ${SECONDS}s"
     ;;
   s23f)

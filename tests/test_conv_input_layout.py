@@ -15,6 +15,14 @@ from helpers import assert_same, assert_same_layout, check_inference, check_trai
 PLAN = {"plan_cpu_as_cuda": True}
 
 
+@pytest.fixture(autouse=True)
+def _small_images_count(monkeypatch):
+    """CPU-sized images stand for large ones (the pass converts at least MIN_ELEMENTS)."""
+    from dynamo_nvf.passes import conv_input_layout
+
+    monkeypatch.setattr(conv_input_layout, "MIN_ELEMENTS", 1)
+
+
 def vit_stem(x, w, b, cls, pos, lw, lb):
     y = F.conv2d(x, w, b, stride=w.shape[-1]).flatten(2).transpose(1, 2)
     y = torch.cat([cls.expand(y.shape[0], -1, -1), y], dim=1) + pos
@@ -47,6 +55,14 @@ def test_patch_embedding_reads_a_channels_last_image():
             got, want = compiled(*fresh), vit_stem(*fresh)
         assert_same(got, want)
         assert_same_layout(got, want)
+
+
+def test_small_images_keep_nchw(monkeypatch):
+    from dynamo_nvf.passes import conv_input_layout
+
+    monkeypatch.setattr(conv_input_layout, "MIN_ELEMENTS", 1 << 22)
+    (plan,) = check_inference(vit_stem, _inputs(), PLAN)
+    assert not _notes(plan), plan.rewrites
 
 
 def test_small_patches_keep_nchw():
