@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s23i     kernel tables of the forwards still over inductor on GPU time (#10)
 #   scripts/gpu_evidence.sh s23g     the model tier's forwards, five backends interleaved (#10)
 #   scripts/gpu_evidence.sh s23h     the model tier's training steps, five backends interleaved (#10)
 #   scripts/gpu_evidence.sh s23f     conv_input_layout: GPU tests, stems, ViT kernels and step times (#10)
@@ -737,6 +738,13 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s23i)
+    # Session 23 (#10): the forwards still over inductor reduce-overhead on GPU time, kernel tables side
+    # by side in one call (inductor's own totals moved 4% between calls).
+    kernel_files 100 "convnext_fwd_f32_large bert_fwd_bf16_small" "nvf_cudagraphs inductor_ro"
+    pack_kernels
     echo "elapsed ${SECONDS}s"
     ;;
   s23g)
