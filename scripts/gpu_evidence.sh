@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s23j     regions alone of the forwards still over inductor (#10)
 #   scripts/gpu_evidence.sh s23i     kernel tables of the forwards still over inductor on GPU time (#10)
 #   scripts/gpu_evidence.sh s23g     the model tier's forwards, five backends interleaved (#10)
 #   scripts/gpu_evidence.sh s23h     the model tier's training steps, five backends interleaved (#10)
@@ -738,6 +739,16 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s23j)
+    # Session 23 (#10): the regions of the two forwards still over inductor on GPU time, each alone
+    # against inductor's compile of it (after sink_permutes), nvFuser's options swept on the losers.
+    timeout 280 python3 scripts/region_scoreboard.py convnext_fwd_f32_large --sweep tma_reduction,tma_inner_persistent \
+      > "$OUT/sb_convnext.txt" 2>&1; echo "sb convnext rc=$?"
+    grep -E "^dynamo_nvf|^TOTAL|launch|option" "$OUT/sb_convnext.txt" | cut -c1-170 | head -n 60
+    timeout $((585 - SECONDS)) python3 scripts/region_scoreboard.py bert_fwd_bf16_small > "$OUT/sb_bert.txt" 2>&1
+    echo "sb bert rc=$?"; grep -E "^dynamo_nvf|^TOTAL|launch|option" "$OUT/sb_bert.txt" | cut -c1-170 | head -n 60
     echo "elapsed ${SECONDS}s"
     ;;
   s23i)
