@@ -211,3 +211,16 @@ def cuda_plans(fn: Callable[..., Any], *shapes: Any, options: Optional[dict[str,
                 outs = [t for t in _flatten(out) if isinstance(t, torch.Tensor) and t.requires_grad]
                 torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
     return rec.plans
+
+
+def steady_state_kernels(compiled: Callable[..., Any], inputs: Sequence[Any], warmup: int = 5) -> tuple[Any, list[str]]:
+    """One steady-state call of `compiled` under no_grad after `warmup` calls (compile, then direct
+    launch's checking calls), profiled: its output and the names of the CUDA kernels it ran."""
+    with torch.no_grad():
+        for _ in range(warmup):
+            compiled(*inputs)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = compiled(*inputs)
+            torch.cuda.synchronize()
+    return out, [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]

@@ -11,6 +11,7 @@ import torch
 
 from dynamo_nvf import nvf as nvf_env
 from helpers import (DEVICES, assert_same, assert_same_layout, check_inference, check_training, compile_fn,
+                     steady_state_kernels)
                      device_options, tolerance)
 
 PLAN = {"plan_cpu_as_cuda": True}
@@ -118,16 +119,10 @@ def test_residual_runs_as_one_nvfuser_kernel():
     dtype = torch.float32
     inputs = _inputs("cuda", dtype, c=96, h=56)
     compiled = compile_fn(residual, {"strict": True})
+    out, names = steady_state_kernels(compiled, inputs)
     with torch.no_grad():
-        for _ in range(5):  # compile, then steady state (direct launch checks its first calls)
-            compiled(*inputs)
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            out = compiled(*inputs)
-            torch.cuda.synchronize()
         want = residual(*inputs)
     assert_same(out, want, *tolerance(dtype))
     assert_same_layout(out, want)
-    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert sum("nvfuser" in n for n in names) == 1, names
     assert not any("at::native" in n for n in names), names

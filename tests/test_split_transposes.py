@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from dynamo_nvf import nvf as nvf_env
-from helpers import assert_same, assert_same_layout, check_inference, check_training, compile_fn, tolerance
+from helpers import (assert_same, assert_same_layout, check_inference, check_training, compile_fn,
+                     steady_state_kernels, tolerance)
 
 PLAN = {"plan_cpu_as_cuda": True}
 
@@ -89,17 +90,11 @@ def test_vit_stem_runs_a_transpose_kernel_then_the_norm():
     dtype = torch.float32
     inputs = _inputs(batch=64, d=384, side=14, device="cuda", dtype=dtype)
     compiled = compile_fn(patch_tokens, {"strict": True})
+    out, names = steady_state_kernels(compiled, inputs)
     with torch.no_grad():
-        for _ in range(5):  # compile, then steady state (direct launch checks its first calls)
-            compiled(*inputs)
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            out = compiled(*inputs)
-            torch.cuda.synchronize()
         want = patch_tokens(*inputs)
     assert_same(out, want, *tolerance(dtype))
     assert_same_layout(out, want)
-    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     nvf = [n for n in names if "nvfuser" in n]
     assert len(nvf) == 2 and "transpose" in nvf[0], names
     assert not any("at::native" in n for n in names), names
