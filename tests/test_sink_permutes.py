@@ -11,8 +11,7 @@ import torch
 
 from dynamo_nvf import nvf as nvf_env
 from helpers import (DEVICES, assert_same, assert_same_layout, check_inference, check_training, compile_fn,
-                     steady_state_kernels)
-                     device_options, tolerance)
+                     device_options, steady_state_kernels, tolerance)
 
 PLAN = {"plan_cpu_as_cuda": True}
 
