@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s23k     the whole GPU suite after session 23's passes
 #   scripts/gpu_evidence.sh s23j     regions alone of the forwards still over inductor (#10)
 #   scripts/gpu_evidence.sh s23i     kernel tables of the forwards still over inductor on GPU time (#10)
 #   scripts/gpu_evidence.sh s23g     the model tier's forwards, five backends interleaved (#10)
@@ -740,6 +741,11 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
     echo "elapsed ${SECONDS}s"
+    ;;
+  s23k)
+    # Session 23: the whole GPU suite (OpInfo sweep aside) after sink_permutes, split_transposes and
+    # conv_input_layout, in three concurrent pytest processes.
+    SUITE_S=$((590 - SECONDS)) OUT=$OUT bash "$0" suite_par
     ;;
   s23j)
     # Session 23 (#10): the regions of the two forwards still over inductor on GPU time, each alone
