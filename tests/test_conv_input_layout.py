@@ -94,6 +94,17 @@ def test_a_view_the_new_layout_cannot_take_keeps_nchw():
     assert not _notes(plan), plan.rewrites
 
 
+def test_a_graph_reading_memory_by_strides_keeps_nchw():
+    """as_strided reads the conv output's memory by explicit strides: the layout must not change."""
+    def f(x, w):
+        y = F.conv2d(x, w, stride=16)
+        return torch.as_strided(y, (2, 16), (16, 1)) * 2.0
+
+    x, w = _inputs()[:2]
+    (plan,) = check_inference(f, [x, w], PLAN)
+    assert not _notes(plan), plan.rewrites
+
+
 def test_option_off_keeps_nchw():
     (plan,) = check_inference(vit_stem, _inputs(), {**PLAN, "channels_last_patch_inputs": False})
     assert not _notes(plan)

@@ -98,6 +98,36 @@ def test_a_value_read_twice_in_the_region_keeps_the_permute():
     assert not any(_notes(p) for p in plans), [p.rewrites for p in plans]
 
 
+def test_a_copy_into_a_memory_format_stops_the_sink():
+    """clone(memory_format=channels_last) does not commute with a permute: the permute stays."""
+    def f(x, y, b, gamma):
+        return torch.clone(residual(x, y, b, gamma), memory_format=torch.channels_last)
+
+    (plan,) = check_inference(f, _inputs(), PLAN)
+    assert not _notes(plan), plan.rewrites
+    compiled = compile_fn(f, PLAN)
+    fresh = _inputs()
+    with torch.no_grad():
+        assert_same_layout(compiled(*fresh), f(*fresh))
+
+
+def test_a_scalar_tensor_operand_keeps_the_dtype():
+    """A 0-d f32 tensor times a bf16 tensor stays bf16 (ranked up to [1, 1, 1, 1], it would promote)."""
+    def f(x, y, s):
+        n, c, h, w = x.shape
+        return x + (y * 2).view(n, h, w, c).permute(0, 3, 1, 2) * s
+
+    x, y = _inputs(dtype=torch.bfloat16)[:2]
+    inputs = [x, y, torch.tensor(3.0)]
+    (plan,) = check_inference(f, inputs, PLAN, rtol=2e-2, atol=2e-2)
+    assert _notes(plan), plan.rewrites
+    compiled = compile_fn(f, PLAN)
+    with torch.no_grad():
+        got, want = compiled(*inputs), f(*inputs)
+    assert got.dtype == want.dtype == torch.bfloat16
+    assert_same_layout(got, want)
+
+
 def test_option_off_keeps_the_permute():
     (plan,) = check_inference(residual, _inputs(), {**PLAN, "sink_permutes": False})
     assert not _notes(plan)

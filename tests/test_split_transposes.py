@@ -71,6 +71,31 @@ def test_a_transpose_no_concatenation_reads_is_not_split():
     assert not any(_notes(p) for p in plans)
 
 
+@pytest.mark.parametrize("reader", ["transpose", "row_sum"])
+def test_other_readers_of_the_transpose_keep_its_view(reader, monkeypatch):
+    """Only the concatenation reads the row-major copy: another reader of the transposed tokens (a
+    transpose back, a sum over the last dim) keeps reading the view its strides were planned for."""
+    from dynamo_nvf.passes import split_transposes
+
+    monkeypatch.setattr(split_transposes, "MIN_ELEMENTS", 1)
+
+    def f(x, b, cls, pos, w, bb):
+        y = (x + b.view(-1, 1, 1)).flatten(2).transpose(1, 2)
+        tokens = torch.cat([cls.expand(y.shape[0], -1, -1), y], dim=1) + pos
+        other = y.transpose(1, 2) * 3 if reader == "transpose" else (y * 3).sum(-1)
+        return F.layer_norm(tokens, (tokens.shape[-1],), w, bb, 1e-6), other
+
+    inputs = _inputs(batch=2, d=12, side=4)
+    plans = check_inference(f, inputs, PLAN)
+    assert any(_notes(p) for p in plans), [p.rewrites for p in plans]
+    compiled = compile_fn(f, PLAN)
+    fresh = _inputs(batch=2, d=12, side=4)
+    with torch.no_grad():
+        for got, want in zip(compiled(*fresh), f(*fresh)):
+            assert_same(got, want)
+            assert_same_layout(got, want)
+
+
 def test_option_off_keeps_one_region():
     (plan,) = check_inference(patch_tokens, _inputs(), {**PLAN, "split_transposes": False})
     assert not _notes(plan)

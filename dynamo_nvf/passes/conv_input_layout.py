@@ -17,7 +17,8 @@ input would swap for a TF32 one (other values), and in bf16 it was slower that w
 us). Inference graphs only (a training step's convolution backward would see other layouts; not
 measured). The conversion stays only where every other node of the graph accepts the new layout:
 the graph's fake values are propagated again, and a view that would fail, or a graph output whose
-strides would change, undoes it.
+strides would change, undoes it. A graph with an `as_strided` (memory read by explicit strides, which
+that check cannot judge) keeps NCHW.
 
 Pure: GraphModule in (aot_autograd's aten graph, before partitioning), GraphModule out.
 """
@@ -43,6 +44,10 @@ MIN_PATCH = 8
 #: batch 2 (301 thousand, bf16) the step's kernels took 0.185 ms against 0.127 without the conversion
 #: (H100, session 23, vit_fwd_bf16_small).
 MIN_ELEMENTS = 1 << 22
+
+#: Ops that read or view memory by explicit strides: a graph with any keeps its images NCHW.
+_EXPLICIT_STRIDES = (aten.as_strided.default, aten.as_strided_.default, aten.as_strided_scatter.default)
+_ABSENT = object()
 
 NOTE = ("{conv}: input {x} converted to channels-last in a region of its own (a {k}x{k} patch "
         "embedding: cuDNN runs it channels-last and would convert the image and its output itself)")
@@ -86,15 +91,21 @@ def channels_last_patch_inputs(gm: GraphModule, cuda_ok: bool = False) -> GraphM
     convs = [n for n in convs if cuda_ok or tensor_val(n.args[0]).device.type == "cuda"]
     if not convs or not torch.backends.cudnn.enabled:
         return gm
-    saved = {n: n.meta.get("val") for n in gm.graph.nodes}
+    if any(n.op == "call_function" and n.target in _EXPLICIT_STRIDES for n in gm.graph.nodes):
+        return gm  # they read memory by explicit strides, which fake propagation cannot judge
+    saved = {n: (n.meta["val"] if "val" in n.meta else _ABSENT) for n in gm.graph.nodes}
     strides = _output_strides(gm)
     mode = tensor_val(convs[0].args[0]).fake_mode
-    clones = []
+    clones: list[tuple[Node, Node, Node]] = []
+    made: dict[Node, Node] = {}  # one conversion per image, however many convolutions read it
     for conv in convs:
         x = conv.args[0]
-        with gm.graph.inserting_before(conv):
-            clone = call_like(gm, aten.clone.default, (x,), conv, mode, {"memory_format": torch.channels_last})
-        clone.meta.pop("stack_trace", None)
+        clone = made.get(x)
+        if clone is None:
+            with gm.graph.inserting_before(conv):
+                clone = made[x] = call_like(gm, aten.clone.default, (x,), conv, mode,
+                                            {"memory_format": torch.channels_last})
+            clone.meta.pop("stack_trace", None)
         conv.replace_input_with(x, clone)
         clones.append((conv, x, clone))
     try:
@@ -107,9 +118,12 @@ def channels_last_patch_inputs(gm: GraphModule, cuda_ok: bool = False) -> GraphM
     if undo:
         for conv, x, clone in clones:
             conv.replace_input_with(clone, x)
+        for clone in made.values():
             gm.graph.erase_node(clone)
         for node, val in saved.items():
-            if val is not None:
+            if val is _ABSENT:
+                node.meta.pop("val", None)
+            else:
                 node.meta["val"] = val
         gm.recompile()
         log.debug("dynamo_nvf: patch-embedding inputs left NCHW: %s", why)

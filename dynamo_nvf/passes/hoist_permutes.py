@@ -137,6 +137,8 @@ def _hoist(gm: GraphModule, permute: Node, perm: list[int]) -> None:
         if not isinstance(arg, Node):
             return arg
         val = tensor_val(arg)
+        if val.dim() == 0:
+            return arg  # a scalar tensor broadcasts as it is (ranked up, it would promote types)
         src = arg
         if val.dim() < rank:
             src = call_like(gm, aten.view.default, (arg, [1] * (rank - val.dim()) + list(val.shape)), permute, mode)

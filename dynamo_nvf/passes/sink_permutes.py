@@ -14,12 +14,15 @@ both to zero-copy aliases, and the region's output keeps eager's channels-last s
 
 Only where exact and useful:
 - the permute reads a value the region computes (a permute of a region input is trimmed anyway);
-- every op on the way is pointwise (or a dtype-only copy) in the permute's region, the permute and
+- every op on the way is pointwise (or a dtype-only copy; no copy into a memory format, which does
+  not commute with the permute) in the permute's region, the permute and
   each op but the last have one user (the next op), and the last op's users are all outside the
   region: the permute ends on a region output (ending inside, before a reduction, it would gain
   nothing);
 - every other operand of full shape is a region input that the inverse permute makes row-major;
-  smaller operands broadcast (they get leading size-1 dims, then the inverse permute);
+  smaller operands broadcast (they get leading size-1 dims, then the inverse permute; 0-d tensors
+  stay as they are: ranked up, a bf16 op with an f32 scalar tensor would compute in f32, and a CPU
+  scalar would no longer be one);
 - eager's result of the last op has the strides of the permuted row-major result, so the region's
   output keeps eager's layout.
 Elementwise math commutes with a permute, so values are unchanged.
@@ -96,6 +99,7 @@ def _chain(permute: Node, perm: list[int], region: Any) -> Optional[list[Node]]:
         (op,) = users
         val = tensor_val(op)
         if (op.meta.get(REGION_KEY) != region or not pointwise_or_cast(op) or val is None
+                or op.kwargs.get("memory_format", torch.preserve_format) is not torch.preserve_format
                 or static_sizes(val) != shape or not _operands_ok(op, node, shape, inverse, region)):
             return None
         chain.append(op)
@@ -115,6 +119,8 @@ def _sink(gm: GraphModule, permute: Node, perm: list[int], chain: list[Node]) ->
             if not isinstance(arg, Node):
                 return arg
             val = tensor_val(arg)
+            if val.dim() == 0:
+                return arg  # a scalar tensor broadcasts as it is (ranked up, it would promote types)
             src = arg
             if val.dim() < rank:
                 src = call_like(gm, aten.view.default, (arg, [1] * (rank - val.dim()) + list(val.shape)), op, mode)

@@ -84,8 +84,10 @@ def split_transposes(gm: GraphModule) -> GraphModule:
             with gm.graph.inserting_after(node):
                 copy = call_like(gm, aten.clone.default, (node,), node, mode,
                                  {"memory_format": torch.contiguous_format})
+            # Only the concatenations read the copy: another reader keeps the transposed view (its
+            # fake value, which later passes read for strides, describes that view).
             for user in list(node.users):
-                if user is not copy and user in members:
+                if user in members and user.target in _CONCATS:
                     user.replace_input_with(node, copy)
             for moved in (*part, copy):
                 moved.meta[REGION_KEY] = next_id
