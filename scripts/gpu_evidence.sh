@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s23l     GPU tests of the files the review mend touched
 #   scripts/gpu_evidence.sh s23k     the whole GPU suite after session 23's passes
 #   scripts/gpu_evidence.sh s23j     regions alone of the forwards still over inductor (#10)
 #   scripts/gpu_evidence.sh s23i     kernel tables of the forwards still over inductor on GPU time (#10)
@@ -740,6 +741,13 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s23l)
+    # Session 23: the GPU tests of the files the review mend touched (sink_permutes, split_transposes,
+    # conv_input_layout, hoist_permutes).
+    direct_tests 300 tests/test_sink_permutes.py tests/test_split_transposes.py tests/test_conv_input_layout.py \
+      tests/test_hoist_permutes.py tests/test_conv_weight_layout.py tests/test_memory_order_reductions.py
     echo "elapsed ${SECONDS}s"
     ;;
   s23k)
