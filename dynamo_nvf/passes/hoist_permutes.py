@@ -127,26 +127,30 @@ def _normalised_over_last_dim(permute: Node, region: Any) -> bool:
     return False
 
 
+def permute_operand(gm: GraphModule, arg: Any, perm: list[int], like: Node, mode: Any) -> Any:
+    """An operand of a pointwise op of rank len(perm), permuted by `perm` at the insertion point: a
+    smaller operand gets leading size-1 dims first (it broadcasts); a 0-d tensor stays as it is (ranked
+    up, a bf16 op with an f32 scalar tensor would compute in f32, and a CPU scalar would stop being
+    one), as does anything not a node. hoist_permutes and sink_permutes both move permutes this way."""
+    if not isinstance(arg, Node):
+        return arg
+    val = tensor_val(arg)
+    if val.dim() == 0:
+        return arg
+    rank = len(perm)
+    src = arg
+    if val.dim() < rank:
+        src = call_like(gm, aten.view.default, (arg, [1] * (rank - val.dim()) + list(val.shape)), like, mode)
+    return call_like(gm, aten.permute.default, (src, list(perm)), like, mode)
+
+
 def _hoist(gm: GraphModule, permute: Node, perm: list[int]) -> None:
     """Rewrites `permute(op(a, b, ...))` as `op(permute(a'), permute(b'), ...)`, a' ranked up with 1s."""
     op = permute.args[0]
     mode = tensor_val(op).fake_mode
-    rank = len(perm)
-
-    def permuted(arg: Any) -> Any:
-        if not isinstance(arg, Node):
-            return arg
-        val = tensor_val(arg)
-        if val.dim() == 0:
-            return arg  # a scalar tensor broadcasts as it is (ranked up, it would promote types)
-        src = arg
-        if val.dim() < rank:
-            src = call_like(gm, aten.view.default, (arg, [1] * (rank - val.dim()) + list(val.shape)), permute, mode)
-        return call_like(gm, aten.permute.default, (src, list(perm)), permute, mode)
-
     with gm.graph.inserting_before(op):
-        args = tuple(permuted(a) for a in op.args)
-        kwargs = {k: permuted(v) for k, v in op.kwargs.items()}
+        args = tuple(permute_operand(gm, a, perm, permute, mode) for a in op.args)
+        kwargs = {k: permute_operand(gm, v, perm, permute, mode) for k, v in op.kwargs.items()}
         replacement = call_like(gm, op.target, args, op, mode, kwargs)
     permute.replace_all_uses_with(replacement)
     gm.graph.erase_node(permute)

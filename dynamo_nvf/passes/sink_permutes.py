@@ -41,7 +41,7 @@ from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.metadata import static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
-from dynamo_nvf.passes.hoist_permutes import permute_dims, pointwise_or_cast
+from dynamo_nvf.passes.hoist_permutes import permute_dims, permute_operand, pointwise_or_cast
 from dynamo_nvf.passes.partition import REGION_KEY
 
 log = logging.getLogger("dynamo_nvf")
@@ -110,21 +110,10 @@ def _sink(gm: GraphModule, permute: Node, perm: list[int], chain: list[Node]) ->
     """Rewrites `op_k(... op_1(permute(z), a) ...)` as `permute(op_k'(... op_1'(z, unpermute(a)) ...))`."""
     inverse = _inverse(perm)
     mode = tensor_val(permute).fake_mode
-    rank = len(perm)
     source: Node = permute.args[0]
     for op in chain:
-        def unpermuted(arg: Any, via: Node = permute) -> Any:
-            if arg is via:
-                return source
-            if not isinstance(arg, Node):
-                return arg
-            val = tensor_val(arg)
-            if val.dim() == 0:
-                return arg  # a scalar tensor broadcasts as it is (ranked up, it would promote types)
-            src = arg
-            if val.dim() < rank:
-                src = call_like(gm, aten.view.default, (arg, [1] * (rank - val.dim()) + list(val.shape)), op, mode)
-            return call_like(gm, aten.permute.default, (src, inverse), op, mode)
+        def unpermuted(arg: Any, via: Node = permute, like: Node = op) -> Any:
+            return source if arg is via else permute_operand(gm, arg, inverse, like, mode)
 
         with gm.graph.inserting_before(op):
             args = tuple(unpermuted(a) for a in op.args)
