@@ -479,7 +479,7 @@ def _reduce_dims_lowering(reduce: Reducer, single_dim: bool = False, dtype_index
         x = node.args[0]
         dim = _arg(node, 1, "dim")
         dims = _norm_dims([dim] if single_dim else dim, _rank(x))
-        keepdim = bool(_arg(node, 2, "keepdim", False))
+        keepdim = keeps_reduced_dims(node)
         dtype = _reduction_dtype(ctx, node, dtype_index) if dtype_index else ctx.nvf.DataType.Null
         return reduce(ctx, node, _reduction_input(ctx, x), dims, keepdim, dtype)
 
@@ -519,7 +519,7 @@ def _mean(ctx, node: Node, dims: list[int], keepdim: bool) -> Any:
 @register_lowering(aten.mean.dim, check=_check_reduction)
 def _mean_dims(ctx, node: Node) -> Any:
     dims = _norm_dims(_arg(node, 1, "dim"), _rank(node.args[0]))
-    return _mean(ctx, node, dims, bool(_arg(node, 2, "keepdim", False)))
+    return _mean(ctx, node, dims, keeps_reduced_dims(node))
 
 
 @register_lowering(aten.mean.default, check=_check_reduction)

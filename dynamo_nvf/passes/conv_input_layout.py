@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import tensor_val
+from dynamo_nvf.ops.metadata import static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like
 
 log = logging.getLogger("dynamo_nvf")
@@ -62,11 +62,10 @@ def _is_patch_embedding(node: Node) -> bool:
         return False
     if transposed or groups != 1 or any(p != 0 for p in padding) or any(d != 1 for d in dilation):
         return False
-    kernel = list(w_val.shape[2:])
-    if not all(isinstance(k, int) for k in kernel) or list(stride) != kernel or min(kernel) < MIN_PATCH:
+    kernel, sizes = static_sizes(w_val), static_sizes(x_val)
+    if kernel is None or list(stride) != kernel[2:] or min(kernel[2:]) < MIN_PATCH:
         return False
-    sizes = list(x_val.shape)
-    if not all(isinstance(s, int) for s in sizes) or math.prod(sizes) < MIN_ELEMENTS:
+    if sizes is None or math.prod(sizes) < MIN_ELEMENTS:
         return False
     return x_val.is_contiguous() and not x_val.is_contiguous(memory_format=torch.channels_last)
 
@@ -96,18 +95,14 @@ def channels_last_patch_inputs(gm: GraphModule, cuda_ok: bool = False) -> GraphM
     saved = {n: (n.meta["val"] if "val" in n.meta else _ABSENT) for n in gm.graph.nodes}
     strides = _output_strides(gm)
     mode = tensor_val(convs[0].args[0]).fake_mode
-    clones: list[tuple[Node, Node, Node]] = []
+    images = [(conv, conv.args[0]) for conv in convs]
     made: dict[Node, Node] = {}  # one conversion per image, however many convolutions read it
-    for conv in convs:
-        x = conv.args[0]
-        clone = made.get(x)
-        if clone is None:
+    for conv, x in images:
+        if x not in made:
             with gm.graph.inserting_before(conv):
-                clone = made[x] = call_like(gm, aten.clone.default, (x,), conv, mode,
-                                            {"memory_format": torch.channels_last})
-            clone.meta.pop("stack_trace", None)
-        conv.replace_input_with(x, clone)
-        clones.append((conv, x, clone))
+                made[x] = call_like(gm, aten.clone.default, (x,), conv, mode, {"memory_format": torch.channels_last})
+            made[x].meta.pop("stack_trace", None)
+        conv.replace_input_with(x, made[x])
     try:
         gm.recompile()
         _propagate(gm, mode)
@@ -116,8 +111,8 @@ def channels_last_patch_inputs(gm: GraphModule, cuda_ok: bool = False) -> GraphM
     except Exception as exc:  # a view the new layout cannot take, or any op that refuses it
         undo, why = True, f"{type(exc).__name__}: {str(exc)[:120]}"
     if undo:
-        for conv, x, clone in clones:
-            conv.replace_input_with(clone, x)
+        for conv, x in images:
+            conv.replace_input_with(made[x], x)
         for clone in made.values():
             gm.graph.erase_node(clone)
         for node, val in saved.items():
@@ -128,7 +123,7 @@ def channels_last_patch_inputs(gm: GraphModule, cuda_ok: bool = False) -> GraphM
         gm.recompile()
         log.debug("dynamo_nvf: patch-embedding inputs left NCHW: %s", why)
         return gm
-    for conv, x, _ in clones:
+    for conv, x in images:
         k = tensor_val(conv.args[1]).shape[-1]
         add_note(gm, NOTE.format(conv=conv.name, x=x.name, k=k))
     gm.graph.lint()

@@ -35,6 +35,7 @@ import logging
 from typing import Optional
 
 import torch
+from torch._prims_common import invert_perm
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import keeps_reduced_dims, reduced_dims
@@ -88,7 +89,7 @@ def _rewrite_at(gm: GraphModule, node: Node) -> bool:
         return False  # a permute of the result would change the layout eager gives it (and its users)
     back: Optional[list[int]] = None
     if keepdim:  # the reduced size-1 dims back in place: strides of size-1 dims only
-        back = [order.index(d) for d in range(val.dim())]
+        back = list(invert_perm(order))
     elif kept != sorted(kept):  # size-1 kept dims out of place
         back = [kept.index(d) for d in sorted(kept)]
     mode = val.fake_mode

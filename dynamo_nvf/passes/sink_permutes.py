@@ -37,6 +37,7 @@ import logging
 from typing import Any, Optional
 
 import torch
+from torch._prims_common import invert_perm
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.metadata import static_sizes, tensor_val
@@ -50,13 +51,6 @@ aten = torch.ops.aten
 #: The note explain() shows for each sunk permute (graph plan's `rewrites`).
 NOTE = ("permute {permute}: moved below {ops} onto the region's output, so the region reads and writes "
         "row-major tensors")
-
-
-def _inverse(perm: list[int]) -> list[int]:
-    inverse = [0] * len(perm)
-    for i, d in enumerate(perm):
-        inverse[d] = i
-    return inverse
 
 
 def _row_major_once_unpermuted(val: torch.Tensor, inverse: list[int]) -> bool:
@@ -86,7 +80,7 @@ def _chain(permute: Node, perm: list[int], region: Any) -> Optional[list[Node]]:
     shape = static_sizes(out) if out is not None else None
     if shape is None or getattr(out, "fake_mode", None) is None:
         return None
-    inverse = _inverse(perm)
+    inverse = list(invert_perm(perm))
     chain: list[Node] = []
     node = permute
     while True:
@@ -108,7 +102,7 @@ def _chain(permute: Node, perm: list[int], region: Any) -> Optional[list[Node]]:
 
 def _sink(gm: GraphModule, permute: Node, perm: list[int], chain: list[Node]) -> None:
     """Rewrites `op_k(... op_1(permute(z), a) ...)` as `permute(op_k'(... op_1'(z, unpermute(a)) ...))`."""
-    inverse = _inverse(perm)
+    inverse = list(invert_perm(perm))
     mode = tensor_val(permute).fake_mode
     source: Node = permute.args[0]
     for op in chain:

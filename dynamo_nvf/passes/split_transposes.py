@@ -52,6 +52,8 @@ NOTE = ("transpose {transpose}: {count} node(s) split into a region of their own
 
 
 def _splittable(node: Node, members: set[Node]) -> bool:
+    """A large transpose that reads row-major memory transposed or permutes a value the region computes
+    (whether a concatenation reads it is the caller's test)."""
     if node.op != "call_function" or node.target not in _TRANSPOSES:
         return False
     out, src = tensor_val(node), tensor_val(node.args[0])
@@ -61,9 +63,7 @@ def _splittable(node: Node, members: set[Node]) -> bool:
     if sizes is None or math.prod(sizes) < MIN_ELEMENTS:
         return False
     transposed_read = src.is_contiguous() and not out.is_contiguous()
-    if not transposed_read and node.args[0] not in members:
-        return False  # a view of a region input in memory order: nvFuser reads it as it is
-    return any(u in members and u.target in _CONCATS for u in node.users)
+    return transposed_read or node.args[0] in members  # else a view of a region input in memory order
 
 
 def split_transposes(gm: GraphModule) -> GraphModule:
@@ -74,9 +74,9 @@ def split_transposes(gm: GraphModule) -> GraphModule:
     for members_list in list(regions.values()):
         members = set(members_list)
         for node in members_list:
-            if not _splittable(node, members):
+            cats = [u for u in node.users if u in members and u.target in _CONCATS]
+            if not cats or not _splittable(node, members):
                 continue
-            cat = next(u for u in node.users if u in members and u.target in _CONCATS)
             part = {node} | reach(node, members, upstream=True)
             if len(part) + 1 >= len(members):
                 continue  # nothing but the transpose would stay: no split to make
@@ -86,18 +86,17 @@ def split_transposes(gm: GraphModule) -> GraphModule:
                                  {"memory_format": torch.contiguous_format})
             # Only the concatenations read the copy: another reader keeps the transposed view (its
             # fake value, which later passes read for strides, describes that view).
-            for user in list(node.users):
-                if user in members and user.target in _CONCATS:
-                    user.replace_input_with(node, copy)
+            for cat in cats:
+                cat.replace_input_with(node, copy)
             for moved in (*part, copy):
                 moved.meta[REGION_KEY] = next_id
-            cat.meta.setdefault(SPLIT_KEY, []).append(
+            cats[0].meta.setdefault(SPLIT_KEY, []).append(
                 (copy.name, f"split: {node.name}'s transposed read runs in a region of its own, which writes "
                             f"it row-major (split_transposes)"))
-            add_note(gm, NOTE.format(transpose=node.name, count=len(part) + 1, cat=cat.name))
+            add_note(gm, NOTE.format(transpose=node.name, count=len(part) + 1, cat=cats[0].name))
             next_id += 1
             split += 1
-            break  # the region changed: one split per region and pass
+            break  # the region changed: at most one split per region
     if split:
         gm.graph.lint()
         gm.recompile()
