@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s24a     the stem LayerNorm2d in memory order; the embedding forward's forms (#10, #11)
 #   scripts/gpu_evidence.sh s23l     GPU tests of the files the review mend touched
 #   scripts/gpu_evidence.sh s23k     the whole GPU suite after session 23's passes
 #   scripts/gpu_evidence.sh s23j     regions alone of the forwards still over inductor (#10)
@@ -741,6 +742,17 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s24a)
+    # Session 24: ConvNeXt's stem LayerNorm2d written over C in memory order, and the embedding
+    # forward's nvFuser forms, against the default plan and inductor.
+    ( cd scripts/repros
+      python3 ln2d_memory_order.py f32 64 2>&1 | grep -v Warning
+      python3 ln2d_memory_order.py bf16 64 2>&1 | grep -v Warning
+      python3 ln2d_memory_order.py bf16 2 2>&1 | grep -v Warning
+      python3 embedding_forward_forms.py bf16 2>&1 | grep -v Warning
+      python3 embedding_forward_forms.py f32 2>&1 | grep -v Warning ) | tee "$OUT/s24a.txt"
     echo "elapsed ${SECONDS}s"
     ;;
   s23l)

@@ -29,3 +29,21 @@ def kernel_us(call: Callable[[], Any], iters: int = 20) -> tuple[float, int]:
         times[e.name].append(e.device_time)
     per_call = sum(statistics.median(v) * len(v) / iters for v in times.values())
     return per_call, round(sum(len(v) for v in times.values()) / iters)
+
+
+def cold_us(call: Callable[[], Any], iters: int = 30) -> float:
+    """Median GPU time of one call, L2 flushed before it (CUDA events around the call): as perf's
+    block table times a block (`perf.interleave --gpu`), without its host spin."""
+    flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+    for _ in range(3):
+        call()
+    times = []
+    for _ in range(iters):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
