@@ -2,6 +2,7 @@
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
 #   scripts/gpu_evidence.sh s24a     the stem LayerNorm2d in memory order; the embedding forward's forms (#10, #11)
+#   scripts/gpu_evidence.sh s24b     the f32 block norms' inner-persistent heuristics swept by hand (#11)
 #   scripts/gpu_evidence.sh s23l     GPU tests of the files the review mend touched
 #   scripts/gpu_evidence.sh s23k     the whole GPU suite after session 23's passes
 #   scripts/gpu_evidence.sh s23j     regions alone of the forwards still over inductor (#10)
@@ -753,6 +754,11 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
       python3 ln2d_memory_order.py bf16 2 2>&1 | grep -v Warning
       python3 embedding_forward_forms.py bf16 2>&1 | grep -v Warning
       python3 embedding_forward_forms.py f32 2>&1 | grep -v Warning ) | tee "$OUT/s24a.txt"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s24b)
+    # Session 24: the f32 block norms and softmax at [8192, 4096], nvFuser's heuristic fields swept.
+    ( cd scripts/repros && python3 norm_heuristics_f32.py 2>&1 | grep -v Warning ) | tee "$OUT/s24b.txt"
     echo "elapsed ${SECONDS}s"
     ;;
   s23l)
