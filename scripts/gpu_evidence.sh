@@ -3,6 +3,7 @@
 # Issues #10-#13 (one call each, in this order; see each mode below):
 #   scripts/gpu_evidence.sh s24a     the stem LayerNorm2d in memory order; the embedding forward's forms (#10, #11)
 #   scripts/gpu_evidence.sh s24b     the f32 block norms' inner-persistent heuristics swept by hand (#11)
+#   scripts/gpu_evidence.sh s24c     a norm through nvFuser's executor cache against the same heuristic scheduled by hand (#11)
 #   scripts/gpu_evidence.sh s23l     GPU tests of the files the review mend touched
 #   scripts/gpu_evidence.sh s23k     the whole GPU suite after session 23's passes
 #   scripts/gpu_evidence.sh s23j     regions alone of the forwards still over inductor (#10)
@@ -759,6 +760,16 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
   s24b)
     # Session 24: the f32 block norms and softmax at [8192, 4096], nvFuser's heuristic fields swept.
     ( cd scripts/repros && python3 norm_heuristics_f32.py 2>&1 | grep -v Warning ) | tee "$OUT/s24b.txt"
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s24c)
+    # Session 24: why the hand-scheduled f32 norms ran faster than the executor cache's, with
+    # nvFuser's launch and scheduler parameters dumped (the CUDA sources of each path into $OUT).
+    mkdir -p "$OUT/dump"
+    ( cd "$OUT/dump" && for case in "rmsnorm 8192 4096" "layernorm 8192 4096" "layernorm 512 768"; do
+        NVFUSER_DUMP=launch_param,scheduler_params,cuda_to_file python3 "$OLDPWD/scripts/repros/fec_vs_manual.py" $case 2>&1 \
+          | grep -v Warning > "$OUT/fvm_${case// /_}.txt"; tail -n 25 "$OUT/fvm_${case// /_}.txt"; done )
+    ( cd "$OUT" && tar czf dump.tgz dump fec_*.cu && rm -rf dump fec_*.cu )
     echo "elapsed ${SECONDS}s"
     ;;
   s23l)
