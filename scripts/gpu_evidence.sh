@@ -4,6 +4,7 @@
 #   scripts/gpu_evidence.sh s24a     the stem LayerNorm2d in memory order; the embedding forward's forms (#10, #11)
 #   scripts/gpu_evidence.sh s24b     the f32 block norms' inner-persistent heuristics swept by hand (#11)
 #   scripts/gpu_evidence.sh s24c     a norm through nvFuser's executor cache against the same heuristic scheduled by hand (#11)
+#   scripts/gpu_evidence.sh s24d     kernel tables of blocks and transformer steps still over inductor (#11)
 #   scripts/gpu_evidence.sh s23l     GPU tests of the files the review mend touched
 #   scripts/gpu_evidence.sh s23k     the whole GPU suite after session 23's passes
 #   scripts/gpu_evidence.sh s23j     regions alone of the forwards still over inductor (#10)
@@ -770,6 +771,14 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
         NVFUSER_DUMP=launch_param,scheduler_params,cuda_to_file python3 "$OLDPWD/scripts/repros/fec_vs_manual.py" $case 2>&1 \
           | grep -v Warning > "$OUT/fvm_${case// /_}.txt"; tail -n 25 "$OUT/fvm_${case// /_}.txt"; done )
     ( cd "$OUT" && tar czf dump.tgz dump fec_*.cu && rm -rf dump fec_*.cu )
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s24d)
+    # Session 24: where gpt_attention_train_f32, rmsnorm_fwd_bf16 and gpt_fwd_bf16_small lose to inductor.
+    kernel_files 150 "gpt_attention_train_f32" "nvf_bookend inductor explain"
+    kernel_files 90 "rmsnorm_fwd_bf16" "nvf_bookend inductor explain"
+    kernel_files 120 "gpt_fwd_bf16_small" "nvf_cudagraphs inductor_ro"
+    pack_kernels
     echo "elapsed ${SECONDS}s"
     ;;
   s23l)
