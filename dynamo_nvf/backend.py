@@ -261,7 +261,7 @@ def nvf_bookend(
         nvf_env.log_unavailable_once()
     compiler = _GraphCompiler(settings, num_dynamo_inputs=len(example_inputs))
     if settings.fuse_attention:
-        gm = fuse_attention(gm, strict=settings.strict, float32_training=settings.fuse_attention_float32_training)
+        gm = fuse_attention(gm, strict=settings.strict)
     if settings.grouped_query_attention:
         gm = read_grouped_heads(gm, strict=settings.strict)
     compiler.rewrites = gm.meta.get(NOTES_KEY, [])

@@ -204,12 +204,6 @@ class Settings:
     #: of two matmuls around a softmax region. Only where SDPA computes the same function
     #: (`dynamo_nvf/passes/attention.py` lists the conditions); explain() shows each rewrite.
     fuse_attention: bool = True
-    #: Rewrite float32 attention whose q, k or v needs a gradient too. Off: there ATen's fused backward
-    #: (the memory-efficient kernel; flash takes no float32) recomputes the scores without tensor cores,
-    #: and the explicit chain's backward measured faster (H100, session 24, perf's gpt_attention_train_f32,
-    #: [8, 16, 512, 64]: 671.5 us for the fused backward against 609 for inductor's explicit chain;
-    #: the block lost 1.013x to inductor). Float32 inference and half precision are rewritten.
-    fuse_attention_float32_training: bool = False
     #: Hand SDPA the key/value heads of grouped-query attention as they are, with `enable_gqa=True`,
     #: where the code repeats them first (LLaMA's `repeat_kv`: expand + reshape, or repeat_interleave):
     #: no K/V copies forward, no sum of their gradients backward. Half precision only, where the

@@ -91,13 +91,6 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
-            "nvf_sdpa_f32_train",
-            _nvf({"fuse_attention_float32_training": True}),
-            'dynamo_nvf with options={"fuse_attention_float32_training": True}: float32 attention with '
-            "a gradient through SDPA, against the explicit chain of the default; opt-in",
-            nvf=True,
-        ),
-        Backend(
             "nvf_aten_embedding",
             _nvf({"fuse_embedding": False}),
             'dynamo_nvf with options={"fuse_embedding": False}: ATen\'s embedding, against the fused default; opt-in',

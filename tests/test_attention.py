@@ -31,7 +31,7 @@ from perf.workloads import GptAttention
 import programs
 from helpers import assert_same, compile_fn, cuda_plans
 
-PLAN = {"plan_cpu_as_cuda": True, "fuse_attention_float32_training": True}
+PLAN = {"plan_cpu_as_cuda": True}
 SDPA_REASON = "attention: runs in ATen's fused SDPA kernel"
 B, H, L, S, E = 2, 4, 8, 8, 16
 
@@ -207,7 +207,7 @@ def _sdpa_eager_nodes(plans) -> list[Any]:
 def test_spelling_becomes_sdpa_in_dynamo_graph(name):
     spelling = SPELLINGS[name]
     fn, inputs = spelling.build()
-    gm = fuse_attention(dynamo_graph(fn, inputs), strict=True, float32_training=True)
+    gm = fuse_attention(dynamo_graph(fn, inputs), strict=True)
     calls = _sdpa_calls(gm)
     assert len(calls) == spelling.calls, gm.code
     assert not _softmaxes(gm), gm.code
@@ -233,7 +233,7 @@ def test_bool_mask_means_keep_for_sdpa():
     # passes `keep` as it is; masked_fill(drop, -inf) gets logical_not(drop).
     for fn, expect_not in ((bool_mask_masked_fill, False), (bool_mask_where, False),
                            (lambda q, k, v, drop: (q @ k.mT).masked_fill(drop, -math.inf).softmax(-1) @ v, True)):
-        gm = fuse_attention(dynamo_graph(fn, [*_qkv(), _keep_mask()]), strict=True, float32_training=True)
+        gm = fuse_attention(dynamo_graph(fn, [*_qkv(), _keep_mask()]), strict=True)
         (call,) = _sdpa_calls(gm)
         mask = call.kwargs["attn_mask"]
         if expect_not:
@@ -243,47 +243,12 @@ def test_bool_mask_means_keep_for_sdpa():
 
 
 def test_usual_head_merge_keeps_sdpa_layout_and_other_uses_get_contiguous():
-    gm = fuse_attention(dynamo_graph(*_gpt_attention()), strict=True, float32_training=True)
+    gm = fuse_attention(dynamo_graph(*_gpt_attention()), strict=True)
     (call,) = _sdpa_calls(gm)
     assert [u.target for u in call.users] == ["transpose"]
-    gm = fuse_attention(dynamo_graph(returned_transposed, _qkv()), strict=True, float32_training=True)
+    gm = fuse_attention(dynamo_graph(returned_transposed, _qkv()), strict=True)
     (call,) = _sdpa_calls(gm)
     assert [u.target for u in call.users] == ["contiguous"]
-
-
-def test_float32_training_keeps_the_explicit_chain_unless_asked():
-    """Float32 q, k, v with a gradient keep their chain (Settings.fuse_attention_float32_training), with
-    the reason among the notes; without a gradient, in bfloat16, or with the option, SDPA."""
-    module, inputs = _gpt_attention()
-    gm = fuse_attention(dynamo_graph(module, inputs), strict=True)
-    assert not _sdpa_calls(gm) and len(_softmaxes(gm)) == 1, gm.code
-    assert gm.meta[REWRITES_KEY] == [n for n in gm.meta[REWRITES_KEY] if attention.FLOAT32_TRAINING in n]
-    assert len(gm.meta[REWRITES_KEY]) == 1
-    with torch.no_grad():
-        assert len(_sdpa_calls(fuse_attention(dynamo_graph(module, inputs), strict=True))) == 1
-    assert len(_sdpa_calls(fuse_attention(dynamo_graph(module, inputs), strict=True, float32_training=True))) == 1
-    half = copy.deepcopy(module).to(torch.bfloat16)
-    assert len(_sdpa_calls(fuse_attention(dynamo_graph(half, [inputs[0].bfloat16()]), strict=True))) == 1
-    q, k, v = (t.requires_grad_() for t in _qkv())  # a gradient through the inputs alone counts too
-    gm = fuse_attention(dynamo_graph(lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v, [q, k, v]),
-                        strict=True)
-    assert not _sdpa_calls(gm), gm.code
-
-
-def test_float32_training_plan_matches_eager_with_the_chain_in_regions():
-    """The default plan of a float32 training step: no SDPA node, the softmax in a region, forward and
-    backward; values and gradients as eager's."""
-    module, inputs = _gpt_attention()
-    plans, _, grads = _compare(module, inputs, None, {"plan_cpu_as_cuda": True})
-    assert {p.kind for p in plans} == {"forward", "backward"} and grads
-    for plan in plans:
-        assert not any("scaled_dot_product" in op for op in _aten_ops([plan])), plan.kind
-        assert any(attention.FLOAT32_TRAINING in r for r in plan.rewrites) or plan.kind == "backward"
-    forward = next(p for p in plans if p.kind == "forward")
-    softmax = [n for n in forward.nodes if n.op in ("aten.amax.default", "aten.exp.default", "aten.div.Tensor")]
-    assert len(softmax) == 3 and len({n.region for n in softmax}) == 1 and softmax[0].region is not None
-    text = str(dynamo_nvf.explain(module, inputs[0].clone().requires_grad_(), options={"plan_cpu_as_cuda": True}))
-    assert "not rewritten: " + attention.FLOAT32_TRAINING in text
 
 
 @pytest.mark.parametrize("name", ["gpt_attention", "hf_eval", "bool_mask_masked_fill", "q_scaled_first",
@@ -304,7 +269,7 @@ def test_aten_plan_runs_sdpa_in_aten(name):
 
 def test_explain_shows_the_rewrite():
     model, (x,) = _gpt_attention()
-    report = dynamo_nvf.explain(model, x.requires_grad_(), options={"fuse_attention_float32_training": True})
+    report = dynamo_nvf.explain(model, x.requires_grad_())
     text = str(report)
     assert "rewrites:" in text
     assert "became scaled_dot_product_attention(q=q, k=k, v=v, attn_mask=~getitem" in text
@@ -351,7 +316,7 @@ def test_fake_cuda_plan_is_rewritten():
 def test_graphs_without_softmax_are_left_alone():
     gm = dynamo_graph(lambda x, w: torch.relu(x @ w) * 2, [torch.randn(4, 8), torch.randn(8, 8)])
     code = gm.code
-    assert fuse_attention(gm, strict=True, float32_training=True) is gm and gm.code == code and gm.meta[REWRITES_KEY] == []
+    assert fuse_attention(gm, strict=True) is gm and gm.code == code and gm.meta[REWRITES_KEY] == []
 
 
 # -- cases that must not be rewritten -----------------------------------------------------------------
@@ -407,7 +372,7 @@ def test_not_rewritten(name):
     inputs = make_inputs()
     gm = dynamo_graph(fn, inputs)
     code = gm.code
-    gm = fuse_attention(gm, strict=True, float32_training=True)
+    gm = fuse_attention(gm, strict=True)
     assert gm.code == code and not _sdpa_calls(gm)
     (skipped,) = gm.meta[REWRITES_KEY]
     assert "not rewritten" in skipped and reason in skipped, skipped
@@ -430,11 +395,11 @@ def test_unexpected_error_leaves_the_graph_untouched(monkeypatch):
 
     monkeypatch.setattr(attention, "_copy_meta", broken)
     with pytest.warns(RuntimeWarning, match="attention rewrite failed.*injected"):
-        assert fuse_attention(gm, float32_training=True) is gm
+        assert fuse_attention(gm) is gm
     assert gm.code == code and not _sdpa_calls(gm)
     assert "failed" in gm.meta[REWRITES_KEY][0]
     with pytest.raises(RuntimeError, match="injected"):
-        fuse_attention(gm, strict=True, float32_training=True)
+        fuse_attention(gm, strict=True)
     assert gm.code == code
     # The program still runs, planned as before, and matches eager.
     fn, inputs = _gpt_attention()
@@ -570,7 +535,7 @@ def test_gpu_attention_runs_fused_sdpa_and_matches_eager(name, dtype):
     STATS.reset()
     # Against float64 in float32 too: CUDA's fused kernels and cuBLAS round differently from each
     # other; some slack for the kernels' own accumulation orders (unmeasured: first GPU run to confirm).
-    plans, _, _ = _compare(model, [torch.randn(shape, device="cuda")], None, {"strict": True, "fuse_attention_float32_training": True}, dtype,
+    plans, _, _ = _compare(model, [torch.randn(shape, device="cuda")], None, {"strict": True}, dtype,
                            against_float64=True, slack=(3.0, 8.0))
     assert STATS.fallbacks == 0, STATS.snapshot()
     by_kind = {p.kind: p for p in plans}

@@ -50,11 +50,6 @@ log = logging.getLogger("dynamo_nvf")
 #: rewriting pass leaves its notes under.
 REWRITES_KEY = NOTES_KEY
 ATTENTION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-#: Why float32 attention with a gradient keeps its explicit chain (Settings.fuse_attention_float32_training):
-#: ATen's float32 fused backward recomputes the scores on CUDA cores, where the chain's backward reuses
-#: the saved probabilities in cuBLAS matmuls and one nvFuser softmax-backward region.
-FLOAT32_TRAINING = ("float32 with a gradient: ATen's fused float32 backward recomputes the scores without "
-                    "tensor cores and measured slower than the explicit chain (fuse_attention_float32_training)")
 
 #: Canonical names of the callables that spell the ops of an attention chain in Dynamo graphs.
 _FUNCTIONS: dict[Any, str] = {
@@ -326,7 +321,7 @@ def _with_mask_scale(result: _Scores, scale_after_mask: float, mask_node: Node) 
     return result
 
 
-def _match_softmax(softmax: Node, float32_training: bool = False) -> AttentionMatch:
+def _match_softmax(softmax: Node) -> AttentionMatch:
     name = _op(softmax)
     bound = _bind(softmax, name)
     source, dim, dtype = bound.get("input"), bound.get("dim"), bound.get("dtype")
@@ -384,13 +379,12 @@ def _match_softmax(softmax: Node, float32_training: bool = False) -> AttentionMa
 
     match = AttentionMatch(softmax=softmax, output=output, query=query, key=key, key_needs_transpose=transposed,
                            value=value, scale=scale, dropout_p=dropout_p, nodes=nodes)
-    _check_values(match, walk, float32_training)
+    _check_values(match, walk)
     return match
 
 
-def _check_values(match: AttentionMatch, walk: _Scores, float32_training: bool = False) -> None:
-    """Dtypes, shapes and devices under which SDPA computes what the chain computes (and, unless
-    `float32_training`, q, k and v not float32 with a gradient: see FLOAT32_TRAINING)."""
+def _check_values(match: AttentionMatch, walk: _Scores) -> None:
+    """Dtypes, shapes and devices under which SDPA computes what the chain computes."""
     q = _tensor(match.query, "q")
     k = _tensor(match.key, "k")
     v = _tensor(match.value, "v")
@@ -406,8 +400,6 @@ def _check_values(match: AttentionMatch, walk: _Scores, float32_training: bool =
         raise _Reject(f"q, k, v or the output differ in dtype ({dtype}, {k.dtype}, {v.dtype}, {out.dtype})")
     if not (q.device == k.device == v.device):
         raise _Reject("q, k and v are on different devices")
-    if dtype == torch.float32 and not float32_training and any(t.requires_grad for t in (q, k, v)):
-        raise _Reject(FLOAT32_TRAINING)
     if q.device.type not in ("cpu", "cuda"):
         raise _Reject(f"device {q.device.type}")
     rank = q.dim()
@@ -536,9 +528,8 @@ def _check_no_mutation(match: AttentionMatch, nodes: list[Node], order: dict[Nod
         raise _Reject(f"{node.name} may change a tensor in place between the two matmuls")
 
 
-def find_attention(gm: GraphModule, float32_training: bool = False) -> tuple[list[AttentionMatch], list[str]]:
-    """The chains to rewrite, and why attention-like softmaxes were left alone. Reads, never writes.
-    `float32_training`: rewrite float32 chains whose q, k or v needs a gradient too."""
+def find_attention(gm: GraphModule) -> tuple[list[AttentionMatch], list[str]]:
+    """The chains to rewrite, and why attention-like softmaxes were left alone. Reads, never writes."""
     matches: list[AttentionMatch] = []
     skipped: list[str] = []
     softmaxes = [n for n in gm.graph.nodes if _op(n) == "softmax"]
@@ -546,7 +537,7 @@ def find_attention(gm: GraphModule, float32_training: bool = False) -> tuple[lis
     order = {n: i for i, n in enumerate(nodes)}
     for node in softmaxes:
         try:
-            match = _match_softmax(node, float32_training)
+            match = _match_softmax(node)
             _check_no_mutation(match, nodes, order)
             match.description = match.describe(order)
             matches.append(match)
@@ -624,14 +615,14 @@ def _rewrite(gm: GraphModule, matches: list[AttentionMatch]) -> None:
     gm.recompile()
 
 
-def fuse_attention(gm: GraphModule, *, strict: bool = False, float32_training: bool = False) -> GraphModule:
+def fuse_attention(gm: GraphModule, *, strict: bool = False) -> GraphModule:
     """Rewrites explicit attention chains of a Dynamo graph into SDPA calls; records them in gm.meta.
 
     Never breaks a program: an unexpected error leaves the graph as it was, with one warning (raised
     instead with `strict`). Graphs without a softmax cost one scan.
     """
     try:
-        matches, skipped = find_attention(gm, float32_training)
+        matches, skipped = find_attention(gm)
         if matches:
             _rewrite(gm, matches)
     except Exception as exc:
