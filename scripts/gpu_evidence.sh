@@ -5,6 +5,7 @@
 #   scripts/gpu_evidence.sh s24b     the f32 block norms' inner-persistent heuristics swept by hand (#11)
 #   scripts/gpu_evidence.sh s24c     a norm through nvFuser's executor cache against the same heuristic scheduled by hand (#11)
 #   scripts/gpu_evidence.sh s24d     kernel tables of blocks and transformer steps still over inductor (#11)
+#   scripts/gpu_evidence.sh s24e     (reverted 2701986) float32 attention training with its explicit chain against SDPA (#11)
 #   scripts/gpu_evidence.sh s23l     GPU tests of the files the review mend touched
 #   scripts/gpu_evidence.sh s23k     the whole GPU suite after session 23's passes
 #   scripts/gpu_evidence.sh s23j     regions alone of the forwards still over inductor (#10)
@@ -779,6 +780,16 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 90 "rmsnorm_fwd_bf16" "nvf_bookend inductor explain"
     kernel_files 120 "gpt_fwd_bf16_small" "nvf_cudagraphs inductor_ro"
     pack_kernels
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s24e)
+    # Session 24, measured at 2701986 (float32 attention with a gradient kept its explicit chain; the
+    # perf backend nvf_sdpa_f32_train and the setting were reverted after this run: the chain lost).
+    direct_tests 240 tests/test_attention.py tests/test_gpu_cuda_graphs.py
+    timeout $((590 - SECONDS)) python3 -m perf.interleave gpt_attention_train_f32,gpt_attention_fwd_f32,gpt_attention_train_bf16 \
+      --gpu --backends inductor,nvf_bookend,nvf_untrimmed,eager --rounds 5 --acceptance \
+      --json "$OUT/attn_il.json" > "$OUT/attn_il.log" 2>&1; echo "blocks rc=$?"
+    grep -E "^\| gpt_attention|^\| criterion|^\| (every|geomean|no block)" "$OUT/attn_il.log" | cut -c1-200
     echo "elapsed ${SECONDS}s"
     ;;
   s23l)
