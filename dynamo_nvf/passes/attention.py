@@ -6,11 +6,11 @@ CPU), as inductor's `fuse_attention` pass does for its graphs. The explicit chai
 (L, S) score matrix several times (two matmuls around a softmax region); the fused kernels never
 materialise it. ATen's SDPA rather than nvFuser's `sdpfa_fwd`/`sdpfa_bwd`: nvFuser runs those through
 ATen's flash kernel, so they cannot be faster, and ATen also picks the memory-efficient or cuDNN
-kernel where flash does not apply (masks, float32). In float32 training ATen's fused backward is the memory-efficient
-kernel, which recomputes the scores on CUDA cores, and inductor keeps the explicit chain there; keeping it
-was measured and lost (H100, session 24, perf's gpt_attention_train_f32, [8, 16, 512, 64], GPU time against
-inductor's: 1.030x with the chain in cuBLAS and nvFuser regions, 1.013x rewritten), so float32 is
-rewritten too.
+kernel where flash does not apply (masks, float32). In float32 training ATen's fused backward is the
+memory-efficient kernel, which recomputes the scores on CUDA cores, and inductor keeps the explicit
+chain there; keeping it was measured and lost (H100, session 24, perf's gpt_attention_train_f32,
+[8, 16, 512, 64], GPU time against inductor's: 1.030x with the chain in cuBLAS and nvFuser regions,
+1.013x rewritten), so float32 is rewritten too.
 
 Dynamo spells attention many ways; the matcher follows one softmax at a time through example values
 (`node.meta["example_value"]`), not through fixed patterns. A rewrite is made only where SDPA computes
