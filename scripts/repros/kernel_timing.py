@@ -31,15 +31,16 @@ def kernel_us(call: Callable[[], Any], iters: int = 20) -> tuple[float, int]:
     return per_call, round(sum(len(v) for v in times.values()) / iters)
 
 
-def cold_us(call: Callable[[], Any], iters: int = 30) -> float:
-    """Median GPU time of one call, L2 flushed before it (CUDA events around the call): as perf's
-    block table times a block (`perf.interleave --gpu`), without its host spin."""
-    flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device="cuda")
-    for _ in range(3):
+
+def event_us(call: Callable[[], Any], iters: int, before: Callable[[], Any], warmup: int = 3) -> float:
+    """Median GPU time of one call by CUDA events around it, `before()` enqueued ahead of each (a cache
+    flush, or a spin that hides the host's launch)."""
+    for _ in range(warmup):
         call()
+    torch.cuda.synchronize()
     times = []
     for _ in range(iters):
-        flush.zero_()
+        before()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         call()
@@ -47,3 +48,10 @@ def cold_us(call: Callable[[], Any], iters: int = 30) -> float:
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
     return statistics.median(times)
+
+
+def cold_us(call: Callable[[], Any], iters: int = 30) -> float:
+    """Median GPU time of one call, L2 flushed before it (CUDA events around the call): as perf's
+    block table times a block (`perf.interleave --gpu`), without its host spin."""
+    flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+    return event_us(call, iters, flush.zero_)

@@ -31,6 +31,16 @@ VARIANTS = [(None, None), (None, 2), (None, 4), (1, 1), (2, 1), (3, 1), (4, 1), 
             (6, 4), (8, 4), (4, 2), (8, 1), (16, 1)]
 
 
+def set_rows_per_block(params, bdimy: int) -> None:
+    """An inner-persistent heuristic changed to normalise `bdimy` rows per block (threadIdx.y)."""
+    params.multiple_reds_per_blk = bdimy > 1
+    if bdimy > 1:
+        params.block_dim_iter_dom = ParallelType.block_y
+    lp = params.lparams
+    lp.bdimy = bdimy
+    params.lparams = lp
+
+
 def scheduled(kind: str, d: int, args, pbs, bdimy):
     fd = fusion(kind, "", d)
     guard = FusionGuard(fd.fusion)  # fusion() closed its definition; scheduling adds IR to it
@@ -38,12 +48,7 @@ def scheduled(kind: str, d: int, args, pbs, bdimy):
     if pbs is not None:
         params.batches_per_block_inner_reduction = pbs
     if bdimy is not None:
-        params.multiple_reds_per_blk = bdimy > 1
-        if bdimy > 1:
-            params.block_dim_iter_dom = ParallelType.block_y
-        lp = params.lparams
-        lp.bdimy = bdimy
-        params.lparams = lp
+        set_rows_per_block(params, bdimy)
     schedule.schedule(fd.fusion, SchedulerType.inner_persistent, params)
     del guard
     return fd, params

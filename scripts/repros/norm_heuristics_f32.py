@@ -20,9 +20,10 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from nvfuser_direct import DataType, FusionDefinition, FusionGuard, ParallelType, SchedulerType, schedule  # noqa: E402
+from nvfuser_direct import DataType, FusionDefinition, FusionGuard, SchedulerType, schedule  # noqa: E402
 
 from kernel_timing import cold_us, kernel_us  # noqa: E402
+from norm_heuristics import set_rows_per_block  # noqa: E402
 
 ROWS, D = 8192, 4096
 
@@ -75,11 +76,7 @@ def scheduled(kind: str, args, change: dict):
     if "pbs" in change:
         params.batches_per_block_inner_reduction = change["pbs"]
     if "bdimy" in change:
-        params.multiple_reds_per_blk = True
-        params.block_dim_iter_dom = ParallelType.block_y
-        lp = params.lparams
-        lp.bdimy = change["bdimy"]
-        params.lparams = lp
+        set_rows_per_block(params, change["bdimy"])
     if "vec" in change:
         params.unroll_factor_inner_reduction = change["vec"]
     if "regs" in change:

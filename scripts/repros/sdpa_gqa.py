@@ -5,12 +5,13 @@ it), exactness, and GPU time per call (forward, forward+backward), at LLaMA-styl
     python scripts/repros/sdpa_gqa.py
 """
 
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
+
+from kernel_timing import event_us
 
 
 def repeat_kv(x, n_rep):
@@ -28,19 +29,8 @@ def gqa(q, k, v):
 
 
 def gpu_us(fn, reps=50):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(200_000)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(times)
+    """GPU time per call, the host's launch hidden behind a 200k-cycle spin."""
+    return event_us(fn, reps, lambda: torch.cuda._sleep(200_000), warmup=5)
 
 
 def ops_of(fn, *args):
