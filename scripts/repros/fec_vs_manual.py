@@ -4,7 +4,7 @@ executor cache's took 92-93 at [8192, 4096], inductor 90.5): which kernels, laun
 scheduler parameters each path uses. Set NVFUSER_DUMP=launch_param,scheduler_params,cuda_to_file
 to see nvFuser's own account.
 
-    python scripts/repros/fec_vs_manual.py [layernorm|rmsnorm|softmax] [rows] [d] [f32|bf16]
+    python scripts/repros/fec_vs_manual.py [layernorm|rmsnorm|softmax] [rows] [d]   (float32)
 """
 
 from __future__ import annotations
@@ -36,19 +36,19 @@ def describe(label: str, call) -> None:
 def main() -> None:
     kind = sys.argv[1] if len(sys.argv) > 1 else "rmsnorm"
     rows = int(sys.argv[2]) if len(sys.argv) > 2 else 8192
-    sweep.D = int(sys.argv[3]) if len(sys.argv) > 3 else 4096
+    d = int(sys.argv[3]) if len(sys.argv) > 3 else sweep.D
     torch.manual_seed(0)
-    x = torch.randn(rows, sweep.D, device="cuda")
-    w, b = torch.randn(sweep.D, device="cuda"), torch.randn(sweep.D, device="cuda")
+    x = torch.randn(rows, d, device="cuda")
+    w, b = torch.randn(d, device="cuda"), torch.randn(d, device="cuda")
     args = [x, w, b]
-    fec = sweep.define(kind)
+    fec = sweep.define(kind, d)
     describe("executor cache", lambda: fec.execute(args))
     print("   executor cache scheduled IR (head):", flush=True)
     try:
         print("\n".join(fec.fec.get_most_recent_scheduled_ir().splitlines()[:6]), flush=True)
     except Exception as exc:  # noqa: BLE001
         print(f"   (no scheduled IR: {exc})")
-    fd = sweep.define(kind)
+    fd = sweep.define(kind, d)
     guard = FusionGuard(fd.fusion)
     params = schedule.compute_heuristics(fd.fusion, SchedulerType.inner_persistent, args)
     print("   hand heuristic:", str(params).replace("\n", " | ")[:1500], flush=True)
@@ -56,7 +56,7 @@ def main() -> None:
     del guard
     describe("by hand", lambda: fd.manual_execute(args, params))
     print("   PDL by hand:", fd.ke.is_programmatic_dependent_launch_enabled(), flush=True)
-    with open(os.path.join(os.environ.get("OUT", "."), f"fec_{kind}_{rows}x{sweep.D}.cu"), "w") as f:
+    with open(os.path.join(os.environ.get("OUT", "."), f"fec_{kind}_{rows}x{d}.cu"), "w") as f:
         f.write(fec.fec.get_cuda_kernel(args))
 
 
