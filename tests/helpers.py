@@ -127,6 +127,17 @@ def check_inference(fn: Callable[..., Any], inputs: Sequence[Any], options: Opti
     return rec.plans
 
 
+def check_fresh_inputs(compiled: Callable[..., Any], fn: Callable[..., Any],
+                       make_inputs: Callable[[], Sequence[Any]], rtol: Optional[float] = None,
+                       atol: Optional[float] = None, calls: int = 2) -> None:
+    """`compiled` against eager `fn` under no_grad on `calls` fresh draws of `make_inputs()`: values,
+    dtype, shape and strides (assert_same), so that a plan is checked beyond its tracing inputs."""
+    for _ in range(calls):
+        fresh = make_inputs()
+        with torch.no_grad():
+            assert_same(compiled(*fresh), fn(*fresh), rtol, atol)
+
+
 def check_training(fn: Callable[..., Any], inputs: Sequence[Any], options: Optional[dict[str, Any]] = None,
                    params: Sequence[torch.nn.Parameter] = (), reference: Optional[torch.nn.Module] = None,
                    **tol: Any):

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from dynamo_nvf import nvf as nvf_env
-from helpers import (assert_same, assert_same_layout, check_inference, check_training, compile_fn,
-                     steady_state_kernels)
+from helpers import (assert_same, assert_same_layout, check_fresh_inputs, check_inference, check_training,
+                     compile_fn, steady_state_kernels)
 
 PLAN = {"plan_cpu_as_cuda": True}
 
@@ -50,12 +50,7 @@ def test_patch_embedding_reads_a_channels_last_image():
     (image,) = copy.outputs
     assert list(image.shape) == [2, 3, 32, 32] and list(image.stride) == [3072, 1, 96, 3]
     compiled = compile_fn(vit_stem, PLAN)
-    for _ in range(2):  # fresh inputs
-        fresh = _inputs()
-        with torch.no_grad():
-            got, want = compiled(*fresh), vit_stem(*fresh)
-        assert_same(got, want)
-        assert_same_layout(got, want)
+    check_fresh_inputs(compiled, vit_stem, _inputs)
 
 
 def test_small_images_keep_nchw(monkeypatch):

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 from dynamo_nvf.passes.memory_order_reductions import misread_order
 
-from helpers import DEVICES, assert_same, check_inference, check_training, compile_fn, device_options, tolerance
+from helpers import (DEVICES, assert_same, check_fresh_inputs, check_inference, check_training, compile_fn,
+                     device_options, tolerance)
 
 PLAN = {"plan_cpu_as_cuda": True}
 
@@ -59,10 +60,8 @@ def test_head_mean_reads_memory_order(device):
     x_inputs = [t for t in region.inputs if len(t.shape) == 4]
     assert x_inputs and all(list(t.shape[1:3]) == list(inputs[0].shape[2:]) for t in x_inputs), region.inputs
     compiled = compile_fn(head, device_options(device, strict=True))
-    for _ in range(2):  # fresh inputs
-        fresh = _head_inputs(device, dtype, c=inputs[0].shape[1], h=inputs[0].shape[2])
-        with torch.no_grad():
-            assert_same(compiled(*fresh), head(*fresh), *tolerance(dtype))
+    c, h = inputs[0].shape[1], inputs[0].shape[2]
+    check_fresh_inputs(compiled, head, lambda: _head_inputs(device, dtype, c=c, h=h), *tolerance(dtype))
 
 
 def test_option_off_keeps_the_logical_reduction():

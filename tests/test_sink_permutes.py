@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from dynamo_nvf import nvf as nvf_env
-from helpers import (DEVICES, assert_same, assert_same_layout, check_inference, check_training, compile_fn,
-                     device_options, steady_state_kernels, tolerance)
+from helpers import (DEVICES, assert_same, assert_same_layout, check_fresh_inputs, check_inference, check_training,
+                     compile_fn, device_options, steady_state_kernels, tolerance)
 
 PLAN = {"plan_cpu_as_cuda": True}
 
@@ -54,12 +54,7 @@ def test_residual_region_computes_in_memory_order(device):
     (out,) = region.outputs
     assert list(out.shape) == [2, h, h, c]  # NHWC; the permute back to NCHW is a trimmed view
     compiled = compile_fn(residual, device_options(device, strict=True))
-    for _ in range(2):  # fresh inputs
-        fresh = _inputs(device, dtype, c, h)
-        with torch.no_grad():
-            got, want = compiled(*fresh), residual(*fresh)
-        assert_same(got, want, *tolerance(dtype))
-        assert_same_layout(got, want)
+    check_fresh_inputs(compiled, residual, lambda: _inputs(device, dtype, c, h), *tolerance(dtype))
 
 
 def test_a_chain_of_pointwise_ops_is_crossed():

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from dynamo_nvf import nvf as nvf_env
-from helpers import (assert_same, assert_same_layout, check_inference, check_training, compile_fn,
-                     steady_state_kernels, tolerance)
+from helpers import (assert_same, assert_same_layout, check_fresh_inputs, check_inference, check_training,
+                     compile_fn, steady_state_kernels, tolerance)
 
 PLAN = {"plan_cpu_as_cuda": True}
 
@@ -47,12 +47,7 @@ def test_large_transposed_tokens_get_a_region_of_their_own():
     assert "aten.transpose.int" not in second.ops and "aten.var_mean.correction" in second.ops
     assert any(list(t.shape) == [4, 1024, 256] and list(t.stride) == [1024 * 256, 256, 1] for t in second.inputs)
     compiled = compile_fn(patch_tokens, PLAN)
-    for _ in range(2):  # fresh inputs
-        fresh = _inputs()
-        with torch.no_grad():
-            got, want = compiled(*fresh), patch_tokens(*fresh)
-        assert_same(got, want)
-        assert_same_layout(got, want)
+    check_fresh_inputs(compiled, patch_tokens, _inputs)
 
 
 def test_small_tokens_stay_in_one_region():
