@@ -126,6 +126,5 @@ def channels_last_patch_inputs(gm: GraphModule, cuda_ok: bool = False) -> GraphM
     for conv, x in images:
         k = tensor_val(conv.args[1]).shape[-1]
         add_note(gm, NOTE.format(conv=conv.name, x=x.name, k=k))
-    gm.graph.lint()
-    gm.recompile()
+    gm.graph.lint()  # the code was recompiled before the propagation, and the graph is unchanged since
     return gm
