@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s25a     nvFuser's one-kernel schedulers queried per region, against the segments it ran (#11)
 #   scripts/gpu_evidence.sh s24a     the stem LayerNorm2d in memory order; the embedding forward's forms (#10, #11)
 #   scripts/gpu_evidence.sh s24b     the f32 block norms' inner-persistent heuristics swept by hand (#11)
 #   scripts/gpu_evidence.sh s24c     a norm through nvFuser's executor cache against the same heuristic scheduled by hand (#11)
@@ -746,6 +747,17 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s25a)
+    # Session 25: segmenter-aware planning's oracle (schedule.find_compatible_schedulers on each new
+    # definition) against the segments nvFuser then ran: model training steps, and wide norm
+    # backwards planned whole, behind a segment_set, and cut.
+    ( cd scripts/repros
+      timeout 200 python3 segmenter_oracle.py workload bert_train_bf16_small llama_train_bf16_small \
+        convnext_train_bf16_small vit_train_bf16_small gpt_train_bf16_small 2>&1 | grep -v Warning
+      timeout $((585 - SECONDS)) python3 segmenter_oracle.py norms layer_norm 2>&1 | grep -v Warning
+    ) | tee "$OUT/s25a.txt"
     echo "elapsed ${SECONDS}s"
     ;;
   s24a)

@@ -1,0 +1,149 @@
+"""What nvFuser's `schedule.find_compatible_schedulers` says of each region before it runs, against
+what its segmenter then did (issue #11's segmenter-aware planning), and norm backwards too wide for one
+kernel planned three ways.
+
+* `norms`: LayerNorm and RMSNorm forward + backward over [R, D] (R above the cut's row limit),
+  f32 and bf16, planned `whole` (nvFuser segments as it likes), `segset` (the column sums behind a
+  `segment_set`: segment_norm_backward at any row count) and `cut` (the column sums a region of
+  their own: split_norm_backward_rows at any row count); GPU kernel time of a step (torch.profiler sums),
+  kernels per step, and inductor's.
+* `workload NAME...`: perf workloads; per region, the query's answer (one-kernel schedulers, or none:
+  nvFuser will segment) and the segments nvFuser ran (kernels' segment ids in explain()).
+
+Each region is queried on its first build, with its real inputs, on the definition as lowered
+(nvFuser's pre-segmentation passes have not run on it yet); the query's wall time is printed too.
+
+    python scripts/repros/segmenter_oracle.py norms [layer_norm] [rms_norm]
+    python scripts/repros/segmenter_oracle.py workload bert_train_bf16_small llama_train_bf16_small
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import dynamo_nvf  # noqa: E402
+import dynamo_nvf.settings as settings_module  # noqa: E402
+from dynamo_nvf.backend import nvf_bookend  # noqa: E402
+from dynamo_nvf.runtime.region import RegionRuntime  # noqa: E402
+from kernel_timing import kernel_us  # noqa: E402
+
+QUERIES: dict[str, tuple[list[str], float]] = {}
+
+
+def _hook() -> None:
+    import nvfuser_direct as nvf
+
+    original = RegionRuntime._build
+
+    def build(self, args):
+        entry = original(self, args)
+        if entry.fd is not None:
+            start = time.perf_counter()
+            try:
+                found = [str(s).split(".")[-1] for s in nvf.schedule.find_compatible_schedulers(entry.fd.fusion, list(args))]
+            except Exception as exc:  # noqa: BLE001
+                found = [f"error: {type(exc).__name__}: {str(exc)[:120]}"]
+            QUERIES[self.plan.name] = (found, (time.perf_counter() - start) * 1e3)
+        return entry
+
+    RegionRuntime._build = build
+
+
+def _regions(report) -> list[tuple[str, str, int, list[str], float]]:
+    """(graph kind, region, segments run, schedulers, kernel us) per nvFuser region of explain()'s run."""
+    rows = []
+    for g in report.to_dict()["graphs"]:
+        for r in g["regions"]:
+            kernels = r.get("kernels") or []
+            segments = len({k.get("segment_id") for k in kernels}) if kernels else (r.get("segments") or 0)
+            rows.append((g["kind"], r["name"], segments, [k["scheduler"] for k in kernels],
+                         sum(k["time_ms"] for k in kernels) * 1e3))
+    return rows
+
+
+def _print_regions(report) -> None:
+    for kind, name, segments, schedulers, us in _regions(report):
+        found, ms = QUERIES.get(name, (None, 0.0))
+        answer = "not queried" if found is None else ("none: will segment" if not found else ",".join(found))
+        print(f"   {kind:9s} {name:14s} ran {segments} segment(s) [{','.join(schedulers)}] {us:.1f} us | "
+              f"query: {answer} ({ms:.2f} ms)")
+
+
+NORM_VARIANTS = {
+    "whole": {"split_norm_backward_rows": 0, "segment_norm_backward": False},
+    "segset": {"split_norm_backward_rows": -1, "segment_norm_backward": True},
+    "cut": {"split_norm_backward_rows": 1 << 40},
+}
+
+
+def layer_norm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+
+def rms_norm(x, w, b):
+    return F.rms_norm(x, (x.shape[-1],), w, 1e-6)
+
+
+def norms(which: list[str]) -> None:
+    settings_module.AUTO_SPLIT_ROWS = 1 << 40  # segset: segment_norm_backward's limit lifted
+    for fn in (f for f in (layer_norm, rms_norm) if not which or f.__name__ in which):
+        for dtype in (torch.float32, torch.bfloat16):
+            for rows, cols in ((8192, 4096), (8192, 8192), (4096, 16384), (2048, 32768)):
+                torch.manual_seed(0)
+                x = torch.randn(rows, cols, device="cuda", dtype=dtype, requires_grad=True)
+                w = torch.randn(cols, device="cuda", dtype=dtype, requires_grad=True)
+                b = torch.randn(cols, device="cuda", dtype=dtype, requires_grad=True)
+                g = torch.randn(rows, cols, device="cuda", dtype=dtype)
+                print(f"{fn.__name__} {str(dtype)[6:]} [{rows}, {cols}]")
+
+                def step(compiled):
+                    for t in (x, w, b):
+                        t.grad = None
+                    compiled(x, w, b).backward(g)
+
+                for variant, options in NORM_VARIANTS.items():
+                    torch._dynamo.reset()
+                    QUERIES.clear()
+                    report = dynamo_nvf.explain(fn, x, w, b, options=options, profiler="torch")
+                    torch._dynamo.reset()
+                    compiled = torch.compile(fn, backend=functools.partial(nvf_bookend, options=options))
+                    us, kernels = kernel_us(lambda: step(compiled), 10)
+                    print(f"  {variant:7s} {us:9.1f} us, {kernels} kernels per step")
+                    _print_regions(report)
+                torch._dynamo.reset()
+                compiled = torch.compile(fn, backend="inductor")
+                us, kernels = kernel_us(lambda: step(compiled), 10)
+                print(f"  inductor {us:8.1f} us, {kernels} kernels per step", flush=True)
+
+
+def workloads(names: list[str]) -> None:
+    from perf.workloads import REGISTRY
+
+    for name in names:
+        torch._dynamo.reset()
+        QUERIES.clear()
+        inst = REGISTRY[name].instantiate("cuda")
+        report = dynamo_nvf.explain(inst.fn, *inst.inputs, profiler="torch")
+        rows = _regions(report)
+        agree = sum(1 for _, n, seg, _, _ in rows if n in QUERIES and (seg > 1) == (not QUERIES[n][0]))
+        queried = sum(1 for _, n, _, _, _ in rows if n in QUERIES)
+        print(f"{name}: {len(rows)} regions, {queried} queried, the query right about segmenting in {agree}, "
+              f"{sum(ms for _, ms in QUERIES.values()):.1f} ms in queries", flush=True)
+        _print_regions(report)
+
+
+if __name__ == "__main__":
+    _hook()
+    if sys.argv[1] == "norms":
+        norms(sys.argv[2:])
+    else:
+        workloads(sys.argv[2:])
