@@ -53,6 +53,7 @@ from dynamo_nvf.runtime.cudagraphs import CudaGraphs, boxed
 from dynamo_nvf.runtime.lean_forward import lean_forward
 from dynamo_nvf.runtime.region import RegionRuntime
 from dynamo_nvf.runtime.views import view_replay
+from dynamo_nvf.segmenter import oracle_for
 from dynamo_nvf.settings import Settings
 
 log = logging.getLogger("dynamo_nvf")
@@ -82,8 +83,11 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     unpermute_rows = settings.unpermute_min_rows()
     if unpermute_rows is not None:
         gm = unpermute_reductions(gm, unpermute_rows)
-    gm = split_norm_backward(gm, settings, kind)
+    oracle = oracle_for(settings) if kind == "backward" else None
+    gm = split_norm_backward(gm, settings, kind, oracle)
     notes += gm.meta.pop(NOTES_KEY, [])
+    if oracle is not None and oracle.asked:
+        notes.append(f"segmenter: {oracle.asked} question(s) to nvFuser's schedulers, {oracle.spent_ms:.0f} ms")
     if settings.memory_order_reductions and kind != "backward":  # memory_order_reductions says why
         gm = reduce_in_memory_order(gm)
         notes += gm.meta.pop(NOTES_KEY, [])

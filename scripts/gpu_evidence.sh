@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s25b     ask_segmenter: split_norm_backward's GPU tests; wide norms whole, default and cut (#11)
 #   scripts/gpu_evidence.sh s25a     nvFuser's one-kernel schedulers queried per region, against the segments it ran (#11)
 #   scripts/gpu_evidence.sh s24a     the stem LayerNorm2d in memory order; the embedding forward's forms (#10, #11)
 #   scripts/gpu_evidence.sh s24b     the f32 block norms' inner-persistent heuristics swept by hand (#11)
@@ -747,6 +748,15 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s25b)
+    # Session 25: segmenter-aware planning (ask_segmenter) built; its GPU tests, then LayerNorm and
+    # RMSNorm steps planned whole, by default and cut.
+    direct_tests 200 tests/test_split_norm_backward.py
+    ( cd scripts/repros
+      timeout $((585 - SECONDS)) python3 segmenter_oracle.py norms layer_norm rms_norm 2>&1 | grep -v Warning
+    ) | tee "$OUT/s25b.txt"
     echo "elapsed ${SECONDS}s"
     ;;
   s25a)

@@ -330,3 +330,174 @@ def test_gpu_segment_boundary_gives_the_column_sums_a_kernel_of_their_own():
     assert any("inner_outer" in s for s in plain), kernels
     assert len(segmented) >= 2 and not any("inner_outer" in s for s in segmented), kernels
     assert any(s.startswith("reduction") or "reduction" == s for s in segmented), kernels
+
+
+# ------------------------------------------------------------------ segmenter-aware planning (ask_segmenter)
+
+
+class _Answers:
+    """Stands in for nvFuser's answer on a CPU machine only (the GPU test below asks the real one):
+    records each question's region and gives a fixed answer."""
+
+    def __init__(self, answer):
+        self.answer, self.questions, self.asked, self.spent_ms = answer, [], 0, 0.0
+
+    def __call__(self, gm, nodes):
+        self.questions.append([n.name for n in nodes])
+        self.asked += 1
+        return self.answer
+
+
+def _plan_with_answer(monkeypatch, answer, options, rows=2048, width=WIDE):
+    import dynamo_nvf.backend as backend
+
+    oracle = _Answers(answer)
+    monkeypatch.setattr(backend, "oracle_for", lambda settings: oracle if settings.ask_segmenter else None)
+    return _backward_plan(options, rows=rows, width=width), oracle
+
+
+def test_segmenter_no_one_kernel_schedule_cuts_past_the_row_limit(monkeypatch):
+    """2048 rows under graphs: past AUTO_SPLIT_ROWS the row rule keeps the region whole; nvFuser
+    answering that no scheduler takes it whole (it would segment anyway) makes the cut."""
+    plan, oracle = _plan_with_answer(monkeypatch, (), {"cuda_graphs": True})
+    assert oracle.asked == 1 and any(name.startswith("sum") for name in oracle.questions[0])
+    rows_region, cols_region = plan.regions
+    assert cols_region.ops.count("aten.sum.dim_IntList") == 3 and "[0, 1]" not in rows_region.fx_code
+    assert any("it would segment it anyway" in note for note in cols_region.boundary), cols_region.boundary
+    assert any(n.startswith("segmenter: nvFuser has no one-kernel schedule") and "2048 rows" in n
+               for n in plan.rewrites), plan.rewrites
+    assert any(n.startswith("segmenter: 1 question(s)") for n in plan.rewrites), plan.rewrites
+
+
+def test_segmenter_one_kernel_schedule_keeps_the_region_whole(monkeypatch):
+    plan, oracle = _plan_with_answer(monkeypatch, ("inner_outer_persistent",), {"cuda_graphs": True})
+    assert oracle.asked == 1 and len(plan.regions) == 1
+    assert any("as one inner_outer_persistent kernel" in n and "2048 rows" in n for n in plan.rewrites), plan.rewrites
+
+
+def test_segmenter_cut_without_graphs_is_a_segment_boundary(monkeypatch):
+    plan, _ = _plan_with_answer(monkeypatch, (), {})
+    (region,) = plan.regions  # one region call, as segment_norm_backward keeps it
+    (note,) = [n for n in plan.rewrites if "segment boundary" in n]
+    assert "it would segment it anyway" in note and "2048 rows" in note, note
+    plan, _ = _plan_with_answer(monkeypatch, (), {"segment_norm_backward": False})
+    assert len(plan.regions) == 2  # no boundaries wanted: a region of their own
+
+
+@pytest.mark.parametrize("options, rows", [
+    ({"cuda_graphs": True}, 64),                                   # the row rule cuts it already
+    ({"cuda_graphs": True, "ask_segmenter": False}, 2048),         # off
+    ({"cuda_graphs": True, "split_norm_backward_rows": 0}, 2048),  # no cut ever
+    ({}, 64),                                                      # marked by segment_norm_backward
+])
+def test_segmenter_is_asked_only_past_the_row_rules(monkeypatch, options, rows):
+    plan, oracle = _plan_with_answer(monkeypatch, (), options, rows=rows)
+    assert oracle.asked == 0
+    assert not any(n.startswith("segmenter") for n in plan.rewrites)
+
+
+def test_segmenter_is_not_asked_for_forward_graphs(monkeypatch):
+    import dynamo_nvf.backend as backend
+
+    oracle = _Answers(())
+    monkeypatch.setattr(backend, "oracle_for", lambda settings: oracle)
+    block = NormBlock(WIDE)
+    cuda_plans(lambda x, r: block(x, r), (128, 16, WIDE), (128, 16, WIDE), fake=False, options={"cuda_graphs": True})
+    assert oracle.asked == 0
+
+
+def test_segmenter_cut_gradients_match_eager(monkeypatch):
+    import dynamo_nvf.backend as backend
+
+    oracle = _Answers(())
+    monkeypatch.setattr(backend, "oracle_for", lambda settings: oracle)
+    block = NormBlock(WIDE)
+    x, r = torch.randn(128, 16, WIDE), torch.randn(128, 16, WIDE)
+    options = device_options("cpu", strict=True) | {"cuda_graphs": False, "segment_norm_backward": False}
+    plans = check_training(block, [x, r], options, params=list(block.parameters()))
+    backward = next(p for p in plans if p.kind == "backward")
+    assert oracle.asked == 1 and len(backward.regions) == 2
+
+
+def test_no_oracle_on_a_cpu_plan_or_when_off():
+    from dynamo_nvf.segmenter import oracle_for
+    from dynamo_nvf.settings import Settings
+
+    assert Settings().ask_segmenter
+    assert oracle_for(Settings(plan_cpu_as_cuda=True)) is None
+    assert oracle_for(Settings(ask_segmenter=False)) is None
+    if not nvf_env.nvfuser_available():
+        assert oracle_for(Settings()) is None
+
+
+_WIDE_NORM = r'''
+import json, sys, torch
+import torch.nn.functional as F
+sys.path.insert(0, sys.argv[1])
+import dynamo_nvf
+out = {}
+for rows, cols in ((2048, 32768), (4096, 4096)):
+    torch._dynamo.reset()
+    x = torch.randn(rows, cols, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    w = torch.randn(cols, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    b = torch.randn(cols, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    fn = lambda x, w, b: F.layer_norm(x, (cols,), w, b)
+    report = dynamo_nvf.explain(fn, x, w, b, options={"strict": True}, profiler="nvfuser")
+    (graph,) = [g for g in report.to_dict()["graphs"] if g["kind"] == "backward"]
+    kernels = [[k["scheduler"] for k in reg["kernels"] if k["name"]] for reg in graph["regions"]]
+    out[f"{rows}x{cols}"] = {"kernels": kernels, "rewrites": graph["rewrites"]}
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser")
+def test_gpu_segmenter_answers_for_wide_and_narrow_norm_backwards():
+    """nvFuser itself: a LayerNorm backward over [2048, 32768] bf16 has no one-kernel schedule, so its
+    column sums run behind a segment boundary (no inner-outer kernel); over [4096, 4096] nvFuser runs it
+    as one inner-outer persistent kernel, and the region is left to it. In a child process: nvFuser's
+    profiler cannot follow torch.profiler in one process."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run([sys.executable, "-c", _WIDE_NORM, here], capture_output=True, text=True,
+                          timeout=300, cwd=here)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    wide, square = result["2048x32768"], result["4096x4096"]
+    assert any("it would segment it anyway" in n for n in wide["rewrites"]), wide
+    (wide_kernels,) = wide["kernels"]
+    assert len(wide_kernels) >= 2 and not any("inner_outer" in s for s in wide_kernels), wide
+    assert any("as one inner_outer_persistent kernel" in n for n in square["rewrites"]), square
+    (square_kernels,) = square["kernels"]
+    assert any("inner_outer" in s for s in square_kernels), square
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser")
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_gpu_segmenter_cut_matches_eager(cuda_graphs):
+    """The wide LayerNorm's cut (a region of its own under graphs, a segment boundary without), on fresh
+    inputs: gradients within bf16 bounds of an f32 reference, eager's strides."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    cols = 32768
+    fn = lambda x, w, b: F.layer_norm(x, (cols,), w, b)  # noqa: E731
+    compiled = torch.compile(fn, backend="nvf_bookend", options={"strict": True, "cuda_graphs": cuda_graphs})
+    for _ in range(3):
+        x = torch.randn(2048, cols, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+        w = torch.randn(cols, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+        b = torch.randn(cols, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+        g = torch.randn(2048, cols, dtype=torch.bfloat16, device="cuda")
+        if cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        compiled(x, w, b).backward(g)
+        ref = [t.detach().float().requires_grad_() for t in (x, w, b)]
+        F.layer_norm(ref[0], (cols,), ref[1], ref[2]).backward(g.float())
+        for got, want in zip((x.grad, w.grad, b.grad), ref):
+            assert got.stride() == want.grad.stride()
+            torch.testing.assert_close(got.float(), want.grad, rtol=2e-2, atol=2e-2 * want.grad.abs().max().item())

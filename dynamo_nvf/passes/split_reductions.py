@@ -23,7 +23,7 @@ Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), Grap
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch.fx import GraphModule, Node
@@ -35,6 +35,10 @@ from dynamo_nvf.passes import add_note
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of
 from dynamo_nvf.passes.unpermute_reductions import UNPERMUTED_KEY
 from dynamo_nvf.settings import NARROW_NORM_COLS, Settings
+
+#: segmenter.Oracle's shape (not imported: passes stay free of nvFuser): a region's nodes in, the
+#: names of nvFuser's one-kernel schedulers out, () when it would segment, None when not asked.
+Oracle = Callable[[GraphModule, list[Node]], Optional[tuple[str, ...]]]
 
 aten = torch.ops.aten
 
@@ -183,7 +187,26 @@ def _normalises_rows(nodes: list[Node], members: set[Node], row_shapes: set[tupl
     return False
 
 
-def split_norm_backward(gm: GraphModule, settings: Settings, kind: str) -> GraphModule:
+def _column_sums(nodes: list[Node], members: set[Node], row_shapes: set[tuple[int, int]],
+                 max_rows: float) -> tuple[list[Node], list[Node]]:
+    """The region's column sums over the (rows, cols) of one of its row reductions, with at most
+    `max_rows` rows and a tail the new region can take (`_tail`), and those tails."""
+    sums: list[Node] = []
+    tails: list[Node] = []
+    for n in nodes:
+        if not _is_column_sum(n):
+            continue
+        shape = _rows_and_cols(tensor_val(n.args[0]))
+        if shape not in row_shapes or shape[0] > max_rows:
+            continue
+        tail = _tail(n, members)
+        if tail is not None:  # else the rest of the region needs the sum
+            sums.append(n)
+            tails.extend(tail)
+    return sums, tails
+
+
+def split_norm_backward(gm: GraphModule, settings: Settings, kind: str, ask: Optional[Oracle] = None) -> GraphModule:
     """Moves each qualifying region's column sums, with copies of what feeds them, to a new region.
 
     By default (-1) only a region one of whose column sums reads a row reduction is cut (a linear
@@ -193,6 +216,18 @@ def split_norm_backward(gm: GraphModule, settings: Settings, kind: str) -> Graph
     (perf.interleave, 2026-11-23) cutting changed a training step's GPU time by -9% (BERT-style, 512
     rows), -10% (ViT-S, 394 rows) and +3% (GPT-2-style, 256 rows); LLaMA-style RMSNorm regions have
     no such sum and stay whole (cut anyway, 0%).
+
+    Segmenter-aware (`ask`, settings.ask_segmenter): a backward region with such column sums over more
+    rows than the rules above cut is kept whole because there nvFuser runs it as one inner-outer
+    persistent kernel, which beats two kernels at many rows (BERT-style at 4096 rows: 4% less GPU time
+    whole). Where nvFuser has no one-kernel schedule for the region (`ask` answers no scheduler), it
+    would segment the region anyway, at boundaries of its own, and the cut is made instead: under CUDA
+    graphs as a region of its own, without them behind a segment boundary (segment_norm_backward).
+    On an H100 (session 25, scripts/repros/segmenter_oracle.py, GPU time of a LayerNorm forward and
+    backward step) at [2048, 32768], where nvFuser segments the backward into a reduction and an
+    inner-persistent kernel, cutting took bf16 from 534.9 to 363.9 us (inductor 460.9) and f32 from
+    802.8 to 700.6 (inductor 847.8); up to [4096, 16384], where nvFuser has the one kernel, whole
+    was 17-35% faster than cut.
 
     The narrow-rows rule (NARROW_NORM_COLS) holds in backward graphs only: an inference region that
     sums columns next to an amax over rows (tests/test_unflatten_reductions.py) failed nvFuser 0.2.36's
@@ -222,37 +257,44 @@ def split_norm_backward(gm: GraphModule, settings: Settings, kind: str) -> Graph
                   and _normalises_rows(nodes, members, rows_of_row_reductions))
         region_limit = math.inf if unpermuted or narrow else (limit or mark_rows)
         mark_only = not unpermuted and not limit
-        if region_limit <= 0:
-            continue
-        sums, tails = [], []
-        for n in nodes:
-            if not _is_column_sum(n):
-                continue
-            shape = _rows_and_cols(tensor_val(n.args[0]))
-            if shape not in rows_of_row_reductions or shape[0] > region_limit:
-                continue
-            tail = _tail(n, members)
-            if tail is not None:  # else the rest of the region needs the sum
-                sums.append(n)
-                tails.extend(tail)
-        if not sums or (only_reading_dx and not unpermuted and not narrow
-                        and not any(_reads_row_reduction(n, members) for n in sums)):
+        sums, tails = _column_sums(nodes, members, rows_of_row_reductions, region_limit) if region_limit > 0 else ([], [])
+        if sums and only_reading_dx and not unpermuted and not narrow and not any(
+                _reads_row_reduction(n, members) for n in sums):
+            sums, tails = [], []
+        segmenter_rule = ""
+        if not sums and ask is not None and kind == "backward" and not unpermuted and not narrow:
+            sums, tails = _column_sums(nodes, members, rows_of_row_reductions, math.inf)
+            sums = [n for n in sums if _rows_and_cols(tensor_val(n.args[0]))[0] > max(region_limit, 0)]
+            answer = ask(gm, nodes) if sums else None
+            if answer:
+                add_note(gm, f"segmenter: nvFuser runs the region of {nodes[0].name} as one {answer[0]} kernel; "
+                             f"its column sums over {_rows_and_cols(tensor_val(sums[0].args[0]))[0]} rows stay in it")
+            if answer == ():  # nvFuser would segment it
+                segmenter_rule = "nvFuser has no one-kernel schedule for the region: it would segment it anyway"
+                mark_only = mark_only and settings.segment_norm_backward
+            else:  # one kernel, or not asked (None)
+                sums, tails = [], []
+        if not sums:
             continue
         rows = _rows_and_cols(tensor_val(sums[0].args[0]))[0]
         if mark_only:
             for node in sums:
                 node.meta[SEGMENT_INPUTS_KEY] = True
-            why = f" (rows of at most {NARROW_NORM_COLS} columns: any size)" if narrow else ""
+            why = (f" ({segmenter_rule})" if segmenter_rule
+                   else f" (rows of at most {NARROW_NORM_COLS} columns: any size)" if narrow else "")
             add_note(gm, f"segment boundary: column sums {', '.join(n.name for n in sums)} over {rows} rows{why} read "
                          f"their inputs through nvFuser's segment_set (segment_norm_backward: one region, "
                          f"their own kernels)")
             continue
-        size_rule = ("an unpermuted sum: any size" if unpermuted
+        size_rule = (segmenter_rule or ("an unpermuted sum: any size" if unpermuted
                      else f"rows of at most {NARROW_NORM_COLS} columns: any size" if narrow
-                     else f"split_norm_backward_rows={limit}")
+                     else f"split_norm_backward_rows={limit}"))
         per_sum = {n: recomputable_feeders([n], members, rows) for n in sums}
         if any(f is None for f in per_sum.values()):
             continue
+        if segmenter_rule:
+            add_note(gm, f"segmenter: {segmenter_rule} (region of {nodes[0].name}, {rows} rows): its column sums "
+                         f"{', '.join(n.name for n in sums)} get a region of their own")
         recompute_in(gm, sums, per_sum, next_id, order)
         for node in tails:
             node.meta[REGION_KEY] = next_id

@@ -3,10 +3,12 @@ what its segmenter then did (issue #11's segmenter-aware planning), and norm bac
 kernel planned three ways.
 
 * `norms`: LayerNorm and RMSNorm forward + backward over [R, D] (R above the cut's row limit),
-  f32 and bf16, planned `whole` (nvFuser segments as it likes), `segset` (the column sums behind a
-  `segment_set`: segment_norm_backward at any row count) and `cut` (the column sums a region of
-  their own: split_norm_backward_rows at any row count); GPU kernel time of a step (torch.profiler sums),
-  kernels per step, and inductor's.
+  f32 and bf16, planned `whole` (nvFuser segments as it likes), `default` (ask_segmenter: the column
+  sums behind a `segment_set` where nvFuser has no one-kernel schedule) and `cut` (the column sums a
+  region of their own: split_norm_backward_rows at any row count); GPU kernel time of a step
+  (torch.profiler sums), kernels per step, and inductor's. (Session 25's first run had a `segset`
+  variant instead of `default`: segment_norm_backward's row limit lifted; a plain LayerNorm's column
+  sums read no row reduction, so it marked nothing and measured as `whole`.)
 * `workload NAME...`: perf workloads; per region, the query's answer (one-kernel schedulers, or none:
   nvFuser will segment) and the segments nvFuser ran (kernels' segment ids in explain()).
 
@@ -31,7 +33,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import dynamo_nvf  # noqa: E402
-import dynamo_nvf.settings as settings_module  # noqa: E402
 from dynamo_nvf.backend import nvf_bookend  # noqa: E402
 from dynamo_nvf.runtime.region import RegionRuntime  # noqa: E402
 from kernel_timing import kernel_us  # noqa: E402
@@ -52,21 +53,23 @@ def _hook() -> None:
                 found = [str(s).split(".")[-1] for s in nvf.schedule.find_compatible_schedulers(entry.fd.fusion, list(args))]
             except Exception as exc:  # noqa: BLE001
                 found = [f"error: {type(exc).__name__}: {str(exc)[:120]}"]
-            QUERIES[self.plan.name] = (found, (time.perf_counter() - start) * 1e3)
+            QUERIES[self.profile_label] = (found, (time.perf_counter() - start) * 1e3)
         return entry
 
     RegionRuntime._build = build
 
 
 def _regions(report) -> list[tuple[str, str, int, list[str], float]]:
-    """(graph kind, region, segments run, schedulers, kernel us) per nvFuser region of explain()'s run."""
+    """(graph kind, region label, segments run, schedulers, kernel us) per region of explain()'s run."""
+    from dynamo_nvf.plan import region_label
+
     rows = []
-    for g in report.to_dict()["graphs"]:
-        for r in g["regions"]:
-            kernels = r.get("kernels") or []
-            segments = len({k.get("segment_id") for k in kernels}) if kernels else (r.get("segments") or 0)
-            rows.append((g["kind"], r["name"], segments, [k["scheduler"] for k in kernels],
-                         sum(k["time_ms"] for k in kernels) * 1e3))
+    for g in report.graphs:
+        for r in g.regions:
+            kernels = r.kernels or []
+            segments = len({k.segment_id for k in kernels}) if kernels else (r.segments or 0)
+            rows.append((g.kind, region_label(g, r), segments, [k.scheduler for k in kernels],
+                         sum(k.time_ms for k in kernels) * 1e3))
     return rows
 
 
@@ -74,14 +77,14 @@ def _print_regions(report) -> None:
     for kind, name, segments, schedulers, us in _regions(report):
         found, ms = QUERIES.get(name, (None, 0.0))
         answer = "not queried" if found is None else ("none: will segment" if not found else ",".join(found))
-        print(f"   {kind:9s} {name:14s} ran {segments} segment(s) [{','.join(schedulers)}] {us:.1f} us | "
+        print(f"   {kind:9s} {name.rsplit(' ', 1)[-1]:14s} ran {segments} segment(s) [{','.join(schedulers)}] {us:.1f} us | "
               f"query: {answer} ({ms:.2f} ms)")
 
 
 NORM_VARIANTS = {
-    "whole": {"split_norm_backward_rows": 0, "segment_norm_backward": False},
-    "segset": {"split_norm_backward_rows": -1, "segment_norm_backward": True},
-    "cut": {"split_norm_backward_rows": 1 << 40},
+    "whole": {"split_norm_backward_rows": 0, "segment_norm_backward": False},  # nvFuser segments as it likes
+    "default": {},  # ask_segmenter: behind a segment_set where nvFuser has no one-kernel schedule
+    "cut": {"split_norm_backward_rows": 1 << 40},  # the column sums in a region of their own
 }
 
 
@@ -94,7 +97,6 @@ def rms_norm(x, w, b):
 
 
 def norms(which: list[str]) -> None:
-    settings_module.AUTO_SPLIT_ROWS = 1 << 40  # segset: segment_norm_backward's limit lifted
     for fn in (f for f in (layer_norm, rms_norm) if not which or f.__name__ in which):
         for dtype in (torch.float32, torch.bfloat16):
             for rows, cols in ((8192, 4096), (8192, 8192), (4096, 16384), (2048, 32768)):
@@ -119,6 +121,10 @@ def norms(which: list[str]) -> None:
                     us, kernels = kernel_us(lambda: step(compiled), 10)
                     print(f"  {variant:7s} {us:9.1f} us, {kernels} kernels per step")
                     _print_regions(report)
+                    for g in report.graphs:
+                        for note in g.rewrites:
+                            if note.startswith(("segmenter", "segment boundary")):
+                                print(f"     {g.kind}: {note}")
                 torch._dynamo.reset()
                 compiled = torch.compile(fn, backend="inductor")
                 us, kernels = kernel_us(lambda: step(compiled), 10)
@@ -147,3 +153,6 @@ if __name__ == "__main__":
         norms(sys.argv[2:])
     else:
         workloads(sys.argv[2:])
+    from dynamo_nvf.segmenter import SegmenterOracle
+
+    print(f"planning's questions used {'meta' if SegmenterOracle._meta_inputs else 'CUDA' if SegmenterOracle._meta_inputs is False else 'no'} inputs")
