@@ -121,10 +121,10 @@ def norms(which: list[str]) -> None:
                     us, kernels = kernel_us(lambda: step(compiled), 10)
                     print(f"  {variant:7s} {us:9.1f} us, {kernels} kernels per step")
                     _print_regions(report)
-                    for g in report.graphs:
-                        for note in g.rewrites:
+                    for graph in report.graphs:
+                        for note in graph.rewrites:
                             if note.startswith(("segmenter", "segment boundary")):
-                                print(f"     {g.kind}: {note}")
+                                print(f"     {graph.kind}: {note}")
                 torch._dynamo.reset()
                 compiled = torch.compile(fn, backend="inductor")
                 us, kernels = kernel_us(lambda: step(compiled), 10)
