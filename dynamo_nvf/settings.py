@@ -118,11 +118,12 @@ class Settings:
     #: Ask nvFuser, while planning on a GPU, whether it could run a backward region that reduces one
     #: tensor over rows and columns, but that the row rules above keep whole, as one kernel
     #: (`nvfuser_direct.schedule.find_compatible_schedulers`, dynamo_nvf/segmenter.py); where it
-    #: could not (it would segment the region anyway), cut the column sums off as those rules do.
-    #: explain() lists each answer among the plan's rewrites. Why: on an H100 (session 25) a
-    #: LayerNorm step at [2048, 32768] took 0.68x (bf16) and 0.87x (f32) the GPU time cut
-    #: (passes/split_reductions.py gives the numbers). A question costs 10-350 ms of compile time
-    #: per distinct region; regions within the row rules are never asked.
+    #: could not (it would segment the region anyway), cut the column sums off into a region of their
+    #: own, with CUDA graphs or without. explain() lists each answer among the plan's rewrites. Why: on
+    #: an H100 (session 25) the GPU time of a LayerNorm step at [2048, 32768] was 0.68x (bf16) and
+    #: 0.88x (f32) cut, of an f32 RMSNorm step 0.69x (passes/split_reductions.py gives the numbers).
+    #: A question costs 10-350 ms of compile time per distinct region; regions within the row rules
+    #: are never asked.
     ask_segmenter: bool = True
     #: Without CUDA graphs, where split_norm_backward would cut a norm backward under graphs (the same
     #: rules: up to AUTO_SPLIT_ROWS rows, or narrow rows at any count), keep the region whole and have

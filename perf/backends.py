@@ -131,6 +131,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_no_segmenter",
+            _nvf({"ask_segmenter": False}),
+            "dynamo_nvf with ask_segmenter off: norm backwards past the row rules stay whole even where "
+            "nvFuser has no one-kernel schedule for them (the default before session 25); opt-in",
+            nvf=True,
+        ),
+        Backend(
             "nvf_whole_norm_bwd",
             _nvf({"segment_norm_backward": False}),
             'dynamo_nvf with segment_norm_backward off: without graphs, norm backwards as one inner-outer '

@@ -543,6 +543,44 @@ def _register_blocks() -> None:
 _register_blocks()
 
 
+#: Wide rows (rows, features): nvFuser 0.2.36 has no one-kernel (inner-outer persistent) schedule for a
+#: LayerNorm's backward here, nor for an f32 RMSNorm's, where ask_segmenter cuts the column sums off
+#: (passes/split_reductions.py); the bf16 RMSNorm keeps its one kernel.
+_WIDE_NORM = {False: (2048, 32768), True: (16, 64)}
+
+
+def _wide_rows(device, dtype, tiny: bool) -> tuple:
+    return (_randn(_WIDE_NORM[tiny], device, dtype),)
+
+
+def _build_wide_layernorm(device, dtype, tiny):
+    return nn.LayerNorm(_WIDE_NORM[tiny][1], device=device, dtype=dtype)
+
+
+def _build_wide_rmsnorm(device, dtype, tiny):
+    return RMSNorm(_WIDE_NORM[tiny][1], device=device, dtype=dtype)
+
+
+def _register_wide_norms() -> None:
+    for base, build in (("layernorm", _build_wide_layernorm), ("rmsnorm", _build_wide_rmsnorm)):
+        for dtype, dsuf in DTYPE_SUFFIX.items():
+            register(
+                Workload(
+                    name=f"{base}_wide_train_{dsuf}",
+                    build=build,
+                    make_inputs=_wide_rows,
+                    kind="train",
+                    dtype=dtype,
+                    tags=frozenset({"block", base, "wide", dsuf, "train"}),
+                    description=f"{base} over {_WIDE_NORM[False][1]} features, forward+backward of "
+                                f"out.float().sum(), {dsuf}",
+                )
+            )
+
+
+_register_wide_norms()
+
+
 # --------------------------------------------------------------------------- embedding
 
 _EMB = {False: (16, 512, 32000, 1024), True: (2, 8, 64, 16)}  # batch, seq, vocab, dim

@@ -375,13 +375,13 @@ def test_segmenter_one_kernel_schedule_keeps_the_region_whole(monkeypatch):
     assert any("as one inner_outer_persistent kernel" in n and "2048 rows" in n for n in plan.rewrites), plan.rewrites
 
 
-def test_segmenter_cut_without_graphs_is_a_segment_boundary(monkeypatch):
-    plan, _ = _plan_with_answer(monkeypatch, (), {})
-    (region,) = plan.regions  # one region call, as segment_norm_backward keeps it
-    (note,) = [n for n in plan.rewrites if "segment boundary" in n]
-    assert "it would segment it anyway" in note and "2048 rows" in note, note
-    plan, _ = _plan_with_answer(monkeypatch, (), {"segment_norm_backward": False})
-    assert len(plan.regions) == 2  # no boundaries wanted: a region of their own
+@pytest.mark.parametrize("options", [{}, {"segment_norm_backward": False}])
+def test_segmenter_cut_without_graphs_is_a_region_too(monkeypatch, options):
+    """Without graphs too, not a segment boundary (nvFuser then still cut the row part its own way)."""
+    plan, oracle = _plan_with_answer(monkeypatch, (), options)
+    assert oracle.asked == 1 and len(plan.regions) == 2
+    assert not any("segment boundary" in n for n in plan.rewrites), plan.rewrites
+    assert any(n.startswith("segmenter: nvFuser has no one-kernel schedule") for n in plan.rewrites)
 
 
 @pytest.mark.parametrize("options, rows", [
@@ -454,9 +454,9 @@ print(json.dumps(out))
 @pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser")
 def test_gpu_segmenter_answers_for_wide_and_narrow_norm_backwards():
     """nvFuser itself: a LayerNorm backward over [2048, 32768] bf16 has no one-kernel schedule, so its
-    column sums run behind a segment boundary (no inner-outer kernel); over [4096, 4096] nvFuser runs it
-    as one inner-outer persistent kernel, and the region is left to it. In a child process: nvFuser's
-    profiler cannot follow torch.profiler in one process."""
+    column sums get a region of their own (one reduction kernel; no inner-outer kernel); over [4096, 4096]
+    nvFuser runs it as one inner-outer persistent kernel, and the region is left to it. In a child
+    process: nvFuser's profiler cannot follow torch.profiler in one process."""
     import json
     import os
     import subprocess
@@ -469,8 +469,8 @@ def test_gpu_segmenter_answers_for_wide_and_narrow_norm_backwards():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     wide, square = result["2048x32768"], result["4096x4096"]
     assert any("it would segment it anyway" in n for n in wide["rewrites"]), wide
-    (wide_kernels,) = wide["kernels"]
-    assert len(wide_kernels) >= 2 and not any("inner_outer" in s for s in wide_kernels), wide
+    rows_kernels, column_kernels = wide["kernels"]
+    assert column_kernels == ["reduction"] and not any("inner_outer" in s for s in rows_kernels), wide
     assert any("as one inner_outer_persistent kernel" in n for n in square["rewrites"]), square
     (square_kernels,) = square["kernels"]
     assert any("inner_outer" in s for s in square_kernels), square
@@ -480,8 +480,8 @@ def test_gpu_segmenter_answers_for_wide_and_narrow_norm_backwards():
 @pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser")
 @pytest.mark.parametrize("cuda_graphs", [False, True])
 def test_gpu_segmenter_cut_matches_eager(cuda_graphs):
-    """The wide LayerNorm's cut (a region of its own under graphs, a segment boundary without), on fresh
-    inputs: gradients within bf16 bounds of an f32 reference, eager's strides."""
+    """The wide LayerNorm's cut, with graphs and without, on fresh inputs: gradients within bf16 bounds
+    of an f32 reference, eager's strides."""
     import torch.nn.functional as F
 
     torch.manual_seed(0)

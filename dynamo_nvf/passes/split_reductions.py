@@ -221,13 +221,15 @@ def split_norm_backward(gm: GraphModule, settings: Settings, kind: str, ask: Opt
     rows than the rules above cut is kept whole because there nvFuser runs it as one inner-outer
     persistent kernel, which beats two kernels at many rows (BERT-style at 4096 rows: 4% less GPU time
     whole). Where nvFuser has no one-kernel schedule for the region (`ask` answers no scheduler), it
-    would segment the region anyway, at boundaries of its own, and the cut is made instead: under CUDA
-    graphs as a region of its own, without them behind a segment boundary (segment_norm_backward).
-    On an H100 (session 25, scripts/repros/segmenter_oracle.py, GPU time of a LayerNorm forward and
-    backward step) at [2048, 32768], where nvFuser segments the backward into a reduction and an
-    inner-persistent kernel, cutting took bf16 from 534.9 to 363.9 us (inductor 460.9) and f32 from
-    802.8 to 700.6 (inductor 847.8); up to [4096, 16384], where nvFuser has the one kernel, whole
-    was 17-35% faster than cut.
+    would segment the region anyway, at boundaries of its own, and the cut is made instead, as a region
+    of its own with CUDA graphs or without. On an H100 (session 25, scripts/repros/segmenter_oracle.py,
+    GPU time of a forward and backward step, no graphs), where nvFuser segments the backward into a
+    reduction and an inner-persistent kernel: LayerNorm [2048, 32768] bf16 536.7 us whole, 362.8 cut
+    (inductor 455.1), f32 799.7 and 700.8 (847.6); RMSNorm [2048, 32768] f32 942.1 and 652.0 (679.3).
+    The column sums behind a segment_set instead (segment_norm_backward's way, one region call) took
+    489.8, 834.2 and 675.1: nvFuser still cut the row part its own way. The extra region's host time
+    (10-20 us) is small against such steps. Where nvFuser has the one kernel (to [4096, 16384] f32 and
+    bf16, RMSNorm bf16 [2048, 32768]), whole was 17-40% faster than cut, and the region stays whole.
 
     The narrow-rows rule (NARROW_NORM_COLS) holds in backward graphs only: an inference region that
     sums columns next to an amax over rows (tests/test_unflatten_reductions.py) failed nvFuser 0.2.36's
@@ -269,9 +271,9 @@ def split_norm_backward(gm: GraphModule, settings: Settings, kind: str, ask: Opt
             if answer:
                 add_note(gm, f"segmenter: nvFuser runs the region of {nodes[0].name} as one {answer[0]} kernel; "
                              f"its column sums over {_rows_and_cols(tensor_val(sums[0].args[0]))[0]} rows stay in it")
-            if answer == ():  # nvFuser would segment it
+            if answer == ():  # nvFuser would segment it: cut, graphs or not (a segment_set measured worse)
                 segmenter_rule = "nvFuser has no one-kernel schedule for the region: it would segment it anyway"
-                mark_only = mark_only and settings.segment_norm_backward
+                mark_only = False
             else:  # one kernel, or not asked (None)
                 sums, tails = [], []
         if not sums:
