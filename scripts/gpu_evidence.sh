@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s25c     ask_segmenter: GPU tests, the wide norm blocks side by side, the tier's segmenter notes (#11)
 #   scripts/gpu_evidence.sh s25b     ask_segmenter: split_norm_backward's GPU tests; wide norms whole, default and cut (#11)
 #   scripts/gpu_evidence.sh s25a     nvFuser's one-kernel schedulers queried per region, against the segments it ran (#11)
 #   scripts/gpu_evidence.sh s24a     the stem LayerNorm2d in memory order; the embedding forward's forms (#10, #11)
@@ -748,6 +749,19 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s25c)
+    # Session 25: ask_segmenter cutting with or without graphs. Its GPU tests; perf's wide norm blocks,
+    # GPU time side by side against it off; the model tier's training steps' segmenter notes.
+    direct_tests 200 tests/test_split_norm_backward.py tests/test_perf_harness.py
+    timeout 280 python3 -m perf.interleave --tag wide --gpu \
+      --backends inductor,nvf_bookend,nvf_no_segmenter,nvf_untrimmed,eager --rounds 5 --acceptance \
+      --json "$OUT/wide_il.json" > "$OUT/wide_il.log" 2>&1; echo "wide rc=$?"
+    grep -E "^\| [a-z]" "$OUT/wide_il.log" | cut -c1-220
+    ( cd scripts/repros
+      timeout $((585 - SECONDS)) python3 segmenter_oracle.py notes $(echo $IL10_TRAIN | tr , ' ') 2>&1 | grep -v -i warn
+    ) | tee "$OUT/s25c_notes.txt"
     echo "elapsed ${SECONDS}s"
     ;;
   s25b)

@@ -9,6 +9,7 @@ kernel planned three ways.
   (torch.profiler sums), kernels per step, and inductor's. (Session 25's first run had a `segset`
   variant instead of `default`: segment_norm_backward's row limit lifted; a plain LayerNorm's column
   sums read no row reduction, so it marked nothing and measured as `whole`.)
+* `notes NAME...`: perf workloads; the segmenter notes planning wrote, with and without graphs.
 * `workload NAME...`: perf workloads; per region, the query's answer (one-kernel schedulers, or none:
   nvFuser will segment) and the segments nvFuser ran (kernels' segment ids in explain()).
 
@@ -17,6 +18,7 @@ Each region is queried on its first build, with its real inputs, on the definiti
 
     python scripts/repros/segmenter_oracle.py norms [layer_norm] [rms_norm]
     python scripts/repros/segmenter_oracle.py workload bert_train_bf16_small llama_train_bf16_small
+    python scripts/repros/segmenter_oracle.py notes bert_train_bf16_small   # planning's segmenter notes
 """
 
 from __future__ import annotations
@@ -131,6 +133,19 @@ def norms(which: list[str]) -> None:
                 print(f"  inductor {us:8.1f} us, {kernels} kernels per step", flush=True)
 
 
+def notes(names: list[str]) -> None:
+    """Planning's segmenter notes per perf workload (explain() without profiling), without and with graphs."""
+    from perf.workloads import REGISTRY
+
+    for name in names:
+        for options in ({}, {"cuda_graphs": True}):
+            torch._dynamo.reset()
+            inst = REGISTRY[name].instantiate("cuda")
+            report = dynamo_nvf.explain(inst.fn, *inst.inputs, options=options, profiler="none")
+            found = [f"{g.kind}: {n}" for g in report.graphs for n in g.rewrites if n.startswith("segmenter")]
+            print(f"{name} {options}: {len(found)} segmenter note(s)", *found, sep="\n   ", flush=True)
+
+
 def workloads(names: list[str]) -> None:
     from perf.workloads import REGISTRY
 
@@ -151,6 +166,8 @@ if __name__ == "__main__":
     _hook()
     if sys.argv[1] == "norms":
         norms(sys.argv[2:])
+    elif sys.argv[1] == "notes":
+        notes(sys.argv[2:])
     else:
         workloads(sys.argv[2:])
     from dynamo_nvf.segmenter import SegmenterOracle
