@@ -87,7 +87,7 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     gm = split_norm_backward(gm, settings, kind, oracle)
     notes += gm.meta.pop(NOTES_KEY, [])
     if oracle is not None and oracle.asked:
-        notes.append(f"segmenter: {oracle.asked} question(s) to nvFuser's schedulers, {oracle.spent_ms:.0f} ms")
+        notes.append(f"segmenter: {oracle.asked} question(s) to nvFuser (schedulers, timings), {oracle.spent_ms:.0f} ms")
     if settings.memory_order_reductions and kind != "backward":  # memory_order_reductions says why
         gm = reduce_in_memory_order(gm)
         notes += gm.meta.pop(NOTES_KEY, [])

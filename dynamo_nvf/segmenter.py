@@ -1,9 +1,11 @@
-"""Asks nvFuser, while a graph is planned, whether it could run a region as one kernel.
+"""Asks nvFuser, while a graph is planned, whether it could run a region as one kernel, and how long
+the region and its alternatives take on the GPU.
 
 `nvfuser_direct.schedule.find_compatible_schedulers(fusion, inputs)` lists the schedulers that take a
 whole fusion for given inputs; an empty list means nvFuser's segmenter will cut it into several
 kernels at boundaries of its own choosing. Planning (passes/split_reductions.py) asks this of norm
-backwards too large for its row rules, and cuts them itself where nvFuser would segment anyway.
+backwards too large for its row rules; where nvFuser would segment, it times the whole region and
+the two regions of its own cut (`gpu_us`: compiled and run on random inputs) and keeps the faster.
 
 The question is asked of the region as lowered, before nvFuser's pre-segmentation passes, with
 inputs that have the traced values' sizes, strides and dtypes (meta tensors where nvFuser takes them,
@@ -11,19 +13,20 @@ else uninitialised CUDA memory). On an H100 (nvfuser_direct 0.2.36, session 25,
 scripts/repros/segmenter_oracle.py) it takes 10-350 ms per region, so answers are kept per fusion key
 (a model's identical layers ask once), and only regions a rule would act on are asked. The answer
 agreed with the segments nvFuser then ran for the norm backwards asked about (one inner_outer_persistent
-kernel up to [4096, 16384], none at [2048, 32768]); for other regions it is less reliable (pre-
-segmentation passes change them), which is why nothing else asks.
+kernel up to [4096, 16384], none at [2048, 32768] except a bf16 RMSNorm's); for other regions it is
+less reliable (pre-segmentation passes change them), which is why nothing else asks. A timing
+compiles the region (a second compile where the runtime later builds the same one): seconds of
+compile time, paid only where nvFuser would segment.
 """
-
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
-from torch.fx import GraphModule, Node
-from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule
+from torch.fx import GraphModule
 
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf._compat import hint_int
@@ -32,21 +35,21 @@ from dynamo_nvf.settings import Settings
 
 log = logging.getLogger("dynamo_nvf")
 
-#: Answers the oracle gives: the one-kernel schedulers' names ("inner_outer_persistent", ...), empty
-#: when nvFuser would segment; None when it could not be asked.
-Answer = Optional[tuple[str, ...]]
-#: What planning passes receive: the region's nodes (in graph order) of `gm` in, an Answer out.
-Oracle = Callable[[GraphModule, list[Node]], Answer]
-
 #: Share of the GPU's free memory that real inputs for one question may take (where meta tensors
-#: are refused); a larger region is not asked.
+#: are refused, and for timing); a larger region is not asked.
 _MAX_FREE_SHARE = 0.25
+#: Calls timed per region after two warm-up calls, all behind one spin kernel that hides the host.
+_TIMED_CALLS = 5
+#: Cycles of that spin (~1 ms on an H100): longer than the host takes to enqueue the timed calls.
+_SPIN_CYCLES = 2_000_000
 
 
 class SegmenterOracle:
-    """One per planned graph set (a compile): keeps its answers by fusion key and its time spent."""
+    """What planning asks nvFuser (passes/split_reductions.Oracle); answers are kept per fusion key for
+    the process, so a model's identical layers, or a recompile, ask once."""
 
-    _answers: dict[str, Answer] = {}  # process-wide: the same region asked by a recompile
+    _schedulers: dict[str, Optional[tuple[str, ...]]] = {}
+    _gpu_us: dict[str, Optional[float]] = {}
     _meta_inputs: Optional[bool] = None  # whether nvFuser took meta tensors (tried once per process)
 
     def __init__(self) -> None:
@@ -56,45 +59,83 @@ class SegmenterOracle:
         self.asked = 0
         self.spent_ms = 0.0
 
-    def __call__(self, gm: GraphModule, nodes: list[Node]) -> Answer:
-        try:
-            sub, inputs, _ = fuse_as_graphmodule(gm, nodes, "nvf_segmenter_query")
-        except Exception as exc:  # noqa: BLE001 - a question nobody can ask is not an error
-            log.debug("segmenter: region of %s not extracted: %s", nodes[0].name, exc)
-            return None
-        key = region_fusion_key(sub)
-        if key in self._answers:
-            return self._answers[key]
-        start = time.perf_counter()
-        answer = self._ask(sub, [n.meta.get("val") for n in inputs])
-        self.asked += 1
-        self.spent_ms += (time.perf_counter() - start) * 1e3
-        self._answers[key] = answer
-        log.debug("segmenter: region of %s (key %s): %s", nodes[0].name, key,
-                  "not asked" if answer is None else (", ".join(answer) or "no one-kernel scheduler"))
-        return answer
+    def schedulers(self, region: GraphModule) -> Optional[tuple[str, ...]]:
+        key = region_fusion_key(region)
+        if key not in self._schedulers:
+            with self._spending():
+                self._schedulers[key] = self._ask(region)
+            log.debug("segmenter: region %s: %s", key, self._schedulers[key])
+        return self._schedulers[key]
 
-    def _ask(self, sub: GraphModule, vals: Sequence[Any]) -> Answer:
+    def gpu_us(self, region: GraphModule) -> Optional[float]:
+        key = region_fusion_key(region)
+        if key not in self._gpu_us:
+            with self._spending():
+                self._gpu_us[key] = self._time(region)
+            log.debug("segmenter: region %s takes %s us", key, self._gpu_us[key])
+        return self._gpu_us[key]
+
+    @contextlib.contextmanager
+    def _spending(self) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.asked += 1
+            self.spent_ms += (time.perf_counter() - start) * 1e3
+
+    def _ask(self, region: GraphModule) -> Optional[tuple[str, ...]]:
         from dynamo_nvf.lowering import build_fusion
 
+        vals = _input_vals(region)
         for meta in ((True, False) if SegmenterOracle._meta_inputs is None
                      else (SegmenterOracle._meta_inputs,)):
-            args = _example_inputs(vals, meta)
+            args = _example_inputs(vals, "meta" if meta else "empty")
             if args is None:
                 return None
             try:
-                fd = build_fusion(self._nvf, sub, args).fd
+                fd = build_fusion(self._nvf, region, args).fd
                 found = self._nvf.schedule.find_compatible_schedulers(fd.fusion, list(args))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - a question nobody can answer is not an error
                 log.debug("segmenter: question failed (%s inputs): %s", "meta" if meta else "CUDA", exc)
                 continue
             SegmenterOracle._meta_inputs = meta
             return tuple(str(s).rsplit(".", 1)[-1] for s in found)
         return None
 
+    def _time(self, region: GraphModule) -> Optional[float]:
+        """GPU us per call of the region's fusion on random inputs of its traced sizes: compiled and
+        warmed up first, then `_TIMED_CALLS` calls queued behind a spin kernel, between CUDA events."""
+        from dynamo_nvf.lowering import build_fusion
 
-def _example_inputs(vals: Sequence[Any], meta: bool) -> Optional[list[Any]]:
-    """Inputs with the traced values' sizes, strides and dtypes, or None where one cannot be made."""
+        args = _example_inputs(_input_vals(region), "random")
+        if args is None:
+            return None
+        try:
+            fd = build_fusion(self._nvf, region, args).fd
+            for _ in range(2):
+                fd.execute(args)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(_SPIN_CYCLES)
+            start.record()
+            for _ in range(_TIMED_CALLS):
+                fd.execute(args)
+            end.record()
+            end.synchronize()
+        except Exception as exc:  # noqa: BLE001
+            log.debug("segmenter: timing failed: %s", exc)
+            return None
+        return start.elapsed_time(end) * 1e3 / _TIMED_CALLS
+
+
+def _input_vals(region: GraphModule) -> list[Any]:
+    return [n.meta.get("val") for n in region.graph.nodes if n.op == "placeholder"]
+
+
+def _example_inputs(vals: Sequence[Any], kind: str) -> Optional[list[Any]]:
+    """Inputs with the traced values' sizes, strides and dtypes, or None where one cannot be made:
+    `kind` "meta" (no memory), "empty" (uninitialised CUDA memory) or "random" (normal floats, zero
+    integers, for timing)."""
     args: list[Any] = []
     total = 0
     for val in vals:
@@ -109,15 +150,21 @@ def _example_inputs(vals: Sequence[Any], meta: bool) -> Optional[list[Any]]:
                 continue
             if val.device.type != "cuda":
                 return None
-            if not meta:
-                total += (1 + sum((n - 1) * st for n, st in zip(sizes, strides) if n > 0)) * val.element_size()
-                if total > _MAX_FREE_SHARE * torch.cuda.mem_get_info(val.device)[0]:
-                    return None
-            args.append(torch.empty_strided(sizes, strides, dtype=val.dtype, device="meta" if meta else val.device))
+            if kind == "meta":
+                args.append(torch.empty_strided(sizes, strides, dtype=val.dtype, device="meta"))
+                continue
+            elements = 0 if 0 in sizes else 1 + sum((n - 1) * st for n, st in zip(sizes, strides))
+            total += elements * val.element_size()
+            if total > _MAX_FREE_SHARE * torch.cuda.mem_get_info(val.device)[0]:
+                return None
+            base = torch.empty(elements, dtype=val.dtype, device=val.device)  # filled whole: strides may overlap
+            if kind == "random":
+                base.normal_() if base.is_floating_point() else base.zero_()
+            args.append(base.as_strided(sizes, strides))
         elif isinstance(val, (bool, int, float)):
             args.append(val)
-        elif isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool):
-            args.append(hint_int(val) if isinstance(val, torch.SymInt) else val.node.hint)
+        elif isinstance(val, torch.SymInt):
+            args.append(hint_int(val))
         else:
             return None
     return args

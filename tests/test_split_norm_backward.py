@@ -336,52 +336,89 @@ def test_gpu_segment_boundary_gives_the_column_sums_a_kernel_of_their_own():
 
 
 class _Answers:
-    """Stands in for nvFuser's answer on a CPU machine only (the GPU test below asks the real one):
-    records each question's region and gives a fixed answer."""
+    """Stands in for nvFuser's answers on a CPU machine only (the GPU tests below ask the real one):
+    a fixed schedulers answer, and GPU times by what a region sums: `whole_us` for the region with row
+    and column sums, `cut_us` for the cut's (rows part, column part). Records what it was asked."""
 
-    def __init__(self, answer):
-        self.answer, self.questions, self.asked, self.spent_ms = answer, [], 0, 0.0
+    def __init__(self, answer, whole_us=100.0, cut_us=(30.0, 30.0)):
+        self.answer, self.whole_us, self.cut_us = answer, whole_us, cut_us
+        self.asked, self.spent_ms, self.timed = 0, 0.0, []
 
-    def __call__(self, gm, nodes):
-        self.questions.append([n.name for n in nodes])
+    def schedulers(self, region):
         self.asked += 1
         return self.answer
 
+    def gpu_us(self, region):
+        self.asked += 1
+        sums = [n for n in region.graph.nodes if n.op == "call_function" and split_reductions._is_column_sum(n)]
+        rows = [n for n in region.graph.nodes if n.op == "call_function" and split_reductions._is_row_reduction(n)]
+        self.timed.append((len(rows), len(sums)))
+        if self.whole_us is None:
+            return None
+        return self.whole_us if sums and rows else self.cut_us[0] if rows else self.cut_us[1]
 
-def _plan_with_answer(monkeypatch, answer, options, rows=2048, width=WIDE):
+
+def _plan_with_answer(monkeypatch, answers, options, rows=2048, width=WIDE):
     import dynamo_nvf.backend as backend
 
-    oracle = _Answers(answer)
-    monkeypatch.setattr(backend, "oracle_for", lambda settings: oracle if settings.ask_segmenter else None)
-    return _backward_plan(options, rows=rows, width=width), oracle
+    monkeypatch.setattr(backend, "oracle_for", lambda settings: answers if settings.ask_segmenter else None)
+    return _backward_plan(options, rows=rows, width=width)
 
 
-def test_segmenter_no_one_kernel_schedule_cuts_past_the_row_limit(monkeypatch):
+def test_segmenter_cuts_where_nvfuser_would_segment_and_the_cut_measures_faster(monkeypatch):
     """2048 rows under graphs: past AUTO_SPLIT_ROWS the row rule keeps the region whole; nvFuser
-    answering that no scheduler takes it whole (it would segment anyway) makes the cut."""
-    plan, oracle = _plan_with_answer(monkeypatch, (), {"cuda_graphs": True})
-    assert oracle.asked == 1 and any(name.startswith("sum") for name in oracle.questions[0])
+    answering that no scheduler takes it whole, and the cut timing faster, makes the cut."""
+    answers = _Answers(())
+    plan = _plan_with_answer(monkeypatch, answers, {"cuda_graphs": True})
+    # timed: the whole region (row and column sums), the rows part, the column part (3 sums)
+    assert answers.timed == [(answers.timed[0][0], 3), (answers.timed[0][0], 0), (0, 3)], answers.timed
     rows_region, cols_region = plan.regions
     assert cols_region.ops.count("aten.sum.dim_IntList") == 3 and "[0, 1]" not in rows_region.fx_code
-    assert any("it would segment it anyway" in note for note in cols_region.boundary), cols_region.boundary
-    assert any(n.startswith("segmenter: nvFuser has no one-kernel schedule") and "2048 rows" in n
+    assert any("the cut measured faster (the cut 30.0 + 30.0 us of GPU time against 100.0 whole)" in note
+               for note in cols_region.boundary), cols_region.boundary
+    assert any(n.startswith("segmenter: nvFuser would segment the region of") and "2048 rows" in n
+               and "get a region of their own" in n for n in plan.rewrites), plan.rewrites
+    assert any(n.startswith("segmenter: 4 question(s)") for n in plan.rewrites), plan.rewrites
+
+
+def test_segmenter_keeps_the_region_whole_where_the_cut_measures_slower(monkeypatch):
+    answers = _Answers((), whole_us=100.0, cut_us=(60.0, 50.0))
+    plan = _plan_with_answer(monkeypatch, answers, {"cuda_graphs": True})
+    assert len(plan.regions) == 1
+    assert any("but the cut 60.0 + 50.0 us of GPU time against 100.0 whole: kept whole" in n
                for n in plan.rewrites), plan.rewrites
-    assert any(n.startswith("segmenter: 1 question(s)") for n in plan.rewrites), plan.rewrites
 
 
-def test_segmenter_one_kernel_schedule_keeps_the_region_whole(monkeypatch):
-    plan, oracle = _plan_with_answer(monkeypatch, ("inner_outer_persistent",), {"cuda_graphs": True})
-    assert oracle.asked == 1 and len(plan.regions) == 1
-    assert any("as one inner_outer_persistent kernel" in n and "2048 rows" in n for n in plan.rewrites), plan.rewrites
+def test_segmenter_counts_the_extra_region_host_time_without_graphs(monkeypatch):
+    """45 + 40 us cut against 100 whole: cut under graphs; without them the extra call's 15 us of host
+    time makes it 100, within the margin: whole."""
+    answers = _Answers((), whole_us=100.0, cut_us=(45.0, 40.0))
+    assert len(_plan_with_answer(monkeypatch, answers, {"cuda_graphs": True}).regions) == 2
+    plan = _plan_with_answer(monkeypatch, _Answers((), whole_us=100.0, cut_us=(45.0, 40.0)), {})
+    assert len(plan.regions) == 1 and any("+ 15 us host against 100.0 whole: kept whole" in n for n in plan.rewrites)
 
 
 @pytest.mark.parametrize("options", [{}, {"segment_norm_backward": False}])
 def test_segmenter_cut_without_graphs_is_a_region_too(monkeypatch, options):
     """Without graphs too, not a segment boundary (nvFuser then still cut the row part its own way)."""
-    plan, oracle = _plan_with_answer(monkeypatch, (), options)
-    assert oracle.asked == 1 and len(plan.regions) == 2
+    plan = _plan_with_answer(monkeypatch, _Answers(()), options)
+    assert len(plan.regions) == 2
     assert not any("segment boundary" in n for n in plan.rewrites), plan.rewrites
-    assert any(n.startswith("segmenter: nvFuser has no one-kernel schedule") for n in plan.rewrites)
+
+
+def test_segmenter_one_kernel_schedule_keeps_the_region_whole_untimed(monkeypatch):
+    answers = _Answers(("inner_outer_persistent",))
+    plan = _plan_with_answer(monkeypatch, answers, {"cuda_graphs": True})
+    assert answers.asked == 1 and not answers.timed and len(plan.regions) == 1
+    assert any("as one inner_outer_persistent kernel: kept whole" in n and "2048 rows" in n
+               for n in plan.rewrites), plan.rewrites
+
+
+@pytest.mark.parametrize("answer, whole_us", [(None, 100.0), ((), None)])
+def test_segmenter_without_an_answer_keeps_the_region_whole(monkeypatch, answer, whole_us):
+    plan = _plan_with_answer(monkeypatch, _Answers(answer, whole_us=whole_us), {"cuda_graphs": True})
+    assert len(plan.regions) == 1
+    assert any("was not measured" in n for n in plan.rewrites) == (answer == ())
 
 
 @pytest.mark.parametrize("options, rows", [
@@ -391,32 +428,33 @@ def test_segmenter_cut_without_graphs_is_a_region_too(monkeypatch, options):
     ({}, 64),                                                      # marked by segment_norm_backward
 ])
 def test_segmenter_is_asked_only_past_the_row_rules(monkeypatch, options, rows):
-    plan, oracle = _plan_with_answer(monkeypatch, (), options, rows=rows)
-    assert oracle.asked == 0
+    answers = _Answers(())
+    plan = _plan_with_answer(monkeypatch, answers, options, rows=rows)
+    assert answers.asked == 0
     assert not any(n.startswith("segmenter") for n in plan.rewrites)
 
 
 def test_segmenter_is_not_asked_for_forward_graphs(monkeypatch):
     import dynamo_nvf.backend as backend
 
-    oracle = _Answers(())
-    monkeypatch.setattr(backend, "oracle_for", lambda settings: oracle)
+    answers = _Answers(())
+    monkeypatch.setattr(backend, "oracle_for", lambda settings: answers)
     block = NormBlock(WIDE)
     cuda_plans(lambda x, r: block(x, r), (128, 16, WIDE), (128, 16, WIDE), fake=False, options={"cuda_graphs": True})
-    assert oracle.asked == 0
+    assert answers.asked == 0
 
 
 def test_segmenter_cut_gradients_match_eager(monkeypatch):
     import dynamo_nvf.backend as backend
 
-    oracle = _Answers(())
-    monkeypatch.setattr(backend, "oracle_for", lambda settings: oracle)
+    answers = _Answers(())
+    monkeypatch.setattr(backend, "oracle_for", lambda settings: answers)
     block = NormBlock(WIDE)
     x, r = torch.randn(128, 16, WIDE), torch.randn(128, 16, WIDE)
-    options = device_options("cpu", strict=True) | {"cuda_graphs": False, "segment_norm_backward": False}
+    options = device_options("cpu", strict=True) | {"cuda_graphs": False}
     plans = check_training(block, [x, r], options, params=list(block.parameters()))
     backward = next(p for p in plans if p.kind == "backward")
-    assert oracle.asked == 1 and len(backward.regions) == 2
+    assert answers.timed and len(backward.regions) == 2
 
 
 def test_no_oracle_on_a_cpu_plan_or_when_off():
@@ -453,10 +491,11 @@ print(json.dumps(out))
 @pytest.mark.gpu
 @pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser")
 def test_gpu_segmenter_answers_for_wide_and_narrow_norm_backwards():
-    """nvFuser itself: a LayerNorm backward over [2048, 32768] bf16 has no one-kernel schedule, so its
-    column sums get a region of their own (one reduction kernel; no inner-outer kernel); over [4096, 4096]
-    nvFuser runs it as one inner-outer persistent kernel, and the region is left to it. In a child
-    process: nvFuser's profiler cannot follow torch.profiler in one process."""
+    """nvFuser itself: a LayerNorm backward over [2048, 32768] bf16 has no one-kernel schedule, and the
+    cut timed faster (536.7 against 362.8 us a step in session 25), so its column sums get a region of
+    their own (one reduction kernel; no inner-outer kernel); over [4096, 4096] nvFuser runs it as one
+    inner-outer persistent kernel, and the region is left to it. In a child process: nvFuser's profiler
+    cannot follow torch.profiler in one process."""
     import json
     import os
     import subprocess
@@ -468,10 +507,10 @@ def test_gpu_segmenter_answers_for_wide_and_narrow_norm_backwards():
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     wide, square = result["2048x32768"], result["4096x4096"]
-    assert any("it would segment it anyway" in n for n in wide["rewrites"]), wide
+    assert any("get a region of their own" in n for n in wide["rewrites"]), wide
     rows_kernels, column_kernels = wide["kernels"]
     assert column_kernels == ["reduction"] and not any("inner_outer" in s for s in rows_kernels), wide
-    assert any("as one inner_outer_persistent kernel" in n for n in square["rewrites"]), square
+    assert any("as one inner_outer_persistent kernel: kept whole" in n for n in square["rewrites"]), square
     (square_kernels,) = square["kernels"]
     assert any("inner_outer" in s for s in square_kernels), square
 

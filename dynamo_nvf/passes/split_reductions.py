@@ -23,10 +23,11 @@ Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), Grap
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Optional, Protocol
 
 import torch
 from torch.fx import GraphModule, Node
+from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule
 
 from dynamo_nvf.ops.context import SEGMENT_INPUTS_KEY
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, reduced_dims
@@ -36,9 +37,25 @@ from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of
 from dynamo_nvf.passes.unpermute_reductions import UNPERMUTED_KEY
 from dynamo_nvf.settings import NARROW_NORM_COLS, Settings
 
-#: segmenter.Oracle's shape (not imported: passes stay free of nvFuser): a region's nodes in, the
-#: names of nvFuser's one-kernel schedulers out, () when it would segment, None when not asked.
-Oracle = Callable[[GraphModule, list[Node]], Optional[tuple[str, ...]]]
+
+
+class Oracle(Protocol):
+    """What planning may ask of nvFuser about a region, given as a standalone GraphModule whose
+    placeholders carry traced values (dynamo_nvf/segmenter.py answers; passes stay free of nvFuser)."""
+
+    def schedulers(self, region: GraphModule) -> Optional[tuple[str, ...]]:
+        """nvFuser's schedulers that take the whole region as one kernel; () when it would segment
+        it; None when it could not be asked."""
+
+    def gpu_us(self, region: GraphModule) -> Optional[float]:
+        """The region's GPU time per call on inputs of its traced sizes; None when not measured."""
+
+
+#: A cut the segmenter's trial chose must take at most this share of the whole region's GPU time
+#: (with graphs off, plus HOST_US_PER_EXTRA_REGION): below it, measurement noise.
+TRIAL_MARGIN = 0.97
+#: Host time of one more region call without CUDA graphs (fec.execute's floor is ~12 us, H100).
+HOST_US_PER_EXTRA_REGION = 15.0
 
 aten = torch.ops.aten
 
@@ -206,6 +223,58 @@ def _column_sums(nodes: list[Node], members: set[Node], row_shapes: set[tuple[in
     return sums, tails
 
 
+def _cut_copy(gm: GraphModule, nodes: list[Node], sums: list[Node], tails: list[Node],
+              rows: int) -> Optional[list[GraphModule]]:
+    """The two regions the cut would make of `nodes`, as standalone GraphModules (built on a copy; `gm`
+    is left as it is), or None where the cut is refused."""
+    copy, _, _ = fuse_as_graphmodule(gm, nodes, "nvf_cut_trial")
+    by_name = {n.name: n for n in copy.graph.nodes}
+    members = {n for n in copy.graph.nodes if n.op == "call_function"}
+    for node in members:
+        node.meta[REGION_KEY] = 0
+    copied_sums = [by_name[n.name] for n in sums]
+    per_sum = {n: recomputable_feeders([n], members, rows) for n in copied_sums}
+    if any(f is None for f in per_sum.values()):
+        return None
+    recompute_in(copy, copied_sums, per_sum, 1, {n: i for i, n in enumerate(copy.graph.nodes)})
+    for node in [by_name[n.name] for n in tails] + copied_sums:
+        node.meta[REGION_KEY] = 1
+    copy.graph.lint()
+    return [fuse_as_graphmodule(copy, part, f"nvf_cut_trial_{i}")[0]
+            for i, part in sorted(regions_of(copy).items())]
+
+
+def _ask_segmenter(gm: GraphModule, nodes: list[Node], sums: list[Node], tails: list[Node], ask: Oracle,
+                   settings: Settings) -> str:
+    """Why the column sums `sums` of a region the row rules keep whole are cut after all ('' when not):
+    nvFuser has no one-kernel schedule for the region (it would segment it anyway), and the cut's two
+    regions measured faster on the GPU than the whole one. Notes each answer for explain()."""
+    rows = _rows_and_cols(tensor_val(sums[0].args[0]))[0]
+    whole, _, _ = fuse_as_graphmodule(gm, nodes, "nvf_whole_trial")
+    answer = ask.schedulers(whole)
+    where = f"the region of {nodes[0].name} ({rows} rows)"
+    if answer:
+        add_note(gm, f"segmenter: nvFuser runs {where} as one {answer[0]} kernel: kept whole")
+        return ""
+    if answer is None:
+        return ""
+    parts = _cut_copy(gm, nodes, sums, tails, rows)
+    whole_us = ask.gpu_us(whole)
+    part_us = [ask.gpu_us(p) for p in parts] if parts else [None]
+    if whole_us is None or any(us is None for us in part_us):
+        add_note(gm, f"segmenter: nvFuser would segment {where}; the cut was not measured: kept whole")
+        return ""
+    cut_us = sum(part_us) + (0.0 if settings.cuda_graphs else HOST_US_PER_EXTRA_REGION)
+    measured = (f"the cut {' + '.join(f'{us:.1f}' for us in part_us)} us of GPU time"
+                f"{'' if settings.cuda_graphs else f' + {HOST_US_PER_EXTRA_REGION:.0f} us host'} against {whole_us:.1f} whole")
+    if cut_us > TRIAL_MARGIN * whole_us:
+        add_note(gm, f"segmenter: nvFuser would segment {where}, but {measured}: kept whole")
+        return ""
+    add_note(gm, f"segmenter: nvFuser would segment {where}; {measured}: its column sums "
+                 f"{', '.join(n.name for n in sums)} get a region of their own")
+    return f"nvFuser would segment the region anyway, and the cut measured faster ({measured})"
+
+
 def split_norm_backward(gm: GraphModule, settings: Settings, kind: str, ask: Optional[Oracle] = None) -> GraphModule:
     """Moves each qualifying region's column sums, with copies of what feeds them, to a new region.
 
@@ -220,16 +289,21 @@ def split_norm_backward(gm: GraphModule, settings: Settings, kind: str, ask: Opt
     Segmenter-aware (`ask`, settings.ask_segmenter): a backward region with such column sums over more
     rows than the rules above cut is kept whole because there nvFuser runs it as one inner-outer
     persistent kernel, which beats two kernels at many rows (BERT-style at 4096 rows: 4% less GPU time
-    whole). Where nvFuser has no one-kernel schedule for the region (`ask` answers no scheduler), it
-    would segment the region anyway, at boundaries of its own, and the cut is made instead, as a region
-    of its own with CUDA graphs or without. On an H100 (session 25, scripts/repros/segmenter_oracle.py,
-    GPU time of a forward and backward step, no graphs), where nvFuser segments the backward into a
-    reduction and an inner-persistent kernel: LayerNorm [2048, 32768] bf16 536.7 us whole, 362.8 cut
-    (inductor 455.1), f32 799.7 and 700.8 (847.6); RMSNorm [2048, 32768] f32 942.1 and 652.0 (679.3).
-    The column sums behind a segment_set instead (segment_norm_backward's way, one region call) took
-    489.8, 834.2 and 675.1: nvFuser still cut the row part its own way. The extra region's host time
-    (10-20 us) is small against such steps. Where nvFuser has the one kernel (to [4096, 16384] f32 and
-    bf16, RMSNorm bf16 [2048, 32768]), whole was 17-40% faster than cut, and the region stays whole.
+    whole). Where nvFuser has no one-kernel schedule for the region (`ask.schedulers` answers none), it
+    would segment the region anyway, at boundaries of its own; then the cut's two regions and the whole
+    one are timed on the GPU (`ask.gpu_us`, built on copies), and the cut is made, as a region of its
+    own with CUDA graphs or without, if it took at most TRIAL_MARGIN of the whole's time (without graphs
+    counting HOST_US_PER_EXTRA_REGION for the extra call). Both answers are noted for explain().
+    Why measured and not assumed: on an H100 (session 25, nvfuser_direct 0.2.36, perf.interleave --gpu
+    and scripts/repros/segmenter_oracle.py, forward and backward steps over [2048, 32768], where nvFuser
+    has no one-kernel schedule) cutting took a bf16 LayerNorm step from 1.15x inductor's GPU time to
+    0.66x (perf layernorm_wide_train_bf16), from 536.7 to 362.8 us with a random output gradient,
+    and an f32 RMSNorm step with one from 942.1 to 652.0 us, but a bf16 RMSNorm whose output gradient
+    is a broadcast one (perf rmsnorm_wide_train_bf16, a sum's backward) from 0.88x to 1.04x, and an f32
+    LayerNorm step like it by +1.5%. The column sums behind a segment_set instead (one region call)
+    took 489.8 us for the LayerNorm above, 834.2 against 799.7 whole in f32: nvFuser still cut the row
+    part its own way. Where nvFuser has the one kernel (to [4096, 16384] f32 and bf16), whole was
+    17-40% faster than cut, and the region stays whole unmeasured.
 
     The narrow-rows rule (NARROW_NORM_COLS) holds in backward graphs only: an inference region that
     sums columns next to an amax over rows (tests/test_unflatten_reductions.py) failed nvFuser 0.2.36's
@@ -267,14 +341,10 @@ def split_norm_backward(gm: GraphModule, settings: Settings, kind: str, ask: Opt
         if not sums and ask is not None and kind == "backward" and not unpermuted and not narrow:
             sums, tails = _column_sums(nodes, members, rows_of_row_reductions, math.inf)
             sums = [n for n in sums if _rows_and_cols(tensor_val(n.args[0]))[0] > max(region_limit, 0)]
-            answer = ask(gm, nodes) if sums else None
-            if answer:
-                add_note(gm, f"segmenter: nvFuser runs the region of {nodes[0].name} as one {answer[0]} kernel; "
-                             f"its column sums over {_rows_and_cols(tensor_val(sums[0].args[0]))[0]} rows stay in it")
-            if answer == ():  # nvFuser would segment it: cut, graphs or not (a segment_set measured worse)
-                segmenter_rule = "nvFuser has no one-kernel schedule for the region: it would segment it anyway"
-                mark_only = False
-            else:  # one kernel, or not asked (None)
+            segmenter_rule = _ask_segmenter(gm, nodes, sums, tails, ask, settings) if sums else ""
+            if segmenter_rule:
+                mark_only = False  # a region of its own: a segment_set measured worse (see above)
+            else:
                 sums, tails = [], []
         if not sums:
             continue
@@ -282,8 +352,7 @@ def split_norm_backward(gm: GraphModule, settings: Settings, kind: str, ask: Opt
         if mark_only:
             for node in sums:
                 node.meta[SEGMENT_INPUTS_KEY] = True
-            why = (f" ({segmenter_rule})" if segmenter_rule
-                   else f" (rows of at most {NARROW_NORM_COLS} columns: any size)" if narrow else "")
+            why = f" (rows of at most {NARROW_NORM_COLS} columns: any size)" if narrow else ""
             add_note(gm, f"segment boundary: column sums {', '.join(n.name for n in sums)} over {rows} rows{why} read "
                          f"their inputs through nvFuser's segment_set (segment_norm_backward: one region, "
                          f"their own kernels)")
@@ -294,9 +363,6 @@ def split_norm_backward(gm: GraphModule, settings: Settings, kind: str, ask: Opt
         per_sum = {n: recomputable_feeders([n], members, rows) for n in sums}
         if any(f is None for f in per_sum.values()):
             continue
-        if segmenter_rule:
-            add_note(gm, f"segmenter: {segmenter_rule} (region of {nodes[0].name}, {rows} rows): its column sums "
-                         f"{', '.join(n.name for n in sums)} get a region of their own")
         recompute_in(gm, sums, per_sum, next_id, order)
         for node in tails:
             node.meta[REGION_KEY] = next_id
