@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of evidence, written under $OUT (at most 8 files come back).
 # Issues #10-#13 (one call each, in this order; see each mode below):
+#   scripts/gpu_evidence.sh s25d     ask_segmenter with its timed trial: GPU tests, planning's notes and the wide norm blocks (#11)
 #   scripts/gpu_evidence.sh s25c     ask_segmenter: GPU tests, the wide norm blocks side by side, the tier's segmenter notes (#11)
 #   scripts/gpu_evidence.sh s25b     ask_segmenter: split_norm_backward's GPU tests; wide norms whole, default and cut (#11)
 #   scripts/gpu_evidence.sh s25a     nvFuser's one-kernel schedulers queried per region, against the segments it ran (#11)
@@ -749,6 +750,20 @@ for block in open(sys.argv[1]).read().split('-- nvf_region_')[1:]:
     kernel_files 60 "convnext_fwd_bf16_small" "nvf_bookend inductor"
     pack_kernels
     gradients convnext_train_bf16_small nvf_bookend $((560 - SECONDS))
+    echo "elapsed ${SECONDS}s"
+    ;;
+  s25d)
+    # Session 25: ask_segmenter cuts only where its trial timed the cut faster. Its GPU tests; the
+    # wide norm blocks' planning notes (trial times) with and without graphs; the blocks side by side.
+    direct_tests 200 tests/test_split_norm_backward.py
+    ( cd scripts/repros
+      timeout 150 python3 segmenter_oracle.py notes layernorm_wide_train_f32 layernorm_wide_train_bf16 \
+        rmsnorm_wide_train_f32 rmsnorm_wide_train_bf16 2>&1 | grep -v -i warn
+    ) | tee "$OUT/s25d_notes.txt"
+    timeout $((585 - SECONDS)) python3 -m perf.interleave --tag wide --gpu \
+      --backends inductor,nvf_bookend,nvf_no_segmenter,nvf_untrimmed,eager --rounds 5 --acceptance \
+      --json "$OUT/wide_il.json" > "$OUT/wide_il.log" 2>&1; echo "wide rc=$?"
+    grep -E "^\| [a-z]" "$OUT/wide_il.log" | tail -n 26 | cut -c1-220
     echo "elapsed ${SECONDS}s"
     ;;
   s25c)
