@@ -350,6 +350,8 @@ class _Answers:
 
     def gpu_us(self, region):
         self.asked += 1
+        (output,) = [n for n in region.graph.nodes if n.op == "output"]
+        assert isinstance(output.args[0], (tuple, list)), output.args  # what lowering.build_fusion reads
         sums = [n for n in region.graph.nodes if n.op == "call_function" and split_reductions._is_column_sum(n)]
         rows = [n for n in region.graph.nodes if n.op == "call_function" and split_reductions._is_row_reduction(n)]
         self.timed.append((len(rows), len(sums)))

@@ -227,7 +227,7 @@ def _cut_copy(gm: GraphModule, nodes: list[Node], sums: list[Node], tails: list[
               rows: int) -> Optional[list[GraphModule]]:
     """The two regions the cut would make of `nodes`, as standalone GraphModules (built on a copy; `gm`
     is left as it is), or None where the cut is refused."""
-    copy, _, _ = fuse_as_graphmodule(gm, nodes, "nvf_cut_trial")
+    copy, _, _ = fuse_as_graphmodule(gm, nodes, "nvf_cut_trial", always_return_tuple=True)
     by_name = {n.name: n for n in copy.graph.nodes}
     members = {n for n in copy.graph.nodes if n.op == "call_function"}
     for node in members:
@@ -240,7 +240,7 @@ def _cut_copy(gm: GraphModule, nodes: list[Node], sums: list[Node], tails: list[
     for node in [by_name[n.name] for n in tails] + copied_sums:
         node.meta[REGION_KEY] = 1
     copy.graph.lint()
-    return [fuse_as_graphmodule(copy, part, f"nvf_cut_trial_{i}")[0]
+    return [fuse_as_graphmodule(copy, part, f"nvf_cut_trial_{i}", always_return_tuple=True)[0]
             for i, part in sorted(regions_of(copy).items())]
 
 
@@ -250,7 +250,7 @@ def _ask_segmenter(gm: GraphModule, nodes: list[Node], sums: list[Node], tails: 
     nvFuser has no one-kernel schedule for the region (it would segment it anyway), and the cut's two
     regions measured faster on the GPU than the whole one. Notes each answer for explain()."""
     rows = _rows_and_cols(tensor_val(sums[0].args[0]))[0]
-    whole, _, _ = fuse_as_graphmodule(gm, nodes, "nvf_whole_trial")
+    whole, _, _ = fuse_as_graphmodule(gm, nodes, "nvf_whole_trial", always_return_tuple=True)
     answer = ask.schedulers(whole)
     where = f"the region of {nodes[0].name} ({rows} rows)"
     if answer:

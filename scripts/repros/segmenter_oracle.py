@@ -137,11 +137,25 @@ def notes(names: list[str]) -> None:
     """Planning's segmenter notes per perf workload (explain() without profiling), without and with graphs."""
     from perf.workloads import REGISTRY
 
+    import logging
+
+    class Echo(logging.Handler):
+        def emit(self, record):
+            if "segmenter" in record.getMessage():
+                print("   log:", record.getMessage()[:400])
+
+    logger = logging.getLogger("dynamo_nvf")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(Echo())
     for name in names:
         for options in ({}, {"cuda_graphs": True}):
             torch._dynamo.reset()
             inst = REGISTRY[name].instantiate("cuda")
-            report = dynamo_nvf.explain(inst.fn, *inst.inputs, options=options, profiler="none")
+            try:
+                report = dynamo_nvf.explain(inst.fn, *inst.inputs, options=options, profiler="none")
+            except Exception as exc:  # noqa: BLE001 - explain's run of this fn, not planning
+                print(f"{name} {options}: explain failed: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
             found = [f"{g.kind}: {n}" for g in report.graphs for n in g.rewrites if n.startswith("segmenter")]
             print(f"{name} {options}: {len(found)} segmenter note(s)", *found, sep="\n   ", flush=True)
 
