@@ -60,20 +60,19 @@ class SegmenterOracle:
         self.spent_ms = 0.0
 
     def schedulers(self, region: GraphModule) -> Optional[tuple[str, ...]]:
-        key = region_fusion_key(region)
-        if key not in self._schedulers:
-            with self._spending():
-                self._schedulers[key] = self._ask(region)
-            log.debug("segmenter: region %s: %s", key, self._schedulers[key])
-        return self._schedulers[key]
+        return self._cached(self._schedulers, region, self._ask, "one-kernel schedulers")
 
     def gpu_us(self, region: GraphModule) -> Optional[float]:
+        return self._cached(self._gpu_us, region, self._time, "GPU us per call")
+
+    def _cached(self, answers: dict[str, Any], region: GraphModule, work: Any, what: str) -> Any:
+        """`work(region)`, once per fusion key for the process, its time counted as spent."""
         key = region_fusion_key(region)
-        if key not in self._gpu_us:
+        if key not in answers:
             with self._spending():
-                self._gpu_us[key] = self._time(region)
-            log.debug("segmenter: region %s takes %s us", key, self._gpu_us[key])
-        return self._gpu_us[key]
+                answers[key] = work(region)
+            log.debug("segmenter: region %s: %s %s", key, what, answers[key])
+        return answers[key]
 
     @contextlib.contextmanager
     def _spending(self) -> Iterator[None]:
