@@ -117,13 +117,15 @@ class Settings:
     split_norm_backward_rows: int = -1
     #: Ask nvFuser, while planning on a GPU, whether it could run a backward region that reduces one
     #: tensor over rows and columns, but that the row rules above keep whole, as one kernel
-    #: (`nvfuser_direct.schedule.find_compatible_schedulers`, dynamo_nvf/segmenter.py); where it
-    #: could not (it would segment the region anyway), cut the column sums off into a region of their
-    #: own, with CUDA graphs or without. explain() lists each answer among the plan's rewrites. Why: on
-    #: an H100 (session 25) the GPU time of a LayerNorm step at [2048, 32768] was 0.68x (bf16) and
-    #: 0.88x (f32) cut, of an f32 RMSNorm step 0.69x (passes/split_reductions.py gives the numbers).
-    #: A question costs 10-350 ms of compile time per distinct region; regions within the row rules
-    #: are never asked.
+    #: (`nvfuser_direct.schedule.find_compatible_schedulers`, dynamo_nvf/segmenter.py). Where it could
+    #: not (it would segment the region anyway), time the whole region and the cut's two regions on
+    #: random inputs, and cut the column sums off into a region of their own, with CUDA graphs or
+    #: without, if that measured faster. explain() lists each answer and timing among the plan's
+    #: rewrites. Why: on an H100 (session 25, perf.interleave --gpu) a bf16 LayerNorm training step
+    #: over [2048, 32768] took 1.14x inductor's GPU time whole and 0.65x cut, while a cut f32 RMSNorm
+    #: or LayerNorm there was no faster (kept whole by the timing); passes/split_reductions.py gives
+    #: the numbers. A question costs 10-350 ms of compile time per distinct region, a timing 1.5-3.5 s;
+    #: regions within the row rules are never asked.
     ask_segmenter: bool = True
     #: Without CUDA graphs, where split_norm_backward would cut a norm backward under graphs (the same
     #: rules: up to AUTO_SPLIT_ROWS rows, or narrow rows at any count), keep the region whole and have

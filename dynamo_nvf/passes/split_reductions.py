@@ -38,7 +38,6 @@ from dynamo_nvf.passes.unpermute_reductions import UNPERMUTED_KEY
 from dynamo_nvf.settings import NARROW_NORM_COLS, Settings
 
 
-
 class Oracle(Protocol):
     """What planning may ask of nvFuser about a region, given as a standalone GraphModule whose
     placeholders carry traced values (dynamo_nvf/segmenter.py answers; passes stay free of nvFuser)."""
