@@ -258,8 +258,8 @@ def _ask_segmenter(gm: GraphModule, nodes: list[Node], sums: list[Node], tails: 
     if answer is None:
         return ""
     parts = _cut_copy(gm, nodes, sums, tails, rows)
-    whole_us = ask.gpu_us(whole)
-    part_us = [ask.gpu_us(p) for p in parts] if parts else [None]
+    whole_us = ask.gpu_us(whole) if parts else None  # a refused cut: nothing to compare, no timing
+    part_us = [ask.gpu_us(p) for p in parts] if whole_us is not None else [None]
     if whole_us is None or any(us is None for us in part_us):
         add_note(gm, f"segmenter: nvFuser would segment {where}; the cut was not measured: kept whole")
         return ""
