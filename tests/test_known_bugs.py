@@ -151,3 +151,56 @@ def test_a_cut_whose_copies_bring_the_pattern_back_stays_eager():
         [r.ops for p in plans for r in p.regions]
     check_training(two_broadcasts, [torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 4, 3)],
                    {"plan_cpu_as_cuda": True, "min_region_size": 1})
+
+
+def _grouped_key_rope(k, cos, sin):
+    """The key gradient of grouped-query attention summed over each key head's query heads, then RoPE
+    (`rotate_half` slices and concatenates; joined with the `cos` term): the shape of the region a
+    LLaMA-style step under DDP hands the backend."""
+    b, h, s, d = k.shape
+    kv = k.view(b, 2, h // 2, s, d).sum(2)
+    half = d // 2
+    rotated = torch.cat([-kv[..., half:], kv[..., :half]], dim=-1)
+    return kv * cos + rotated * sin
+
+
+def _rope_inputs(dtype=torch.float32, device="cpu"):
+    return (torch.randn(1, 8, 16, 8, dtype=dtype, device=device), torch.randn(16, 8, dtype=dtype, device=device),
+            torch.randn(16, 8, dtype=dtype, device=device))
+
+
+def test_reduction_resize_join_pattern():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.passes.known_bugs import reduction_resize_join
+
+    def sums_then_slices_alone(k):
+        kv = k.view(1, 2, 4, 16, 8).sum(2)
+        return kv[..., 4:] * 2  # resized, joined with nothing else the sum feeds
+
+    def slices_then_join_without_reduction(k, cos, sin):
+        half = k.shape[-1] // 2
+        return k * cos + torch.cat([-k[..., half:], k[..., :half]], dim=-1) * sin
+
+    args = _rope_inputs()
+    for fn, inputs, found in ((_grouped_key_rope, args, True), (sums_then_slices_alone, args[:1], False),
+                              (slices_then_join_without_reduction, args, False)):
+        gm = make_fx(fn)(*inputs)
+        members = [n for n in gm.graph.nodes if n.op == "call_function"]
+        assert (reduction_resize_join(members) is not None) is found, fn.__name__
+
+
+def test_reduction_resize_join_is_cut_after_the_reduction_and_matches_eager():
+    from dynamo_nvf.passes.known_bugs import REDUCTION_RESIZE_JOIN, reduction_resize_join
+    from helpers import check_training, cuda_plans
+
+    plans = cuda_plans(_grouped_key_rope, (1, 8, 16, 8), (16, 8), (16, 8), options={"min_region_size": 1},
+                       fake=False)
+    (plan,) = plans
+    assert not [n for n in plan.eager_nodes if n.reason == REDUCTION_RESIZE_JOIN]
+    cut = [r for r in plan.regions if any(REDUCTION_RESIZE_JOIN in b for b in r.boundary)]
+    assert len(cut) == 1, [r.boundary for r in plan.regions]
+    # The sum runs in one region, the RoPE after it in another, and no region has a resize after a sum.
+    (sums,) = [r for r in plan.regions if "aten.sum.dim_IntList" in r.ops]
+    assert "aten.cat.default" not in sums.ops and "aten.cat.default" in cut[0].ops, (sums.ops, cut[0].ops)
+    check_training(_grouped_key_rope, list(_rope_inputs()), {"plan_cpu_as_cuda": True, "min_region_size": 1})

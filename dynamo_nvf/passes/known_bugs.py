@@ -1,6 +1,18 @@
-"""Keeps regions that nvFuser is known to compute wrongly in eager PyTorch.
+"""Keeps regions that nvFuser is known to compute wrongly, or to crash on, away from nvFuser.
 
-One pattern so far, found on an H100 with nvfuser_direct 0.2.36+git7e04d26 (2026-11-24):
+Two patterns, both found on an H100 with nvfuser_direct 0.2.36.
+
+**A reduction feeding a joined resize** (2026-11-26) crashes the process (SIGSEGV) in nvFuser's
+compile: the region reduces a tensor, resizes (slices, pads, concatenates) what follows from the
+reduction, and joins that resized value with another value that also follows from the reduction.
+A LLaMA-style training step under DDP hands the backend such a region: the key gradient summed over
+the query heads of a key head (grouped-query attention), then RoPE's backward (`rotate_half`'s slices
+and pads) joined with the `cos` term. `scripts/nvfuser_repros/reduction_resize_join_segfault.py`
+reproduces it with `nvfuser_direct` alone. Such a region is cut after its reductions: everything
+they feed moves to a region of its own, which reads the reductions' results (nvFuser segments a
+reduction from a resize there anyway). A part that still has the pattern runs in eager.
+
+**A broadcast written and its permute reduced** (2026-11-24):
 - The region broadcasts a tensor (`expand`).
 - It writes something computed from that broadcast, before any reduction, as an output.
 - It also reduces a permute of that broadcast.
@@ -51,6 +63,15 @@ EXPAND_PERMUTE_SPLIT = (
     "nvFuser 0.2.36 computes a fusion wrongly that writes a broadcast and also reduces a permute of it; "
     "either part alone is right (scripts/repros/nvfuser_convnext_head_backward.py)"
 )
+
+REDUCTION_RESIZE_JOIN = (
+    "nvFuser 0.2.36 crashes (SIGSEGV) compiling a fusion that resizes what a reduction feeds and joins it "
+    "with another value the reduction feeds (scripts/nvfuser_repros/reduction_resize_join_segfault.py)"
+)
+
+#: Ops nvFuser lowers to its resize ops (slice, pad, cat).
+RESIZES = frozenset({aten.slice.Tensor, aten.constant_pad_nd.default, aten.cat.default, aten.split.Tensor,
+                     aten.split_with_sizes.default})
 
 #: Ops nvFuser lowers to its `permute` (ops/lowerings.py).
 PERMUTES = frozenset({aten.permute.default, aten.transpose.int, aten.t.default})
@@ -132,6 +153,48 @@ def _recompute_feeders(gm: GraphModule, kept: list[Node], part: list[Node], expa
     recompute_in(gm, consumers, per_consumer, region_id, order)
 
 
+def reduction_resize_join(members: list[Node]) -> Optional[Node]:
+    """The first reduction of a region that feeds a resize whose result is joined with another value
+    the reduction feeds (the crash pattern above), or None."""
+    inside = set(members)
+    for node in members:
+        if not is_reduction(node):
+            continue
+        below = reach(node, inside)
+        fed = below | {node}
+        for resize in (n for n in below if n.op == "call_function" and n.target in RESIZES):
+            after = reach(resize, inside) | {resize}
+            for join in after - {resize}:
+                if any(p in fed and p not in after for p in join.all_input_nodes):
+                    return node
+    return None
+
+
+def _cut_after_reductions(gm: GraphModule, members: list[Node], next_id: int) -> Optional[list[int]]:
+    """Moves what the pattern's reductions feed to new regions, one cut at a time, until no part has
+    it; returns the ids of the new regions, or None where a cut clears nothing (then the caller sends
+    the region to eager)."""
+    new_ids: list[int] = []
+    part = members
+    while (found := reduction_resize_join(part)) is not None:
+        inside = set(part)
+        moved = reach(found, inside)
+        kept = [n for n in part if n not in moved]
+        if not moved or reduction_resize_join(kept) is not None:
+            return None
+        rest = [n for n in part if n in moved]
+        for node in rest:
+            node.meta[REGION_KEY] = next_id
+        first = next((n for n in rest if not is_metadata(n)), rest[0])
+        first.meta.setdefault(SPLIT_KEY, []).append(
+            (members[0].name, f"cut after the reduction {found.name}: {len(rest)} nodes it feeds run in a "
+                              f"region of their own ({REDUCTION_RESIZE_JOIN})"))
+        new_ids.append(next_id)
+        next_id += 1
+        part = rest
+    return new_ids
+
+
 def keep_known_bugs_eager(gm: GraphModule) -> GraphModule:
     """Cuts each region with a pattern nvFuser computes wrongly in two where that clears it (noting
     why, for explain()), else sends the region back to eager, with the reason."""
@@ -139,6 +202,18 @@ def keep_known_bugs_eager(gm: GraphModule) -> GraphModule:
     next_id = max(regions, default=-1) + 1
     cut = False
     for members in regions.values():
+        if reduction_resize_join(members) is not None:
+            region_id = members[0].meta[REGION_KEY]
+            new_ids = _cut_after_reductions(gm, members, next_id)
+            if new_ids is None:
+                log.info("dynamo_nvf: the region of %s stays in eager: %s", members[0].name, REDUCTION_RESIZE_JOIN)
+                set_eager(members, REDUCTION_RESIZE_JOIN)
+                continue
+            log.info("dynamo_nvf: the region of %s is cut after its reductions: %s", members[0].name,
+                     REDUCTION_RESIZE_JOIN)
+            next_id += len(new_ids)
+            cut = True
+            members = [n for n in members if n.meta.get(REGION_KEY) == region_id]
         found = expand_permute_reduction(members)
         if found is None:
             continue
