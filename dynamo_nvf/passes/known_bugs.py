@@ -4,7 +4,8 @@ Two patterns, both found on an H100 with nvfuser_direct 0.2.36.
 
 **A reduction feeding a joined resize** (2026-11-26) crashes the process (SIGSEGV) in nvFuser's
 compile: the region reduces a tensor, resizes (slices, pads, concatenates) what follows from the
-reduction, and joins that resized value with another value that also follows from the reduction.
+reduction, and joins that resized value with another value that also follows from the reduction
+(another resize of it, as `rotate_half`'s two padded slices, or the product beside it).
 A LLaMA-style training step under DDP hands the backend such a region: the key gradient summed over
 the query heads of a key head (grouped-query attention), then RoPE's backward (`rotate_half`'s slices
 and pads) joined with the `cos` term. `scripts/nvfuser_repros/reduction_resize_join_segfault.py`

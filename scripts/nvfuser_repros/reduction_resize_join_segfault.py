@@ -12,9 +12,10 @@ with the `cos` term. Every value is rounded to bf16 between ops, as under autoca
 
 Expected: the fusion compiles and runs. Actual: the process dies with signal 11 inside
 `FusionDefinition.execute`. Each variant runs in a subprocess; the script prints each one's exit
-code. Variants that do not crash: without the multiplication by the broadcast `cos` before the
-slices, without the bf16 rounding, or without the second (`sin`) term joined after the pads. With
-static or symbolic slice bounds, with or without the final permute: it crashes.
+code. On the H100 above: `as_found` and `no_join` (without the `sin` term: the two padded slices
+alone are joined) crash; `no_cos_multiply` (no multiplication by the broadcast `cos` before the
+slices) and `no_rounding` (no bf16 rounding) run. Slice bounds computed from the input's sizes
+(`fd.ops.size`, as dynamo_nvf defines them) and a permute of the result crash alike.
 """
 
 import subprocess
