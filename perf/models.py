@@ -314,6 +314,45 @@ class ConvNeXt(nn.Module):
         return self.head(self.norm(x.mean((2, 3))))
 
 
+class ResNetBlock(nn.Module):
+    """ResNet's basic block: conv-BN-ReLU-conv-BN plus the shortcut (a strided 1x1 conv and BN where
+    the shape changes), then ReLU."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int = 1, device=None, dtype=None):
+        super().__init__()
+        kw = dict(device=device, dtype=dtype)
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False, **kw)
+        self.bn1 = nn.BatchNorm2d(c_out, **kw)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=False, **kw)
+        self.bn2 = nn.BatchNorm2d(c_out, **kw)
+        self.shortcut = nn.Identity() if stride == 1 and c_in == c_out else nn.Sequential(
+            nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False, **kw), nn.BatchNorm2d(c_out, **kw))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
+
+
+class ResNet(nn.Module):
+    """Two ResNet stages of basic blocks (the second at half the resolution, twice the channels) after
+    ResNet's stem: images -> logits (b, classes)."""
+
+    def __init__(self, cfg: "ModelConfig", device=None, dtype=None):
+        super().__init__()
+        c1, c2 = cfg.d, 2 * cfg.d
+        kw = dict(device=device, dtype=dtype)
+        self.stem = nn.Sequential(nn.Conv2d(3, c1, 7, stride=2, padding=3, bias=False, **kw),
+                                  nn.BatchNorm2d(c1, **kw), nn.ReLU(), nn.MaxPool2d(3, stride=2, padding=1))
+        self.stage1 = nn.Sequential(*(ResNetBlock(c1, c1, **kw) for _ in range(cfg.layers)))
+        self.stage2 = nn.Sequential(ResNetBlock(c1, c2, stride=2, **kw),
+                                    *(ResNetBlock(c2, c2, **kw) for _ in range(cfg.layers - 1)))
+        self.head = nn.Linear(c2, cfg.classes, **kw)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.stage2(self.stage1(self.stem(images)))
+        return self.head(x.mean((2, 3)))
+
+
 class WithLoss(nn.Module):
     """A training step's forward: the model, then cross-entropy (in f32) against ``targets``.
 
@@ -432,6 +471,13 @@ MODELS: dict[str, ModelSpec] = {
             ModelConfig(d=8, layers=1, image=32, classes=10, batch=2),
             {"small": 2, "large": 64}, _images, _class_targets,
             "ConvNeXt-T-style 2 stages x 2 blocks (dw 7x7 conv, channels-last LayerNorm, Linear MLP, GELU, layer scale)",
+        ),
+        ModelSpec(
+            "resnet", ResNet,
+            ModelConfig(d=64, layers=2, image=224),
+            ModelConfig(d=8, layers=1, image=32, classes=10, batch=2),
+            {"small": 2, "large": 64}, _images, _class_targets,
+            "ResNet-18-style stem and 2 stages x 2 basic blocks (conv, BatchNorm, ReLU, residual add)",
         ),
     )
 }

@@ -169,7 +169,7 @@ def test_blocks_and_config_overrides():
     model = build_model(spec, "small", True, "cpu", torch.float32, tiny=True)
     assert [type(b).__name__ for b in blocks(model)] == ["LlamaBlock"] * 3
     for name, block_class in (("gpt", "PreNormBlock"), ("bert", "PostNormBlock"), ("vit", "PreNormBlock"),
-                              ("convnext", "ConvNeXtBlock")):
+                              ("convnext", "ConvNeXtBlock"), ("resnet", "ResNetBlock")):
         found = blocks(build_model(MODELS[name], "small", True, "cpu", torch.float32, tiny=True))
         assert found and {type(b).__name__ for b in found} == {block_class}
     with pytest.raises(SystemExit):

@@ -41,7 +41,7 @@ from perf.measure import (
 from perf.workloads import REGISTRY, parse_shard, select, shard
 
 REPO = Path(__file__).resolve().parents[1]
-MODEL_NAMES = ("llama", "gpt", "bert", "vit", "convnext")
+MODEL_NAMES = ("llama", "gpt", "bert", "vit", "convnext", "resnet")
 TIER = [w.name for w in select(tags=["model"])]
 
 
