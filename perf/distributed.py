@@ -74,6 +74,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--rtol", type=float, default=None, help="loss tolerance (default per --dtype)")
     p.add_argument("--atol", type=float, default=None)
     p.add_argument("--timeout", type=float, default=300.0, help="process-group timeout, seconds")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="after the timed steps, profile this many more (CUDA): kernel time per step and how much "
+                        "of the NCCL kernels' time runs beside compute kernels")
     p.add_argument("--json", default=None, help="write the results here (rank 0, after every run)")
     p.add_argument("--check", action="store_true",
                    help="exit 1 on a failed run, a loss out of tolerance, or an nvf_bookend fallback")
@@ -150,6 +153,46 @@ def _sync(device: torch.device) -> None:
 # ------------------------------------------------------------------------------------ one run
 
 
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def kernel_overlap(kernels: Sequence[tuple[str, float, float]], steps: int) -> dict:
+    """Per step: compute kernel time, NCCL kernel time, and the share of the NCCL kernels' time during
+    which a compute kernel runs too (1.0: communication fully hidden behind compute). `kernels` are
+    (name, start_us, end_us) of every GPU kernel of one rank."""
+    comm = [(a, b) for name, a, b in kernels if "nccl" in name.lower()]
+    compute = sorted((a, b) for name, a, b in kernels if "nccl" not in name.lower())
+    comm_us = sum(b - a for a, b in comm)
+    beside = 0.0
+    for a, b in comm:
+        beside += _union_length([(max(a, x), min(b, y)) for x, y in compute if x < b and y > a])
+    return {
+        "kernel_ms_per_step": _union_length(compute) / 1e3 / steps,
+        "nccl_ms_per_step": comm_us / 1e3 / steps,
+        "nccl_overlap": beside / comm_us if comm_us else None,
+    }
+
+
+def _profiled_kernels(step: Any, steps: int) -> list[tuple[str, float, float]]:
+    """Runs `step` `steps` times under torch.profiler; the GPU kernels it launched."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    return [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in e.name.lower()
+            and "memset" not in e.name.lower()]
+
+
 def units_per_step(spec: ModelSpec, args: argparse.Namespace) -> tuple[int, str]:
     """Tokens (language models) or images one rank trains on per step."""
     cfg = spec.config_for(args.batch, args.tiny)
@@ -212,6 +255,15 @@ def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
     losses, times = [], []
     stats_at_warmup: dict = {}
     breaks_before = _graph_breaks()
+
+    def one_step() -> torch.Tensor:
+        with wrapped.autocast():
+            loss = wrapped.step_module(*inputs)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
     with _nvf_recording() if nvf else contextlib.nullcontext() as recorder:
         stats_before = _nvf_stats() if nvf else {}
         for step in range(args.steps):
@@ -219,23 +271,22 @@ def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
                 stats_at_warmup = _nvf_stats()
             _sync(device)
             start = time.perf_counter()
-            with wrapped.autocast():
-                loss = wrapped.step_module(*inputs)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            loss = one_step()
             _sync(device)
             times.append(time.perf_counter() - start)
             losses.append(loss.detach().float())
+        end = _nvf_stats() if nvf else {}
+        profiled = (kernel_overlap(_profiled_kernels(one_step, args.profile_steps), args.profile_steps)
+                    if args.profile_steps and device.type == "cuda" else {})
         result: dict[str, Any] = {
             "losses": torch.stack(losses),
             "times_s": times,
             "peak_mem_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
             "graph_breaks": _graph_breaks() - breaks_before,
             "precision": wrapped.precision,
+            **profiled,
         }
         if nvf:
-            end = _nvf_stats()
             timed = args.steps - args.warmup
             result["fallbacks"] = end["fallbacks"] - stats_before["fallbacks"]
             result["nvfuser_calls_per_step"] = (end["nvfuser_calls"] - stats_at_warmup["nvfuser_calls"]) / timed
@@ -292,6 +343,11 @@ def merge(per_rank: list[dict], losses: list[float], wrapper: str, backend: str,
         graph_breaks=ranks[0]["graph_breaks"],
         precision=ranks[0]["precision"],
     )
+    if "kernel_ms_per_step" in ranks[0]:
+        overlaps = [r["nccl_overlap"] for r in ranks if r["nccl_overlap"] is not None]
+        record.update(kernel_ms_per_step=max(r["kernel_ms_per_step"] for r in ranks),
+                      nccl_ms_per_step=max(r["nccl_ms_per_step"] for r in ranks),
+                      nccl_overlap=min(overlaps) if overlaps else None)
     if backend == "nvf_bookend":
         record.update(
             fallbacks=sum(r["fallbacks"] for r in ranks),
@@ -360,7 +416,7 @@ def render_table(records: list[dict]) -> str:
     rows = []
     for r in records:
         if r.get("error"):
-            rows.append([r["wrapper"], r["backend"], "FAILED: " + r["error"][:80]] + [""] * 9)
+            rows.append([r["wrapper"], r["backend"], "FAILED: " + r["error"][:80]] + [""] * 12)
             continue
         graphs = r.get("graphs")
         rows.append([
@@ -370,9 +426,12 @@ def render_table(records: list[dict]) -> str:
             {True: "yes", False: "NO", None: "-"}[r.get("losses_match")],
             _fmt(r.get("fallbacks"), "d"), _fmt(r.get("nvfuser_calls_per_step"), ".1f"),
             "-" if graphs is None else " ".join(f"{k[0]}{v}" for k, v in sorted(graphs.items())),
+            _fmt(r.get("kernel_ms_per_step"), ".2f"), _fmt(r.get("nccl_ms_per_step"), ".2f"),
+            _fmt(r.get("nccl_overlap"), ".0%"),
         ])
     headers = ["wrapper", "backend", "step ms", "vs inductor", "throughput", "peak MiB/GPU", "loss max abs diff",
-               "max rel diff", "match", "fallbacks", "nvFuser calls/step", "graphs (b/f/i)"]
+               "max rel diff", "match", "fallbacks", "nvFuser calls/step", "graphs (b/f/i)", "kernel ms",
+               "NCCL ms", "NCCL beside compute"]
     return tabulate(rows, headers=headers, tablefmt="github")
 
 

@@ -327,3 +327,16 @@ def test_launcher_reports_a_failed_run_and_goes_on(tmp_path, monkeypatch):
     assert runs[("ddp", "nvf_bookend")]["error"] == "RuntimeError: no such luck"
     assert runs[("ddp", "eager")]["error"] is None and len(runs[("ddp", "eager")]["losses"]) == 2
     assert doc["problems"] == ["ddp/nvf_bookend: RuntimeError: no such luck"]
+
+
+def test_kernel_overlap_measures_nccl_time_beside_compute():
+    from perf.distributed import kernel_overlap
+
+    kernels = [("gemm", 0.0, 100.0), ("ncclDevKernel_AllReduce", 50.0, 150.0), ("nvfuser_pointwise", 140.0, 160.0),
+               ("ncclDevKernel_AllReduce", 200.0, 240.0)]
+    found = kernel_overlap(kernels, steps=2)
+    # compute runs over [0, 100] and [140, 160]: 120 us; NCCL 140 us, of which 50 + 10 beside compute
+    assert found["kernel_ms_per_step"] == pytest.approx(0.060)
+    assert found["nccl_ms_per_step"] == pytest.approx(0.070)
+    assert found["nccl_overlap"] == pytest.approx(60 / 140)
+    assert kernel_overlap([("gemm", 0.0, 1.0)], steps=1)["nccl_overlap"] is None
