@@ -131,8 +131,8 @@ def _nll_loss_forward_as_masked_sum(logits: torch.Tensor, target: torch.Tensor, 
     # Counted in int64 and cast, as ATen. The sum reads the masked losses, so both sums of the mean
     # read one producer, the mask: nvFuser 0.2.36 joins the count, the sum and the division in one
     # kernel only then. Read apart, they ran as three kernels after the row kernel, 4 in all against
-    # inductor's 2 (session 17 counted in float32 and kept 4); masked, the loss region is 2 kernels,
-    # 6.8 against 8.6 us at 256 x 8192 bf16 (H100, session 20, scripts/repros/ce_tail.py; a
+    # inductor's 2 (counting in float32 kept 4 too); masked, the loss region is 2 kernels, 6.8
+    # against 8.6 us at 256 x 8192 bf16 (scripts/repros/ce_tail.py, H100, 2026-11-24; a
     # LLaMA-style training step's kernel table went from 99 to 97 kernels).
     total_weight = valid.sum().to(logits.dtype)
     loss = losses.sum()
@@ -234,7 +234,7 @@ def _embedding_dense_backward_as_index_add(grad_output: torch.Tensor, indices: t
 #: run in TF32, which would round the gradient.
 MATMUL_EMBEDDING_DTYPES = (torch.bfloat16, torch.float16)
 #: The fewest indices whose gradient over a larger vocabulary is computed as row sums. On an H100
-#: (session 19, LLaMA-style training at 256 indices, scripts/block_kernels.py) the zeros, equality
+#: (2026-11-24, LLaMA-style training at 256 indices, scripts/block_kernels.py) the zeros, equality
 #: matrix, matmul and scatter took 12.1 us against 11.9 for ATen's zeros and kernel: a tie, where ATen's
 #: one op costs less host time; at BERT's 512, 11.5 against 17 (scripts/repros/embedding_grad_forms.py
 #: times the forms alone).

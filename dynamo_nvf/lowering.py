@@ -121,7 +121,7 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
     # a stride_order on an output can add a kernel-less host segment (ConvNeXt's LayerNorm region,
     # channels-last input, row-major output: 20.0 us of host time per call pinned, 13.1 not, H100,
     # scripts/repros/alias_segments.py). Not pinning row-major outputs of regions with other input
-    # layouts (session 9) left nvFuser to infer them, and where it got one wrong, the pinned rebuild
+    # layouts (H100, 2026-11-24) left nvFuser to infer them, and where it got one wrong, the pinned rebuild
     # of that one output hit an nvFuser scheduler error in a ConvNeXt backward region ("Vectorized
     # dim for producer has to be from an inner most position"), which then ran in eager. So such
     # regions still pin every output. A layout nvFuser gets wrong is fixed by the runtime's

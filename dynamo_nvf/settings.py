@@ -16,6 +16,7 @@ class Settings:
     """Options of the `nvf_bookend` backend.
 
     Every field can be passed as `torch.compile(fn, backend="nvf_bookend", options={name: value})`.
+    docs/options.md says what each does, when to change it, and the measurement behind its default.
     """
 
     #: Trim metadata-only nodes (views, permutes, ...) off the start and end of each region so that
@@ -28,7 +29,8 @@ class Settings:
     #: transpose scheduler beats ATen's strided copy), and, under CUDA graphs (where a replay costs no
     #: host time per region), a pointwise op that broadcasts an operand into a result not laid out
     #: row-major: ConvNeXt's downsampling bias add on a channels-last tensor took 1.6 us as a region
-    #: against 2.7 for ATen's broadcast kernel (H100, session 22; bookend._is_strided_broadcast).
+    #: against 2.7 for ATen's broadcast kernel (scripts/repros/convnext_head.py, H100, 2026-11-25;
+    #: bookend._is_strided_broadcast).
     min_region_size: int = 2
     #: Cap on a region's inputs plus outputs (the NVRTC kernel-argument limit of seed 002).
     max_region_io: int = 128
@@ -84,8 +86,8 @@ class Settings:
     atomic_embedding_backward: bool = True
     #: The fewest indices whose embedding gradient `atomic_embedding_backward` computes with atomic adds;
     #: -1 (the default) is ATen's own switch from its direct kernel to sorting (more than 3072). Below
-    #: it the atomic path measured no better: BERT-style training at 512 indices on an H100 (session
-    #: 13, perf backend nvf_atomic_embedding_all, scripts/block_kernels.py) 461.9 against 462.4 us of
+    #: it the atomic path measured no better: BERT-style training at 512 indices on an H100 (2026-11-24,
+    #: perf backend nvf_atomic_embedding_all, scripts/block_kernels.py) 461.9 against 462.4 us of
     #: GPU time per step, the 28.3 us of ATen's direct kernel traded for zeros, adds and a cast.
     atomic_embedding_backward_min_indices: int = -1
     #: A bfloat16/float16 embedding's weight gradient over at most 3072 indices (below the atomic
@@ -121,7 +123,7 @@ class Settings:
     #: not (it would segment the region anyway), time the whole region and the cut's two regions on
     #: random inputs, and cut the column sums off into a region of their own, with CUDA graphs or
     #: without, if that measured faster. explain() lists each answer and timing among the plan's
-    #: rewrites. Why: on an H100 (session 25, perf.interleave --gpu) a bf16 LayerNorm training step
+    #: rewrites. Why: on an H100 (2026-11-25, perf.interleave --gpu) a bf16 LayerNorm training step
     #: over [2048, 32768] took 1.14x inductor's GPU time whole and 0.65x cut, while a cut f32 RMSNorm
     #: or LayerNorm there was no faster (kept whole by the timing); passes/split_reductions.py gives
     #: the numbers. A question costs 10-350 ms of compile time per distinct region, a timing 1.5-3.5 s;
@@ -131,8 +133,8 @@ class Settings:
     #: rules: up to AUTO_SPLIT_ROWS rows, or narrow rows at any count), keep the region whole and have
     #: its column sums read their inputs through nvFuser's `segment_set` instead: nvFuser runs the row part and the column sums as separate kernels of one
     #: region call, most of the cut's GPU time saved without a second region's host time, and smaller
-    #: kernels to compile than the inner-outer persistent one. Why: on an H100 (session 12,
-    #: 2026-11-24, scripts/block_kernels.py and perf.interleave, 5 rounds), against it off (perf
+    #: kernels to compile than the inner-outer persistent one. Why: on an H100 (2026-11-24,
+    #: scripts/block_kernels.py and perf.interleave, 5 rounds), against it off (perf
     #: backend nvf_whole_norm_bwd), GPU time per training step 528.6 -> 470.2 us (BERT-style small,
     #: 512 rows; inductor 459.3), 376.2 -> 334.3 (ViT-S small, 394 rows) but 333.7 -> 341.5 (GPT-2-style
     #: small, 256 rows; inductor 359); step time 1.024x, 1.015x, 0.963x (within the rounds' spread);
@@ -143,7 +145,7 @@ class Settings:
     #: passes/composites.py decomposes only those a region fuses with other ops. `min_region_size`
     #: then counts a composite once, as ATen runs it, not as the 5 to 20 aten ops of its
     #: decomposition. Under CUDA graphs, and for graphs with dynamic sizes, aot_autograd decomposes
-    #: them as before. Off by default: measured on an H100 (session 13, perf backend
+    #: them as before. Off by default: measured on an H100 (2026-11-24, perf backend
     #: nvf_lone_composites), it pays in a synthetic chain of 8 bf16 matmul+GELU pairs (scripts/
     #: lone_op_host.py: 426 -> 230 us per call, eager 199) but not on the model workloads: BERT-style
     #: inference (2 lone GELUs) was 4% slower with it in 14 of 15 interleaved rounds, and the other
@@ -153,12 +155,12 @@ class Settings:
     #: Reduce the tensor a flattening view was taken of, over the dims the view merged, instead of the
     #: view (`sum(view(dy, [B*T, C]), [0])` becomes `sum(dy, [0, 1])`; passes/unflatten_reductions.py):
     #: a reshape between reductions makes nvFuser segment the region (every segmented region of a
-    #: BERT-style training step on an H100 was one). On an H100 (perf.interleave, 2026-11-24, session
-    #: 8), against it off: GPU time per training step 1.758 against 1.839 ms (BERT-style, large batch),
+    #: BERT-style training step on an H100 was one). On an H100 (perf.interleave, 2026-11-24),
+    #: against it off: GPU time per training step 1.758 against 1.839 ms (BERT-style, large batch),
     #: equal within 3% on BERT, ViT and ConvNeXt small batches; step time 0.95x (BERT large), 0.91x
     #: (ConvNeXt large), 0.98x (ConvNeXt small), 1.0x (BERT, ViT small); fewer kernels everywhere.
-    #: It was off for a session: it let nvFuser compile ConvNeXt's head backward, which nvFuser 0.2.36
-    #: computes wrongly (scripts/repros/); passes/known_bugs.py now keeps that pattern in eager, and
+    #: On its own it let nvFuser compile ConvNeXt's head backward, which nvFuser 0.2.36 computes
+    #: wrongly (scripts/repros/); passes/known_bugs.py keeps that pattern in eager, and
     #: perf.grad_check found ConvNeXt's, BERT's and ViT's gradients within bound with it on.
     unflatten_reductions: bool = True
     #: Sum a permute's input instead of the permute (`sum(permute(dx, [0, 3, 1, 2]), [0, 2, 3])` becomes
@@ -168,7 +170,7 @@ class Settings:
     #: regions, which nvFuser otherwise segments with f32 intermediates in between. The value is the
     #: fewest rows (N*H*W) a rewritten region sums over; 0 never rewrites; -1 (the default) rewrites at
     #: every size under CUDA graphs and from `AUTO_UNPERMUTE_ROWS` rows without. Why: on an H100
-    #: (perf.interleave, 2026-11-24, session 8), ConvNeXt training step, default then rewritten at
+    #: (perf.interleave, 2026-11-24), ConvNeXt training step, default then rewritten at
     #: every size (perf backend nvf_unpermute_split), inductor: GPU ms 10.53 -> 7.67, 6.45 and step ms
     #: 12.14 -> 9.37, 8.51 at the large batch (50176 to 200704 rows); GPU ms 0.934 -> 0.787, 0.617 but
     #: step ms 6.80 -> 7.21, 5.29 at the small batch (1568 to 6272 rows), where the extra regions' host
@@ -183,11 +185,12 @@ class Settings:
     #: Replay a static region's nvFuser kernels (every segment, with the work buffers nvFuser
     #: allocates and zeroes) through a small C launcher once the region has run, instead of calling
     #: fec.execute (runtime/direct_launch.py; read back from one captured CUDA graph, checked bit for
-    #: bit first; never under cuda_graphs). On an H100 (session 15) a call cost 5-57 us against
-    #: fec.execute's 9-100, and in one interleaved perf run (7 rounds) the small-batch model steps took
-    #: 0.83x the time with it off on the geomean (0.71x-0.90x; faster in 68 of 70 rounds). It needs a
-    #: C compiler and Python's headers (built once, cached under ~/.cache/dynamo_nvf); without them
-    #: explain() says so and fec.execute runs. False: always fec.execute (perf backend nvf_fec_execute).
+    #: bit first; never under cuda_graphs). On an H100 (2026-11-24, scripts/direct_launch_cost.py) a
+    #: call cost 5-57 us against fec.execute's 9-100, and in one interleaved perf run (7 rounds) the
+    #: small-batch model steps took 0.83x the time they took with it off on the geomean (0.71x-0.90x;
+    #: faster in 68 of 70 rounds). It needs a C compiler and Python's headers (built once, cached under
+    #: ~/.cache/dynamo_nvf); without them explain() says so and fec.execute runs. False: always
+    #: fec.execute (perf backend nvf_fec_execute).
     direct_launch: bool = True
     #: Run each compiled aten graph (forward, backward, inference) as a CUDA graph through torch's
     #: cudagraph trees, as `torch.compile(mode="reduce-overhead")` does for inductor: one replay per
@@ -232,30 +235,30 @@ class Settings:
     #: Move a permute inside a region below the pointwise ops that consume it, onto the region's output,
     #: where the region then reads and writes only row-major tensors (passes/sink_permutes.py):
     #: ConvNeXt's residual add of a channels-last input and the MLP's permuted NHWC output took 582 us
-    #: in nvFuser against inductor's 76 on an H100 (f32, [64, 96, 56, 56], session 23). Forward and
+    #: in nvFuser against inductor's 76 on an H100 (f32, [64, 96, 56, 56], 2026-11-25). Forward and
     #: inference graphs only.
     sink_permutes: bool = True
     #: Give a large transposed read that a concatenation in its region reads a region of its own, which
     #: writes it row-major (passes/split_transposes.py): ViT's patch tokens, CLS concat, position add
     #: and first LayerNorm took 129 us in nvFuser against inductor's 31, and 31 once split (H100, f32,
-    #: batch 64, session 23). Forward and inference graphs only.
+    #: batch 64, 2026-11-25). Forward and inference graphs only.
     split_transposes: bool = True
     #: Under CUDA graphs, convert a convolution's NCHW weight to channels-last in the graph where cuDNN
     #: runs it channels-last (its input is), so the conversion is a region instead of ATen's strided
     #: copy inside every call (passes/conv_weight_layout.py): 0.7 us less for ConvNeXt's downsampling
-    #: convolution on an H100 (session 22).
+    #: convolution on an H100 (scripts/repros/convnext_head.py, 2026-11-25).
     channels_last_conv_weights: bool = True
     #: Convert the NCHW input of a patch-embedding convolution (kernel = stride >= 8, no padding) to
     #: channels-last in a region of its own (passes/conv_input_layout.py): cuDNN runs ViT's 16x16 patch
     #: conv channels-last anyway and converts the image (144 us) and its output (12 us) itself, where
-    #: nvFuser's conversion took 27 us (H100, f32, batch 64, session 23). Inference graphs and images of
+    #: nvFuser's conversion took 27 us (H100, f32, batch 64, 2026-11-25). Inference graphs and images of
     #: at least 4M elements only (at batch 2 it was slower).
     channels_last_patch_inputs: bool = True
     #: Give a region's sum, mean, amax or amin whose input lies in memory in another order than its
     #: logical dims (a channels-last tensor) a permute of that input into memory order, where the orders
     #: disagree on whether the innermost dim is reduced (passes/memory_order_reductions.py): nvFuser
     #: otherwise schedules an inner reduction over strided memory. ConvNeXt's head (mean over H and W
-    #: of a channels-last tensor) took 5.5 us that way on an H100 (session 22). Forward and inference
+    #: of a channels-last tensor) took 5.5 us that way on an H100 (2026-11-25). Forward and inference
     #: graphs only (the pass's docstring says why).
     memory_order_reductions: bool = True
     #: Move the slices of a pointwise op inside a region above it, onto its operands, where every user
@@ -374,7 +377,7 @@ AUTO_SPLIT_ROWS = 1024
 #: any row count, by default: a region of their own under CUDA graphs, a segment boundary without (see
 #: `Settings.split_norm_backward_rows`, `segment_norm_backward`). nvFuser 0.2.36's inner-outer persistent
 #: kernel runs such narrow rows with blocks of C/8 threads (12 for ConvNeXt's 96 channels): on an H100
-#: (session 21, scripts/repros/convnext_norms.py, calls 6 and 7) a LayerNorm forward and backward over
+#: (2026-11-25, scripts/repros/convnext_norms.py) a LayerNorm forward and backward over
 #: [2, 56, 56, 96] bf16 took 47.5-47.8 us whole, 17.5 behind a segment boundary and 17.7-18.5 cut
 #: (inductor 13.9-14.1); over [2, 28, 28, 192], 19.5-19.7 whole, 11.4-11.6 segmented, 9.3 cut (inductor
 #: 8.7-8.9). ConvNeXt-style training's four such regions had taken 26-81 us each against inductor's

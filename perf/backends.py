@@ -126,7 +126,7 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "nvf_segment_norm_bwd",
             _nvf({"segment_norm_backward": True}),
-            'dynamo_nvf with segment_norm_backward on (the default since session 12): without graphs, a norm '
+            'dynamo_nvf with segment_norm_backward on (the default): without graphs, a norm '
             'backward\'s column sums behind nvFuser\'s segment_set where graphs would cut the region',
             nvf=True,
         ),
@@ -134,14 +134,14 @@ BACKENDS: dict[str, Backend] = {
             "nvf_no_segmenter",
             _nvf({"ask_segmenter": False}),
             "dynamo_nvf with ask_segmenter off: norm backwards past the row rules stay whole even where "
-            "nvFuser has no one-kernel schedule for them (the default before session 25); opt-in",
+            "nvFuser has no one-kernel schedule for them (the pre-segmenter plan); opt-in",
             nvf=True,
         ),
         Backend(
             "nvf_whole_norm_bwd",
             _nvf({"segment_norm_backward": False}),
             'dynamo_nvf with segment_norm_backward off: without graphs, norm backwards as one inner-outer '
-            'persistent kernel (the default before session 12); opt-in',
+            'persistent kernel; opt-in',
             nvf=True,
         ),
         Backend(
@@ -155,7 +155,7 @@ BACKENDS: dict[str, Backend] = {
             "nvf_aten_embedding_grad",
             _nvf({"matmul_embedding_backward": False}),
             "dynamo_nvf with matmul_embedding_backward off: half-precision embedding gradients up to 3072 "
-            "indices in ATen's kernel (the default before session 19); opt-in",
+            "indices in ATen's kernel; opt-in",
             nvf=True,
         ),
         Backend(
@@ -223,7 +223,7 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "nvf_session7",
             _nvf({"unflatten_reductions": False, "unpermute_reductions": 0, "atomic_embedding_backward": False}),
-            "dynamo_nvf with the defaults of session 7 (unflatten, unpermute and atomic embedding gradients off), "
+            "dynamo_nvf with unflatten, unpermute and atomic embedding gradients off (before those rewrites), "
             "to compare; opt-in",
             nvf=True,
         ),

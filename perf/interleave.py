@@ -6,9 +6,9 @@ Why: a model step at a small batch is host-bound, and the GPU machines' host spe
 run (perf's host floor grew 46% over one 18-pair run on an H100, 2026-11-23) and from minute to
 minute.  ``python -m perf`` measures pair after pair, so two backends of one workload are timed
 minutes apart and their ratio carries the drift: the same nvf_cudagraphs/inductor_ro ratio read
-1.01x, then 1.32x in two runs a session apart.  Here every backend of a workload stays compiled
-(each with its own model instance), and each round times one batch of every backend, in an order
-rotated per round; the drift then lands on all of them alike.
+1.01x, then 1.32x in two runs on one day (H100, 2026-11-23).  Here every backend of a workload stays
+compiled (each with its own model instance), and each round times one batch of every backend, in an
+order rotated per round; the drift then lands on all of them alike.
 
 Reported per backend: the median over rounds of the step time (ms, wall clock with host, batches
 start synchronized), and against the reference backend the median of the per-round ratios with
@@ -54,7 +54,7 @@ class InterleavedResult:
     reference: str
     #: Steps per timed batch, per backend: each backend's batch lasts about ``batch_s`` at its own step
     #: time. (One count for all, sized by the slowest backend, gave a CUDA-graph backend 3 ms batches
-    #: beside eager's 50 ms, and per-round ratios spread +-10%: session 16.)
+    #: beside eager's 50 ms, and per-round ratios spread +-10%: H100, 2026-11-24.)
     steps_per_batch: dict[str, int] = field(default_factory=dict)
     step_ms: dict[str, list[float]] = field(default_factory=dict)
     #: Host enqueue ms per step (until the batch's last call returned), one per round.

@@ -299,7 +299,7 @@ def _host_floor_line(floor: dict, label: str) -> str:
     frac, abs_us = HOST_FLOOR_DRIFT
     if end > start * (1 + frac) and end - start > abs_us:
         line += (" -- WARNING: host time grew over the run; host numbers measured late are inflated "
-                 "(is TEARDOWN_CUPTI=0 set? see perf/README.md, 'One host metric')")
+                 "(is TEARDOWN_CUPTI=0 set? see perf/README.md, 'Host time')")
     return line
 
 

@@ -1,5 +1,5 @@
-"""scripts/compile_times.py runs end to end (CPU smoke run: tiny shapes, regions eager), so the GPU
-session's compile-time evidence does not fail on the script itself."""
+"""scripts/compile_times.py runs end to end (CPU smoke run: tiny shapes, regions eager), so a GPU
+measurement of compile times does not fail on the script itself."""
 
 from __future__ import annotations
 

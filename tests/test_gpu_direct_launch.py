@@ -161,10 +161,11 @@ def test_a_region_whose_kernels_take_scalar_arguments_launches_directly():
 
 @pytest.mark.parametrize("workload", ["llama_train_bf16_small", "bert_train_bf16_small"])
 def test_training_steps_with_direct_launch_keep_every_launcher_and_gradient_right(workload):
-    """Session 16: in LLaMA-style backward regions whose inputs share a pointer, a work buffer took an
-    output's slot; the launcher's check run wrote an f32 intermediate past a bf16 output (outputs
-    differ, and beside other models an illegal address or a corrupted token-id tensor). Five steps:
-    the launchers are built on the third and run on the fourth and fifth, whose gradients are checked."""
+    """Found on an H100, 2026-11-24: in LLaMA-style backward regions whose inputs share a pointer, a
+    work buffer took an output's slot; the launcher's check run wrote an f32 intermediate past a bf16
+    output (outputs differ, and beside other models an illegal address or a corrupted token-id
+    tensor). Five steps: the launchers are built on the third and run on the fourth and fifth, whose
+    gradients are checked."""
     from perf import grad_check
 
     lines: list[str] = []

@@ -4,7 +4,7 @@ enable option): the `fast_math` setting.
 Why: inductor's Triton kernels compute `exp` with the approximate `ex2.approx` instruction and divide
 with the approximate `div.full`, while nvFuser's kernels call the precise `expf` and IEEE division.
 At the sizes of a small-batch transformer every kernel is latency-bound, and the precise `expf` is a
-long dependent chain: on an H100 (`scripts/region_scoreboard.py llama_train_bf16_small`, session 18,
+long dependent chain: on an H100 (`scripts/region_scoreboard.py llama_train_bf16_small`, 2026-11-24,
 bf16, [256, 1376]) LLaMA's SwiGLU forward took 2.28 us precise and 1.54 with fast math (inductor 1.57),
 its backward 2.35 and 1.87 (inductor 1.95); the outputs were bit-identical in bf16 and differed by
 2e-9 in f32. Regions without an exponential gained nothing measurable (within 0.05 us).

@@ -8,9 +8,9 @@ materialise it. ATen's SDPA rather than nvFuser's `sdpfa_fwd`/`sdpfa_bwd`: nvFus
 ATen's flash kernel, so they cannot be faster, and ATen also picks the memory-efficient or cuDNN
 kernel where flash does not apply (masks, float32). In float32 training ATen's fused backward is the
 memory-efficient kernel, which recomputes the scores on CUDA cores, and inductor keeps the explicit
-chain there; keeping it was measured and lost (H100, session 24, perf's gpt_attention_train_f32,
-[8, 16, 512, 64], GPU time against inductor's: 1.030x with the chain in cuBLAS and nvFuser regions,
-1.013x rewritten), so float32 is rewritten too.
+chain there; keeping it was measured and lost (`python3 -m perf.interleave 'gpt_attention_*' --gpu`,
+H100, 2026-11-25: gpt_attention_train_f32, [8, 16, 512, 64], GPU time against inductor's 1.030x with
+the chain in cuBLAS and nvFuser regions, 1.013x rewritten), so float32 is rewritten too.
 
 Dynamo spells attention many ways; the matcher follows one softmax at a time through example values
 (`node.meta["example_value"]`), not through fixed patterns. A rewrite is made only where SDPA computes

@@ -4,7 +4,7 @@ memory_format=channels_last), w, ...)`, a region of its own (nvFuser's transpose
 neither converts the image itself nor converts its output back to NCHW.
 
 Why: ViT's patch embedding (16x16, stride 16, 3 -> 384 channels). For an NCHW f32 image batch cuDNN
-picks its NHWC tensor-op kernel anyway and wraps it in its own layout copies: on an H100 (session 23,
+picks its NHWC tensor-op kernel anyway and wraps it in its own layout copies: on an H100 (2026-11-25,
 batch 64, 224 px; scripts/repros/conv_stems.py) nchwToNhwc took 144 us and nhwcToNchw 12, where
 nvFuser's copy of the image into channels-last took 27 us and cuDNN then only pads it (63 us, as under
 inductor, whose layout optimisation converts the image the same way in 58 us). The convolution kernel
@@ -42,7 +42,7 @@ aten = torch.ops.aten
 MIN_PATCH = 8
 #: The smallest image batch converted (elements): ViT's at batch 64 has 9.6 million and gained; at
 #: batch 2 (301 thousand, bf16) the step's kernels took 0.185 ms against 0.127 without the conversion
-#: (H100, session 23, vit_fwd_bf16_small).
+#: (H100, 2026-11-25, vit_fwd_bf16_small).
 MIN_ELEMENTS = 1 << 22
 
 #: Ops that read or view memory by explicit strides: a graph with any keeps its images NCHW.

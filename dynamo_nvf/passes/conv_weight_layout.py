@@ -6,7 +6,7 @@ Why: ATen runs a convolution in channels-last when its input is channels-last
 (`cudnn_conv_suggest_memory_format`), and then copies an NCHW weight into that layout on every call
 (`weight.contiguous(memory_format)` in cudnn_convolution). For ConvNeXt's downsampling convolution
 ([192, 96, 2, 2], bf16) that copy was ATen's generic strided-copy kernel, 2.3-2.4 us on an H100; the
-same copy as an nvFuser region made the convolution 0.7 us faster (session 22, scripts/repros/
+same copy as an nvFuser region made the convolution 0.7 us faster (H100, 2026-11-25, scripts/repros/
 convnext_head.py `down`), as inductor's layout optimisation converts such weights in a Triton kernel.
 A depthwise weight ([C, 1, k, k]) is channels-last already and is left alone.
 

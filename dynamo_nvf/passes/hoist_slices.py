@@ -6,7 +6,7 @@ computed inside the region, `g * sin`, into halves, and pads them back. nvFuser 
 scheduler takes slices and pads of fusion inputs in one kernel (the forward RoPE region is one kernel
 per output), but a slice of an intermediate that two slices share splits the fusion: a pointwise
 kernel writes the product to global memory and a resize kernel reads it back. On an H100
-(`scripts/region_scoreboard.py llama_train_bf16_small`, session 18) the three RoPE-backward regions
+(`scripts/region_scoreboard.py llama_train_bf16_small`, 2026-11-24) the three RoPE-backward regions
 took 2, 2 and 4 kernels, 2.85, 3.31 and 6.59 us, where inductor took 1, 1 and 2 kernels, 1.19, 1.37
 and 2.57 us. Hoisted, each slice reads a region input, which the bookend pass trims to a zero-copy
 alias, and nvFuser sees slices and pads of its inputs only.

@@ -6,7 +6,7 @@ Why: nvFuser 0.2.36's reduction scheduler tells an inner reduction from an outer
 tensor's logical dims, not by its inputs' allocation. ConvNeXt's head averages a channels-last
 [2, 192, 28, 28] tensor over H and W: logically the innermost dims, but in memory C is innermost. nvFuser
 scheduled it as an inner reduction, each warp reading one channel's pixels 384 bytes apart (grid 96,
-block 128x4), 5.5 us on an H100 (session 22, scripts/region_scoreboard.py), against inductor's split
+block 128x4), 5.5 us on an H100 (scripts/region_scoreboard.py, 2026-11-25), against inductor's split
 reduction at 4.5 us for the whole region (mean and LayerNorm). Once the reduced dims are in memory
 order, nvFuser sees the outer reduction the memory holds.
 
@@ -24,7 +24,7 @@ Forward and inference graphs only. In backward graphs the sums it would rewrite 
 column sums of channels-last gradients (a convolution's bias, a norm's weight), which
 unpermute_reductions and split_norm_backward already plan; rewriting them without the split measured
 +3% GPU time per ConvNeXt training step at the small batch, and one such region failed nvFuser
-0.2.36's compile (Settings.unpermute_reductions, session 8).
+0.2.36's compile (H100, 2026-11-24; Settings.unpermute_reductions).
 
 Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), GraphModule out.
 """

@@ -7,7 +7,7 @@ reference swapped), and so is the output they alias. Torch's min-cut partitioner
 are: a split qkv projection's q, k and v (what SDPA's backward reads), or the attention output beside
 its reshape (what the output projection's weight gradient reads), are five outputs on one or two
 storages per layer. cProfile of a 2-layer GPT-2-style training step under CUDA graphs on an H100
-(session 21, `scripts/host_profile.py gpt_train_bf16_small nvf_cudagraphs inductor_ro`): 10 outputs
+(2026-11-24, `scripts/host_profile.py gpt_train_bf16_small nvf_cudagraphs inductor_ro`): 10 outputs
 rebuilt per step, cudagraph trees' `reconstruct_outputs` 298 us per step against inductor's 109.
 Recomputing a view in the backward costs nothing at replay (the backward graph is captured too).
 

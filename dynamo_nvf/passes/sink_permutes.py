@@ -6,7 +6,7 @@ Why: ConvNeXt's residual add, `x + (gamma * mlp(y)).permute(0, 3, 1, 2)`, reads 
 NHWC output through a permute and adds the channels-last residual in NCHW order. Where that add is a
 region of its own (a block whose output feeds the next block's convolution), nvFuser 0.2.36 schedules
 it as one unvectorized pointwise kernel that walks the logical NCHW order over memory laid out NHWC:
-on an H100 (session 23, f32, batch 64) 582 us against inductor's 76 for [64, 96, 56, 56], and 296
+on an H100 (2026-11-25, f32, batch 64) 582 us against inductor's 76 for [64, 96, 56, 56], and 296
 against 39 for [64, 192, 28, 28] (scripts/region_scoreboard.py convnext_fwd_f32_large). With the
 permute sunk, every full-size tensor the fusion reads or writes is row-major NHWC: the operand's
 permute reads a region input and the result's permute ends the region, so the bookend pass trims

@@ -293,7 +293,7 @@ def split_norm_backward(gm: GraphModule, settings: Settings, kind: str, ask: Opt
     one are timed on the GPU (`ask.gpu_us`, built on copies), and the cut is made, as a region of its
     own with CUDA graphs or without, if it took at most TRIAL_MARGIN of the whole's time (without graphs
     counting HOST_US_PER_EXTRA_REGION for the extra call). Both answers are noted for explain().
-    Why measured and not assumed: on an H100 (session 25, nvfuser_direct 0.2.36, perf.interleave --gpu
+    Why measured and not assumed: on an H100 (2026-11-25, nvfuser_direct 0.2.36, perf.interleave --gpu
     and scripts/repros/segmenter_oracle.py, forward and backward steps over [2048, 32768], where nvFuser
     has no one-kernel schedule) cutting took a bf16 LayerNorm step from 1.15x inductor's GPU time to
     0.66x (perf layernorm_wide_train_bf16), from 536.7 to 362.8 us with a random output gradient,
@@ -306,7 +306,7 @@ def split_norm_backward(gm: GraphModule, settings: Settings, kind: str, ask: Opt
 
     The narrow-rows rule (NARROW_NORM_COLS) holds in backward graphs only: an inference region that
     sums columns next to an amax over rows (tests/test_unflatten_reductions.py) failed nvFuser 0.2.36's
-    compile behind a segment boundary (H100, session 21: INTERNAL ASSERT, predicate_elimination.cpp:1056,
+    compile behind a segment boundary (H100, 2026-11-25: INTERNAL ASSERT, predicate_elimination.cpp:1056,
     "Inconsistent setting of initialization value").
     """
     limit = settings.norm_backward_split_rows()

@@ -14,14 +14,14 @@ static), and for CUDA-less machines. Such a graph runs uncaptured and says why o
 in its GraphPlan (explain()). RNG: ATen's dropout draws from the CUDA generator, which cudagraph
 capture registers, so each replay gets a fresh mask.
 
-A replay's host path is inductor's own: cProfile of BERT-style inference (H100, session 13,
+A replay's host path is inductor's own: cProfile of BERT-style inference (H100, 2026-11-24,
 scripts/host_profile.py) lists the same calls with the same counts under both backends
 (cudagraph trees' run, check_invariants, the input copy, graph replay, output reconstruction),
 127 us per step here against 164 us for inductor's reduce-overhead in that process; step-time
 differences between the two in graph mode are this host's drift, not a longer path. One thing in
 that path is ours to shape: outputs that share a storage are rebuilt on every replay, so under
-graphs a training forward saves no views (passes/saved_views.py; GPT-2-style training, H100, session
-21: 10 rebuilt outputs per step before, none after, reconstruct_outputs 298 -> 145 us profiled).
+graphs a training forward saves no views (passes/saved_views.py; GPT-2-style training, H100,
+2026-11-24: 10 rebuilt outputs per step before, none after, reconstruct_outputs 298 -> 145 us profiled).
 """
 
 from __future__ import annotations

@@ -24,11 +24,11 @@ binaries, so the same bits. Anything unexpected (another layout, a launch error)
 `fec.execute`, which stays the reference. nvFuser's executor cache owns the kernels' modules, so the
 launcher keeps a reference to it.
 
-What it measured (H100, session 15, scripts/direct_launch_cost.py, medians in one process): per
+What it measured (H100, 2026-11-24, scripts/direct_launch_cost.py, medians in one process): per
 call 5-57 us against fec.execute's 9-100 on the same inputs (one-kernel forward regions 7-12 against
 12-22; 4-6-kernel norm backward regions 29-57 against 54-100); per step, every launcher on against
 all off: 0.74-0.80x on LLaMA-style inference and BERT-style training, 0.87-0.88x on ViT and ConvNeXt
-training. In session 14 a Python launcher (ctypes) saved only 1-3 us per call, and one-kernel regions
+training. A Python launcher (ctypes), tried first, (ctypes) saved only 1-3 us per call, and one-kernel regions
 only.
 
 Scalar kernel parameters (extents the host evaluated, e.g. a persistent kernel's `nvfuser_index_t i0`)
@@ -460,8 +460,8 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
         zeroed.add(pointer)
     # work keys were added in slot order (each took the next slot), so the dict's order is theirs.
     # Slots count positions, not distinct pointers: inputs that share a pointer leave a position
-    # unused, and numbering work buffers by distinct pointers gave one an output's slot (session 16:
-    # LLaMA-style backward regions wrote an f32 intermediate into a bf16 output, past its end).
+    # unused, and numbering work buffers by distinct pointers gave one an output's slot (H100,
+    # 2026-11-24: LLaMA-style backward regions wrote an f32 intermediate into a bf16 output, past its end).
     return LaunchPlan(kernels, [(size, key in zeroed) for key, size in work.items()])
 
 

@@ -30,7 +30,7 @@ here; segmentation and scheduling run again in every process, which is why a war
 0.69-1.01x of a cold one (earlier measurements, same GPU). Regions that nvFuser schedules whole
 skip the segmenter entirely.
 
-Region by region (session 12, H100, `scripts/compile_times.py --regions`, nvFuser's profiler on the
+Region by region (H100, 2026-11-24, `scripts/compile_times.py --regions`, nvFuser's profiler on the
 first call of a fresh process), LLaMA-style training step: 25.0 s first call, 17.5 s of it in 16
 fusions' first runs, 13.1 s of that in their kernels' own compiles; the 9 segmented regions took
 13.9 s (0.9-2.0 s each), the 7 single-kernel ones 0.3-0.6 s each. nvFuser's trace of the same step
