@@ -6,13 +6,14 @@ callbacks); the GPU tests (test_gpu_direct_launch.py) use the real driver and nv
 from __future__ import annotations
 
 import ctypes
+import logging
 
 import pytest
 import torch
 
 from dynamo_nvf.runtime import c_launcher
 from dynamo_nvf.runtime import direct_launch as dl
-from dynamo_nvf.runtime.region import RegionRuntime
+from dynamo_nvf.runtime.region import RegionRuntime, _Entry
 from dynamo_nvf.settings import Settings
 
 def _struct(pointer: int, sizes, strides, index: int = 8) -> bytes:
@@ -545,3 +546,42 @@ def test_without_nvfuser_a_region_never_builds_a_launcher():
     for _ in range(4):
         torch.testing.assert_close(runtime(x)[0], x * 2)
     assert runtime._direct is None and runtime.plan.launch == ""
+
+
+def test_a_region_runs_declined_calls_through_fec_execute_says_so_once_and_explain_counts_them(caplog):
+    """The region's side of a decline: the call runs through its executor (a stand-in here), one
+    warning per region, and explain()'s launch line keeps the count and the last reason; a launch
+    error drops the launcher with one warning."""
+    x = torch.randn(32, 8)
+    runtime = _runtime(lambda t: (t * 2,), Settings(), x)
+    executed = []
+
+    class Executor:  # stands in for fec.execute: the decision logic is under test, not nvFuser
+        def execute(self, args):
+            executed.append(args)
+            return [args[0] * 2]
+
+    entry = _Entry(fd=Executor())
+    entry.fec = Executor()
+    runtime._fast, runtime._direct_countdown = entry, 0
+    driver = _Driver(sizes=[40, 40])
+    runtime._direct, _ = _launcher(driver, [x], [torch.empty(32, 8)])
+    runtime._direct_summary = runtime.plan.launch = "direct (stand-in)"
+    misaligned = torch.zeros(32 * 8 + 1)[1:].view(32, 8)  # 4 bytes off the build's 16
+    with caplog.at_level(logging.INFO, logger="dynamo_nvf"):
+        runtime(x)
+        for _ in range(2):
+            (got,) = runtime(misaligned)
+            assert torch.equal(got, misaligned * 2)
+    assert len(driver.launches) == 1 and len(executed) == 2
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "less aligned" in warned[0], warned
+    assert runtime.plan.launch == ("direct (stand-in); 2 call(s) through fec.execute, the last for an input less "
+                                   "aligned than nvFuser's kernel was built for (input 0)")
+    driver.result = 700  # the driver refuses the next launch
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dynamo_nvf"):
+        (got,) = runtime(x)
+    assert torch.equal(got, x * 2) and runtime._direct is None
+    assert runtime.plan.launch.startswith("fec.execute (direct launch failed")
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]

@@ -42,10 +42,11 @@ Scalar kernel parameters (extents the host evaluated, e.g. a persistent kernel's
 keep the bytes of the build: with fixed sizes and no random numbers they never change (`is_scalar`).
 
 Not taken (the reason is kept for explain()): random numbers, scalar or CPU inputs, outputs that
-alias inputs or that no kernel writes (host-evaluated segments), cluster launches, a torch without
-`CUDAGraph.raw_cuda_graph`, a driver without `cuFuncGetParamInfo` (CUDA 12.4) or `cuFuncGetName`
-(several kernels), or a machine without a C compiler and Python's headers. Under CUDA graphs there is
-no host cost to save, so it is off there.
+alias inputs or that no kernel writes (host-evaluated segments), cluster launches, zeroing that cannot
+be mapped to work buffers (of an input or an output, or by a fill kernel whose extent cannot be read),
+a torch without `CUDAGraph.raw_cuda_graph`, a driver without `cuFuncGetParamInfo` (CUDA 12.4) or
+`cuFuncGetName` (several kernels), or a machine without a C compiler and Python's headers. Under CUDA
+graphs there is no host cost to save, so it is off there.
 """
 
 from __future__ import annotations
@@ -260,9 +261,10 @@ def fill_bytes(name: str, arguments: Sequence[bytes]) -> int:
     """Bytes an ATen fill kernel writes: its first parameter is `int N` (elements) in every
     elementwise kernel of CUDALoops.cuh, its element type FillFunctor's template argument."""
     match = _FILL_TYPE.search(name)
-    if match is None or not arguments or len(arguments[0]) != 4:
+    element = _FILL_ELEMENT_BYTES.get(match.group(1), 0) if match is not None else 0
+    if not element or not arguments or len(arguments[0]) != 4:
         raise NotDirect(f"a fill kernel whose extent cannot be read ({name[:80]})")
-    return int.from_bytes(arguments[0], "little", signed=True) * _FILL_ELEMENT_BYTES[match.group(1)]
+    return int.from_bytes(arguments[0], "little", signed=True) * element
 
 
 def _words(arguments: Sequence[bytes]) -> frozenset:
@@ -394,9 +396,9 @@ CONSTANT = -1
 
 def is_scalar(declaration: str) -> bool:
     """True for a scalar kernel parameter. In a region direct launch takes, all of the fusion's inputs
-    are tensors whose sizes are fixed (region.static_region, guarded by Dynamo), whose strides and
-    alignment the launcher checks per call, and no op draws random numbers (no seed or offset): such a
-    scalar is a function of those sizes alone, the same on every call."""
+    are tensors whose sizes are fixed (region.static_region, guarded by Dynamo; the launcher compares
+    them per call too, with the strides, dtype, device and alignment), and no op draws random numbers
+    (no seed or offset): such a scalar is a function of those sizes alone, the same on every call."""
     return _SCALAR.match(declaration) is not None
 
 
