@@ -91,8 +91,9 @@ class RegionPlan:
     fusion_key: str = ""
     #: The definition was taken from an earlier region with the same key (not built again).
     fusion_reused: bool = False
-    #: How steady calls launch its kernel: "direct" (runtime/direct_launch.py), or why they go through
-    #: fec.execute; "" until a steady call decided it.
+    #: How steady calls launch its kernel: "direct" (runtime/direct_launch.py; with the count of calls
+    #: it declined to fec.execute and the last reason), or why they go through fec.execute; "" until a
+    #: steady call decided it.
     launch: str = ""
     #: Compiled with nvFuser's fast math (settings.fast_math, ops/fast_math.py), and why or why not.
     fast_math: bool = False

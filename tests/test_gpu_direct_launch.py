@@ -1,9 +1,13 @@
 """GPU tests of runtime/direct_launch.py: steady calls of one-kernel static regions launch nvFuser's
 kernel through the C launcher (runtime/launcher.c), with the same bits as fec.execute, eager's strides,
 and one kernel per region (plus a memset per zeroed work buffer); what cannot be launched directly stays
-on fec.execute and says why."""
+on fec.execute and says why. Each check a call makes gets a case that would fail without it: a slice
+at a varying offset (alignment), two grid reductions in one kernel (every zeroed semaphore), a call
+from a fresh thread (the kernels' context), an input on the second GPU (its device and stream)."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 import torch
@@ -212,3 +216,175 @@ def test_launcher_refuses_other_layouts_and_misaligned_pointers():
     assert kernel([torch.randn(384, 256, device=DEV).t()]) is None  # other strides
     storage = torch.randn(256 * 384 + 1, device=DEV)
     assert kernel([storage[1:].view(256, 384)]) is None  # 4-byte aligned, built for 16
+
+
+def _fusion(nvf, dtype):
+    """relu(x) * 3 over a 2-D tensor, as a FusionDefinition run once (its executor cache compiled)."""
+    with nvf.FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=dtype)
+        fd.add_output(fd.ops.mul(fd.ops.relu(t0), fd.define_scalar(3.0)))
+    return fd
+
+
+def _run_in_thread(fn):
+    """fn() on a new thread (whose first CUDA work it is); its result, or what it raised."""
+    result = {}
+
+    def target():
+        try:
+            result["value"] = fn()
+            torch.cuda.synchronize()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            result["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(timeout=300)
+    assert not thread.is_alive(), "the call hung"
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def _poison_allocator():
+    """Returns blocks full of 0xFF to the caching allocator, so that a work buffer the launcher
+    allocates next holds garbage unless it is zeroed (a semaphore left so hangs or miscounts)."""
+    junk = [torch.full((n,), 255, dtype=torch.uint8, device=DEV) for n in (512, 2048, 16384, 1 << 20) for _ in range(16)]
+    del junk
+
+
+def test_a_slice_less_aligned_than_the_build_declines_instead_of_faulting():
+    """Built on a bf16 slice 4 elements in (8-byte aligned: nvFuser vectorises 4 bf16 per access), a
+    call on a slice 1, 2 or 3 elements in (2 or 4 bytes) would fault with a misaligned address, a
+    sticky CUDA error; the launcher declines it, and a call 8 or 16 bytes aligned launches."""
+    nvf = nvf_env.nvfuser_module()
+    n = 512 * 768
+    storage = torch.randn(n + 64, device=DEV, dtype=torch.bfloat16)
+    at = lambda offset: storage[offset:offset + n].view(512, 768)  # noqa: E731
+    assert direct_launch.pointer_alignment(at(4).data_ptr()) == 8
+    fd = _fusion(nvf, nvf.DataType.BFloat16)
+    outputs = fd.execute([at(4)])
+    kernel = direct_launch.build(fd.fec, [at(4)], outputs)
+    for offset in (1, 2, 3, 5, 6, 7, 9, 10):
+        assert kernel([at(offset)]) is None, offset
+        assert "less aligned" in kernel.last_decline
+    for offset in (0, 4, 8, 12):
+        (got,) = kernel([at(offset)])
+        assert torch.equal(got, torch.relu(at(offset)) * 3.0), offset
+    torch.cuda.synchronize()  # no CUDA error, sticky or not
+    assert kernel.launches == 1 + 4  # the build's own check run, then the aligned calls
+
+
+def test_a_compiled_region_fed_slices_at_varying_offsets_matches_eager():
+    storage = torch.randn(512 * 768 + 64, device=DEV, dtype=torch.bfloat16)
+    bias = torch.randn(768, device=DEV, dtype=torch.bfloat16)
+    at = lambda offset: storage[offset:offset + 512 * 768].view(512, 768)  # noqa: E731
+    compiled, _, plans = _steady(_bias_gelu, (at(4), bias), ON)
+    assert any(r.launch.startswith("direct") for r in _regions(plans)), [r.launch for r in _regions(plans)]
+    with torch.no_grad(), recording() as rec:
+        for offset in (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 4, 1):
+            got = compiled(at(offset), bias)
+            want = _bias_gelu(at(offset), bias)
+            assert_same(got, want)
+    torch.cuda.synchronize()
+    launches = [r.launch for r in _regions(plans + rec.plans)]
+    assert not [launch for launch in launches if "failed" in launch], launches
+
+
+def test_two_grid_reductions_in_one_region_match_eager_call_after_call():
+    """A sum and a max of one [1 << 24] tensor: grid reductions whose semaphores nvFuser slices out of
+    one zeroed allocation; each must be zeroed before every call, whatever memory it gets."""
+    def fn(t):
+        return t.sum(), t.amax()
+
+    def make(i):
+        t = torch.rand(1 << 24, device=DEV)
+        t[(i * 7919) % (1 << 24)] = 2.0 + i  # the maximum moves and grows call by call
+        return t
+
+    compiled, _, plans = _steady(fn, (make(0),), ON)
+    launches = [r.launch for r in _regions(plans)]
+    assert launches and all(launch.startswith("direct") and "zeroed range" in launch for launch in launches), launches
+    before = STATS.direct_launches
+    with torch.no_grad():
+        for i in range(1, 21):
+            fresh = make(i)
+            _poison_allocator()
+            total, peak = compiled(fresh)
+            assert peak.item() == 2.0 + i
+            torch.testing.assert_close(total.double(), fresh.double().sum(), rtol=1e-4, atol=0)
+    assert STATS.direct_launches == before + 20
+
+
+def test_the_launcher_called_from_a_fresh_thread_launches_in_the_kernels_context():
+    nvf = nvf_env.nvfuser_module()
+    x = torch.randn(256, 384, device=DEV)
+    fd = _fusion(nvf, nvf.DataType.Float)
+    kernel = direct_launch.build(fd.fec, [x], fd.execute([x]))
+    y = torch.randn(256, 384, device=DEV)
+    got = _run_in_thread(lambda: kernel([y]))
+    assert got is not None, kernel.last_decline
+    assert torch.equal(got[0], torch.relu(y) * 3.0)
+
+
+def test_a_compiled_function_first_called_on_a_fresh_thread_launches_directly():
+    fn, make = CASES["layer_norm_bf16"]
+    compiled, _, plans = _steady(fn, make(), ON)
+    fresh = make()
+    before = STATS.direct_launches
+
+    def call():
+        with torch.no_grad():
+            return compiled(*fresh)
+
+    got = _run_in_thread(call)
+    with torch.no_grad():
+        assert_same(got, fn(*fresh))
+    assert STATS.direct_launches == before + 1
+    launches = [r.launch for r in _regions(plans)]
+    assert all(launch.startswith("direct") and "failed" not in launch for launch in launches), launches
+
+
+needs_two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+
+
+@needs_two_gpus
+def test_the_launcher_of_a_second_gpu_fusion_launches_there_while_the_first_is_current():
+    nvf = nvf_env.nvfuser_module()
+    second = torch.device("cuda", 1)
+    x = torch.randn(256, 384, device=second)
+    fd = _fusion(nvf, nvf.DataType.Float)
+    kernel = direct_launch.build(fd.fec, [x], fd.execute([x]))
+    assert torch.cuda.current_device() == 0
+    y = torch.randn(256, 384, device=second)
+    (got,) = kernel([y])
+    assert got.device == second and torch.equal(got, torch.relu(y) * 3.0)
+    assert torch.cuda.current_device() == 0  # the caller's device is current again
+    assert kernel([torch.randn(256, 384, device=DEV)]) is None and "another device" in kernel.last_decline
+    got = _run_in_thread(lambda: kernel([y]))  # a fresh thread, its current device 0
+    assert got is not None and torch.equal(got[0], torch.relu(y) * 3.0)
+    torch.cuda.synchronize(second)
+
+
+@needs_two_gpus
+def test_a_region_on_the_second_gpu_launches_directly_on_its_stream():
+    second = torch.device("cuda", 1)
+    make = lambda: (torch.randn(512, 768, device=second, dtype=torch.bfloat16),  # noqa: E731
+                    torch.randn(768, device=second, dtype=torch.bfloat16))
+    compiled, _, plans = _steady(_bias_gelu, make(), ON)
+    launches = [r.launch for r in _regions(plans)]
+    assert launches and all(launch.startswith("direct") for launch in launches), launches
+    before = STATS.direct_launches
+    stream = torch.cuda.Stream(second)
+    with torch.no_grad():
+        for _ in range(3):
+            fresh = make()
+            got = compiled(*fresh)
+            assert got.device == second and torch.cuda.current_device() == 0
+            assert_same(got, _bias_gelu(*fresh))
+        with torch.cuda.stream(stream):  # the second GPU's current stream is the launcher's
+            fresh = make()
+            got = compiled(*fresh)
+        stream.synchronize()
+        assert_same(got, _bias_gelu(*fresh))
+    assert STATS.direct_launches == before + 4

@@ -9,7 +9,9 @@ per call is constant except the data pointers. So, once the region has run on nv
 1. one `fec.execute` is captured in a CUDA graph (not instantiated) and read back through the driver,
    in the graph's order: each nvFuser kernel (one per segment: CUfunction, grid, block, dynamic shared
    memory, cooperative or not, the exact argument bytes, each tensor's struct of data pointer, sizes
-   and strides) and each node that zeroes a buffer (a memset, or ATen's fill kernel of at::zeros);
+   and strides) and each node that zeroes memory (a memset, or ATen's fill kernel of at::zeros: nvFuser
+   zeroes each `zero_init` buffer, and one allocation per kernel that it slices, 16 bytes apart, into
+   the grid reductions' and grid syncs' semaphores that reset themselves);
 2. every argument is mapped by its data pointer to an input, an output, or a work buffer that
    nvFuser allocated for the call (a grid reduction's buffers and semaphores, or an intermediate
    between segments), sized from its `Tensor` declaration in nvFuser's kernel source
@@ -17,12 +19,17 @@ per call is constant except the data pointers. So, once the region has run on nv
 3. the C launcher (runtime/launcher.c, built once per machine by runtime/c_launcher.py) is checked
    once: its outputs must equal nvFuser's bit for bit on the same inputs.
 
-A call then, in C: checks each input's strides and 16-byte alignment (what nvFuser's cache key would
-see), allocates the outputs with nvFuser's strides and the work buffers (zeroing those nvFuser zeroes),
-writes the data pointers into the saved argument bytes and launches each kernel in order: the same
-binaries, so the same bits. Anything unexpected (another layout, a launch error) goes back to
-`fec.execute`, which stays the reference. nvFuser's executor cache owns the kernels' modules, so the
-launcher keeps a reference to it.
+A call then, in C: checks each input against what nvFuser's cache key saw at build (sizes, strides,
+dtype, device, and its data pointer divisible by the alignment nvFuser keyed on: the largest power of
+two up to 16 bytes, 32 from compute capability 10, dividing the build's pointer; its vectorised
+accesses rely on it), since the grid, the extents and the scalar arguments are the build's; makes the
+build device and its primary context current where they are not (another device current, or a thread
+with no context yet); allocates the outputs with nvFuser's strides and the work buffers; zeroes every
+byte range nvFuser's run zeroed, before the kernel it preceded; writes the data pointers into the
+saved argument bytes and launches each kernel in order: the same binaries, so the same bits. A call
+that is not as built declines (`last_decline` says why), and the region runs it through
+`fec.execute`, which stays the reference; a launch error drops the launcher. nvFuser's executor cache
+owns the kernels' modules, so the launcher keeps a reference to it.
 
 What it measured (H100, 2026-11-24, scripts/direct_launch_cost.py, medians in one process): per
 call 5-57 us against fec.execute's 9-100 on the same inputs (one-kernel forward regions 7-12 against
@@ -35,10 +42,11 @@ Scalar kernel parameters (extents the host evaluated, e.g. a persistent kernel's
 keep the bytes of the build: with fixed sizes and no random numbers they never change (`is_scalar`).
 
 Not taken (the reason is kept for explain()): random numbers, scalar or CPU inputs, outputs that
-alias inputs or that no kernel writes (host-evaluated segments), cluster launches, a torch without
-`CUDAGraph.raw_cuda_graph`, a driver without `cuFuncGetParamInfo` (CUDA 12.4) or `cuFuncGetName`
-(several kernels), or a machine without a C compiler and Python's headers. Under CUDA graphs there is
-no host cost to save, so it is off there.
+alias inputs or that no kernel writes (host-evaluated segments), cluster launches, zeroing that cannot
+be mapped to work buffers (of an input or an output, or by a fill kernel whose extent cannot be read),
+a torch without `CUDAGraph.raw_cuda_graph`, a driver without `cuFuncGetParamInfo` (CUDA 12.4) or
+`cuFuncGetName` (several kernels), or a machine without a C compiler and Python's headers. Under CUDA
+graphs there is no host cost to save, so it is off there.
 """
 
 from __future__ import annotations
@@ -56,8 +64,10 @@ from dynamo_nvf.runtime import c_launcher
 
 log = logging.getLogger("dynamo_nvf")
 
-#: Pointer alignment nvFuser's vectorization keys on (16 bytes: 8 bf16 or 4 f32 per access).
-ALIGNMENT = 16
+#: The widest vectorised access nvFuser keys its kernels on, in bytes (128 bits; 256 from compute
+#: capability 10 with NVRTC 12.9: getMaxVectorizationSizeInBit in nvFuser's utils.cpp).
+MAX_ALIGNMENT = 16
+WIDE_ALIGNMENT = 32
 #: CUgraphNodeType values (cuda.h).
 _KERNEL_NODE, _MEMSET_NODE = 0, 2
 #: CUlaunchAttributeID values (cuda.h) a kernel node may carry and a plain cuLaunchKernel cannot give.
@@ -123,6 +133,9 @@ class _Driver:
             self.launch_address = ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value
             self.cooperative_address = ctypes.cast(lib.cuLaunchCooperativeKernel, ctypes.c_void_p).value
             self.memset_address = ctypes.cast(lib.cuMemsetD8Async, ctypes.c_void_p).value
+            self.ctx_get = lib.cuCtxGetCurrent
+            self.ctx_get_address = ctypes.cast(lib.cuCtxGetCurrent, ctypes.c_void_p).value
+            self.ctx_set_address = ctypes.cast(lib.cuCtxSetCurrent, ctypes.c_void_p).value
         except (OSError, AttributeError) as exc:
             raise NotDirect(f"CUDA driver entry point missing: {exc}") from exc
         self.function_name = getattr(lib, "cuFuncGetName", None)  # CUDA 12.3
@@ -138,6 +151,17 @@ class _Driver:
     def check(self, result: int, what: str) -> None:
         if result != 0:
             raise NotDirect(f"{what} failed (CUresult {result})")
+
+    def addresses(self) -> tuple[int, int, int, int, int]:
+        """What the C launcher calls: cuLaunchKernel, cuLaunchCooperativeKernel, cuMemsetD8Async,
+        cuCtxGetCurrent, cuCtxSetCurrent."""
+        return (self.launch_address, self.cooperative_address, self.memset_address, self.ctx_get_address,
+                self.ctx_set_address)
+
+    def current_context(self) -> int:
+        context = ctypes.c_void_p()
+        self.check(self.ctx_get(ctypes.byref(context)), "cuCtxGetCurrent")
+        return context.value or 0
 
     def name_of(self, function: int) -> str:
         if self.function_name is None:
@@ -179,26 +203,35 @@ class KernelLaunch:
     cooperative: bool = False
 
 
+@dataclass(frozen=True)
+class Zeroing:
+    """A node that zeroes `length` bytes (a memset node, or ATen's fill kernel of at::zeros) from one of
+    `starts`: the memset's destination, or every 8-byte word of the fill kernel's arguments (one of
+    which is its data pointer; plan_launches finds which)."""
+
+    starts: frozenset
+    length: int
+
+
 @dataclass
 class CapturedLaunch:
-    """What one captured `fec.execute` did, in launch order: nvFuser's kernels (one per segment), and
-    per node that zeroes memory (a memset node, or ATen's fill kernel of at::zeros) the words that may
-    be its pointer: the memset's destination, or every 8-byte word of the fill kernel's arguments."""
+    """What one captured `fec.execute` did, in launch order: nvFuser's kernels (one per segment) and
+    the nodes that zero memory."""
 
-    steps: list[Union[KernelLaunch, frozenset]] = field(default_factory=list)
+    steps: list[Union[KernelLaunch, Zeroing]] = field(default_factory=list)
     outputs: list[torch.Tensor] = field(default_factory=list)
-    #: Bytes each memset node zeroes, by destination.
-    memset_bytes: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
 class LaunchPlan:
     """What the C launcher replays per call: kernels as (function, dims, argument bytes, slots,
     cooperative), a slot being which tensor's data pointer starts that argument (inputs, then outputs,
-    then work buffers), and per work buffer its bytes and whether it is zeroed before the first kernel."""
+    then work buffers); per work buffer its bytes and the alignment of its build pointer; and every
+    byte range the build zeroed as (before which kernel, work buffer, offset, bytes), in order."""
 
     kernels: list[tuple[int, tuple[int, ...], list[bytes], tuple[int, ...], bool]]
-    work: list[tuple[int, bool]]
+    work: list[tuple[int, int]]
+    zeros: list[tuple[int, int, int, int]] = field(default_factory=list)
 
 
 def _kernel_launch(driver: _Driver, node: ctypes.c_void_p, named: bool) -> KernelLaunch:
@@ -216,6 +249,22 @@ def _kernel_launch(driver: _Driver, node: ctypes.c_void_p, named: bool) -> Kerne
     config = LaunchConfig((params.gridDimX, params.gridDimY, params.gridDimZ),
                           (params.blockDimX, params.blockDimY, params.blockDimZ), params.sharedMemBytes)
     return KernelLaunch(params.func, driver.name_of(params.func) if named else "", config, arguments)
+
+
+#: Bytes per element of ATen's FillFunctor<T> by T's Itanium mangling (the kernel of at::zeros).
+_FILL_ELEMENT_BYTES = {"h": 1, "a": 1, "c": 1, "b": 1, "s": 2, "t": 2, "N3c104HalfE": 2, "N3c108BFloat16E": 2,
+                       "i": 4, "j": 4, "f": 4, "l": 8, "m": 8, "x": 8, "y": 8, "d": 8}
+_FILL_TYPE = re.compile(r"FillFunctorI(N3c104HalfE|N3c108BFloat16E|[a-z])E")
+
+
+def fill_bytes(name: str, arguments: Sequence[bytes]) -> int:
+    """Bytes an ATen fill kernel writes: its first parameter is `int N` (elements) in every
+    elementwise kernel of CUDALoops.cuh, its element type FillFunctor's template argument."""
+    match = _FILL_TYPE.search(name)
+    element = _FILL_ELEMENT_BYTES.get(match.group(1), 0) if match is not None else 0
+    if not element or not arguments or len(arguments[0]) != 4:
+        raise NotDirect(f"a fill kernel whose extent cannot be read ({name[:80]})")
+    return int.from_bytes(arguments[0], "little", signed=True) * element
 
 
 def _words(arguments: Sequence[bytes]) -> frozenset:
@@ -275,8 +324,7 @@ def captured_launches(fec: Any, args: Sequence[torch.Tensor], device: torch.devi
     driver.check(driver.get_nodes(handle, nodes, ctypes.byref(count)), "cuGraphGetNodes")
     order = _launch_order(list(nodes), driver.graph_edges(handle) if count.value > 1 else [])
     named = count.value > 1  # alone, the kernel is nvFuser's; among others, its name tells it apart
-    steps: list[Union[KernelLaunch, frozenset]] = []
-    memset_bytes: dict[int, int] = {}
+    steps: list[Union[KernelLaunch, Zeroing]] = []
     for raw_node in order:
         node = ctypes.c_void_p(raw_node)
         kind = ctypes.c_int(-1)
@@ -286,8 +334,10 @@ def captured_launches(fec: Any, args: Sequence[torch.Tensor], device: torch.devi
             driver.check(driver.memset_node_params(node, ctypes.byref(memset)), "cuGraphMemsetNodeGetParams")
             if memset.value != 0:
                 raise NotDirect("a memset to a nonzero value")
-            steps.append(frozenset({memset.dst}))
-            memset_bytes[memset.dst] = memset.width * memset.elementSize * max(memset.height, 1)
+            row = memset.width * memset.elementSize
+            if memset.height > 1 and memset.pitch != row:
+                raise NotDirect("a memset of rows with gaps between them")
+            steps.append(Zeroing(frozenset({memset.dst}), row * max(memset.height, 1)))
             continue
         if kind.value != _KERNEL_NODE:
             raise NotDirect(f"a graph node of type {kind.value} (neither a kernel nor a memset)")
@@ -295,7 +345,8 @@ def captured_launches(fec: Any, args: Sequence[torch.Tensor], device: torch.devi
         if named and "nvfuser" not in launch.name:
             if "FillFunctor" not in launch.name:  # at::zeros of a zero-initialised work buffer
                 raise NotDirect(f"a kernel that is not nvFuser's runs with it ({launch.name[:80]})")
-            steps.append(_words(launch.arguments))  # the filled buffer's pointer is among them
+            # the filled buffer's pointer is among the words
+            steps.append(Zeroing(_words(launch.arguments), fill_bytes(launch.name, launch.arguments)))
             continue
         launch.cooperative = bool(int.from_bytes(driver.attribute(node, _COOPERATIVE)[:4], "little"))
         cluster = [int.from_bytes(driver.attribute(node, _CLUSTER_DIMENSION)[i:i + 4], "little") for i in (0, 4, 8)]
@@ -304,7 +355,7 @@ def captured_launches(fec: Any, args: Sequence[torch.Tensor], device: torch.devi
         steps.append(launch)
     if not any(isinstance(step, KernelLaunch) for step in steps):
         raise NotDirect("no nvFuser kernel")
-    return CapturedLaunch(steps, list(outputs), memset_bytes)
+    return CapturedLaunch(steps, list(outputs))
 
 
 _GLOBAL = re.compile(r"__global__\s+void\s+(?:__\w+__\s*\([^)]*\)\s*)*(\w+)\s*\(")
@@ -345,9 +396,9 @@ CONSTANT = -1
 
 def is_scalar(declaration: str) -> bool:
     """True for a scalar kernel parameter. In a region direct launch takes, all of the fusion's inputs
-    are tensors whose sizes are fixed (region.static_region, guarded by Dynamo), whose strides and
-    alignment the launcher checks per call, and no op draws random numbers (no seed or offset): such a
-    scalar is a function of those sizes alone, the same on every call."""
+    are tensors whose sizes are fixed (region.static_region, guarded by Dynamo; the launcher compares
+    them per call too, with the strides, dtype, device and alignment), and no op draws random numbers
+    (no seed or offset): such a scalar is a function of those sizes alone, the same on every call."""
     return _SCALAR.match(declaration) is not None
 
 
@@ -374,9 +425,26 @@ def work_buffer_bytes(declaration: str, raw: bytes, extent: bool = True) -> int:
     return max(elements, 1) * ELEMENT_BYTES[dtype]
 
 
-def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Sequence[int], outputs: Sequence[int],
+def pointer_alignment(pointer: int, cap: int = MAX_ALIGNMENT) -> int:
+    """The largest power of two up to `cap` that divides `pointer` (bytes): what nvFuser's cache key
+    and its vectorisation see of a data pointer (SchedulerRuntimeInfo::computeAlignmentSizeBit)."""
+    alignment = 1
+    while alignment < cap and pointer % (alignment * 2) == 0:
+        alignment *= 2
+    return alignment
+
+
+def tensor_bytes(tensor: torch.Tensor) -> int:
+    """Bytes from a tensor's data pointer to the end of its last element (0 when empty)."""
+    if tensor.numel() == 0:
+        return 0
+    return (1 + sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride()))) * tensor.element_size()
+
+
+def plan_launches(steps: Sequence[Union[KernelLaunch, Zeroing]], inputs: Sequence[int], outputs: Sequence[int],
                   source: Optional[Callable[[], str]] = None,
-                  output_bytes: Optional[Sequence[int]] = None) -> LaunchPlan:
+                  output_bytes: Optional[Sequence[int]] = None,
+                  input_bytes: Optional[Sequence[int]] = None) -> LaunchPlan:
     """Maps every kernel argument to the tensor whose data pointer starts it: an input, an output, or
     else a work buffer nvFuser allocated for the call (a grid reduction's buffers, or an intermediate
     between segments), whose size is read from its `Tensor` struct (`source()` gives the kernels'
@@ -386,16 +454,20 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
     intermediate's memory for an output: an argument at an output's address is that output from the
     first one of exactly its bytes (`output_bytes`: elements times element size) on; before it, it is
     an earlier tensor, given a work buffer of its own. A scalar parameter keeps the build's bytes
-    (slot CONSTANT; see is_scalar). NotDirect where that is not sound: an output no kernel writes, an
-    argument that is neither a tensor nor a scalar, or zeroing that is not of one work buffer before
-    its first use."""
+    (slot CONSTANT; see is_scalar).
+
+    Every zeroing node is replayed where it ran: each work buffer's part of its byte range is zeroed
+    before the next kernel (nvFuser zeroes one allocation per kernel and slices it into several
+    semaphores, and may zero the same memory again for a later segment). NotDirect where that is not
+    sound: an output no kernel writes, an argument that is neither a tensor nor a scalar, a zeroing
+    that touches an input or an output (`input_bytes`, `output_bytes`: their extents), that starts in
+    no tensor, touches no work buffer, or comes after the last kernel."""
     if len(set(outputs)) != len(outputs) or set(inputs) & set(outputs):
         raise NotDirect("an output shares a data pointer with an input or another output")
     slots: dict[Optional[int], int] = {}
     for index, pointer in enumerate((*inputs, *outputs)):
         slots.setdefault(pointer, index)
     work: dict[Any, int] = {}  # pointer (or ("before", an output's pointer)) -> bytes
-    first_use: dict[Any, int] = {}  # the same keys -> step of the first kernel using it
     produced: set[int] = set()  # outputs' pointers once their producing kernel was seen
     declarations: dict[str, list[str]] = {}
     kernels = []
@@ -409,7 +481,7 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
                                 f"{len(step.arguments)} arguments")
         return declarations[step.name][index]
 
-    for position, step in enumerate(steps):
+    for step in steps:
         if not isinstance(step, KernelLaunch):
             continue
         kernel_slots = []
@@ -432,7 +504,6 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
                 if key not in work:  # the next work buffer's slot, after every input and output position
                     slots[key] = len(inputs) + len(outputs) + len(work)
                 work[key] = max(work.get(key, 0), size)
-                first_use.setdefault(key, position)
             slot = slots[key]
             # Every argument at an output's slot (its producer's and later segments' alike) fits in it.
             if (output_bytes is not None and source is not None and len(inputs) <= slot < len(inputs) + len(outputs)
@@ -445,42 +516,67 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, frozenset]], inputs: Seque
     used = {slot for kernel in kernels for slot in kernel[3]}
     if any(len(inputs) + i not in used for i in range(len(outputs))):
         raise NotDirect("an output no kernel writes (an alias or a host-evaluated segment)")
-    zeroed: set[int] = set()
-    for position, step in enumerate(steps):
+    def start(key: Any) -> int:
+        return key[1] if isinstance(key, tuple) else key
+
+    work_ranges = [(start(key), start(key) + size) for key, size in work.items()]
+    extents = [*(input_bytes or [1] * len(inputs)), *(output_bytes or [1] * len(outputs))]
+    io_ranges = [(pointer, pointer + max(extent, 1)) for pointer, extent in zip((*inputs, *outputs), extents)]
+    zeros: list[tuple[int, int, int, int]] = []
+    before = 0  # kernels launched before this step
+    for step in steps:
         if isinstance(step, KernelLaunch):
+            before += 1
             continue
-        if step & (set(slots) - set(work)):
+        if step.length <= 0:
+            continue
+        starts = {word for word in step.starts if any(lo <= word < hi for lo, hi in (*work_ranges, *io_ranges))}
+        if len(starts) != 1:
+            raise NotDirect("the graph zeroes memory that is in no tensor of the kernels" if not starts else
+                            "a zeroing whose start cannot be told (several tensors among its arguments)")
+        (begin,) = starts
+        end = begin + step.length
+        if any(lo < end and begin < hi for lo, hi in io_ranges):
             raise NotDirect("the graph zeroes an input or an output")
-        hits = step & set(work)
-        if len(hits) != 1:
-            raise NotDirect("the graph zeroes memory that is not one work buffer of the kernels")
-        (pointer,) = hits
-        if first_use[pointer] < position:
-            raise NotDirect("a work buffer is zeroed after a kernel used it")
-        zeroed.add(pointer)
+        if before == len(kernels):
+            raise NotDirect("the graph zeroes memory after its last kernel")
+        hits = [(before, index, max(begin, lo) - lo, min(end, hi) - max(begin, lo))
+                for index, (lo, hi) in enumerate(work_ranges) if lo < end and begin < hi]
+        if not hits:
+            raise NotDirect("the graph zeroes memory that is not a work buffer of the kernels")
+        zeros.extend(hits)
     # work keys were added in slot order (each took the next slot), so the dict's order is theirs.
     # Slots count positions, not distinct pointers: inputs that share a pointer leave a position
     # unused, and numbering work buffers by distinct pointers gave one an output's slot (H100,
     # 2026-11-24: LLaMA-style backward regions wrote an f32 intermediate into a bf16 output, past its end).
-    return LaunchPlan(kernels, [(size, key in zeroed) for key, size in work.items()])
+    return LaunchPlan(kernels, [(size, pointer_alignment(start(key))) for key, size in work.items()], zeros)
 
 
-def make_launcher(launch_address: int, cooperative_address: int, memset_address: int, plan: LaunchPlan, device: int,
+def make_launcher(driver: Sequence[int], context: int, plan: LaunchPlan, device: int,
                   inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], owner: Any,
                   empty: Callable[..., torch.Tensor], get_device: Callable[[], int],
-                  get_stream: Callable[[int], int]) -> Any:
-    """The C launcher (runtime/launcher.c) of a plan: inputs checked against these inputs' strides and
-    alignment, outputs allocated like these outputs, work buffers allocated (and zeroed) per call."""
+                  exchange_device: Callable[[int], int], get_stream: Callable[[int], int],
+                  cap: int = MAX_ALIGNMENT) -> Any:
+    """The C launcher (runtime/launcher.c) of a plan: inputs checked against these inputs' sizes,
+    strides, dtypes, device and pointer alignment (up to `cap` bytes), outputs allocated like these
+    outputs, work buffers allocated and zeroed per call, on `device` in `context`. `driver` holds the
+    addresses of cuLaunchKernel, cuLaunchCooperativeKernel, cuMemsetD8Async, cuCtxGetCurrent and
+    cuCtxSetCurrent (_Driver.addresses)."""
     module = c_launcher.load()
-    input_strides = tuple(tuple(t.stride()) for t in inputs)
-    aligned = tuple(t.data_ptr() % ALIGNMENT == 0 for t in inputs)
     pointers = [t.data_ptr() for t in inputs]
-    same_as = tuple(pointers.index(pointer) for pointer in pointers)
+    input_specs = tuple((tuple(t.shape), tuple(t.stride()), t.dtype, pointers.index(t.data_ptr())) for t in inputs)
     output_args = tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in outputs)
     work_args = tuple(((size,), (1,), torch.uint8) for size, _ in plan.work)
-    work_zero = tuple(size if zero else 0 for size, zero in plan.work)
-    return module.Launcher(launch_address, cooperative_address, memset_address, list(plan.kernels), device, len(inputs), input_strides,
-                           aligned, same_as, output_args, work_args, work_zero, empty, get_device, get_stream, owner)
+    alignment = tuple([pointer_alignment(p, cap) for p in pointers]
+                      + [pointer_alignment(t.data_ptr(), cap) for t in outputs]
+                      + [min(align, cap) for _, align in plan.work])
+    return module.Launcher(tuple(driver), context, list(plan.kernels), device, input_specs, output_args, work_args,
+                           alignment, tuple(plan.zeros), empty, get_device, exchange_device, get_stream, owner)
+
+
+def alignment_cap(device: torch.device) -> int:
+    """The widest access nvFuser may vectorise to on `device` (see MAX_ALIGNMENT)."""
+    return WIDE_ALIGNMENT if torch.cuda.get_device_capability(device)[0] >= 10 else MAX_ALIGNMENT
 
 
 def _allocator(device: torch.device) -> Callable[..., torch.Tensor]:
@@ -519,14 +615,19 @@ def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any
             raise NotDirect("the captured call's outputs are laid out otherwise")
         plan = plan_launches(captured.steps, [t.data_ptr() for t in args], [t.data_ptr() for t in captured.outputs],
                              source=lambda: fec.get_cuda_kernel(list(args), device=device.index),
-                             output_bytes=[t.numel() * t.element_size() for t in captured.outputs])
+                             output_bytes=[t.numel() * t.element_size() for t in captured.outputs],
+                             input_bytes=[tensor_bytes(t) for t in args])
         captured.outputs.clear()
         driver = _Driver.get()
-        launcher = make_launcher(driver.launch_address, driver.cooperative_address, driver.memset_address, plan, device.index, args, outputs, fec,
-                                 _allocator(device), torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream)
+        context = driver.current_context()  # the device's primary context: nvFuser loaded its kernels there
+        if not context:
+            raise NotDirect("no CUDA context is current on the device")
+        launcher = make_launcher(driver.addresses(), context, plan, device.index, args, outputs, fec,
+                                 _allocator(device), torch._C._cuda_getDevice, torch._C._cuda_exchangeDevice,
+                                 torch._C._cuda_getCurrentRawStream, alignment_cap(device))
         mine = launcher(args)
     if mine is None:
-        raise NotDirect("the inputs' layout check failed on the inputs it was built for")
+        raise NotDirect(f"it declined the inputs it was built for: {launcher.last_decline}")
     for index, (got, want) in enumerate(zip(mine, outputs)):
         try:  # bit for bit, as region._materialize_outputs checks its rebuilt definitions
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, check_stride=True)
@@ -544,11 +645,11 @@ def _describe(captured: CapturedLaunch, plan: LaunchPlan, args: Sequence[torch.T
     """The captured call and its plan, for a debug log: each kernel's arguments with their slots."""
     lines = [f"inputs {[(tuple(t.shape), t.stride(), t.dtype, hex(t.data_ptr())) for t in args]}",
              f"outputs {[(tuple(t.shape), t.stride(), t.dtype) for t in outputs]}",
-             f"work {plan.work}", f"memsets {[(hex(d), n) for d, n in captured.memset_bytes.items()]}"]
+             f"work {plan.work}", f"zeroed {plan.zeros}"]
     kernels = iter(plan.kernels)
     for step in captured.steps:
         if not isinstance(step, KernelLaunch):
-            lines.append(f"  zero {[hex(w) for w in step if w > 1 << 32][:4]}")
+            lines.append(f"  zero {step.length} bytes from one of {[hex(w) for w in step.starts if w > 1 << 32][:4]}")
             continue
         _, dims, _, slots, cooperative = next(kernels)
         lines.append(f"  kernel {step.name[-50:]} dims {dims} cooperative {cooperative}")

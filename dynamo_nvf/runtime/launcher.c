@@ -8,10 +8,15 @@
  * second with the C compiler Triton needs anyway. The driver entry points arrive as addresses, so a
  * CPU test can pass a recording stand-in.
  *
- * A Launcher is called with the region's input tuple and returns the list of outputs, or None when an
- * input is not laid out as at build time (or another device is current): the caller then runs
- * fec.execute. The GIL is held throughout, so the argument bytes cannot be rewritten by another
- * thread before the driver has copied them.
+ * A Launcher is called with the region's input tuple and returns the list of outputs, or None when a
+ * call is not one the replayed kernels were built for: the caller then runs fec.execute, and
+ * `last_decline` says why. Per call it checks what the kernels' grid sizes, extents, scalar arguments
+ * and vectorised accesses were derived from: each input's sizes, strides, dtype and device, its data
+ * pointer divisible by the alignment nvFuser keyed on at build, and inputs that shared a pointer still
+ * sharing it. It launches on the build's device and its current stream, in the device's primary
+ * context (made current for the call where another device is current, and where the thread has no
+ * context yet, e.g. autograd's worker threads). The GIL is held throughout, so the argument bytes
+ * cannot be rewritten by another thread before the driver has copied them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,8 +28,22 @@ typedef int (*launch_fn)(void *function, unsigned gx, unsigned gy, unsigned gz, 
 typedef int (*cooperative_fn)(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                               unsigned bz, unsigned smem, void *stream, void **params);
 typedef int (*memset_fn)(unsigned long long dst, unsigned char value, size_t bytes, void *stream);
+typedef int (*ctx_get_fn)(void **context);
+typedef int (*ctx_set_fn)(void *context);
 
 #define MAX_TENSORS 256
+
+/* Why a call declined (index into decline_names; DECLINE_NONE: it did not). */
+enum {
+    DECLINE_NONE, DECLINE_COUNT, DECLINE_SIZES, DECLINE_STRIDES, DECLINE_DTYPE, DECLINE_DEVICE, DECLINE_ALIGNMENT,
+    DECLINE_SHARED, DECLINE_ALLOCATION, DECLINE_CONTEXT, N_DECLINES
+};
+static const char *decline_names[N_DECLINES] = {
+    "", "another number of inputs", "an input of other sizes", "an input of other strides",
+    "an input of another dtype", "an input on another device",
+    "an input less aligned than nvFuser's kernel was built for", "inputs that shared a data pointer at build no longer do",
+    "an output or work buffer less aligned than at build", "another CUDA context is current",
+};
 
 typedef struct {
     void *function;
@@ -36,28 +55,42 @@ typedef struct {
     int cooperative;   /* launched with cuLaunchCooperativeKernel (its grid synchronises) */
 } Kernel;
 
+/* One byte range nvFuser's run zeroed: `bytes` from `offset` into work buffer `work`, before kernel `before`. */
+typedef struct {
+    Py_ssize_t before, work;
+    size_t offset, bytes;
+} Zeroing;
+
 typedef struct {
     PyObject_HEAD
     launch_fn launch;
     cooperative_fn launch_cooperative;
     memset_fn memset_async;
+    ctx_get_fn ctx_get;
+    ctx_set_fn ctx_set;
+    void *context;           /* the build device's primary context (the kernels' modules live in it) */
     Kernel *kernels;
     Py_ssize_t n_kernels;
     long device;
-    PyObject *device_object; /* the device index as an int, for get_stream */
+    PyObject *device_object; /* the device index as an int, for get_stream and exchange_device */
     Py_ssize_t n_inputs, n_outputs, n_work;
-    PyObject *input_strides; /* tuple of each input's stride() */
-    PyObject *aligned;       /* tuple of bools: input pointer was 16-byte aligned at build */
+    PyObject *input_sizes;   /* tuple of each input's size() at build */
+    PyObject *input_strides; /* tuple of each input's stride() at build */
+    PyObject *input_dtypes;  /* tuple of each input's dtype at build (torch.dtype objects are singletons) */
+    unsigned long long *alignment; /* per tensor (inputs, outputs, work): its data pointer's required divisor */
     Py_ssize_t *same_as;     /* per input: the first input that had the same data pointer at build */
     PyObject *output_args;   /* tuple of (shape, strides, dtype) argument tuples for `empty` */
     PyObject *work_args;     /* the same for each work buffer */
-    size_t *work_zero;       /* per work buffer: bytes to zero before the first kernel (0: none) */
-    PyObject *empty, *get_device, *get_stream;
+    Zeroing *zeros;          /* byte ranges to zero, in the build's order */
+    Py_ssize_t n_zeros;
+    PyObject *empty, *get_device, *exchange_device, *get_stream;
     PyObject *owner; /* keeps nvFuser's executor cache (the kernels' modules) alive */
     long long launches;
+    long long declines[N_DECLINES];
+    PyObject *last_decline;  /* a str: the last declined call's reason and input */
 } Launcher;
 
-static PyObject *data_ptr_name, *stride_name;
+static PyObject *data_ptr_name, *stride_name, *size_name, *dtype_name, *get_device_name;
 
 static int fetch_pointer(PyObject *tensor, unsigned long long *pointer) {
     PyObject *value = PyObject_CallMethodNoArgs(tensor, data_ptr_name);
@@ -68,15 +101,18 @@ static int fetch_pointer(PyObject *tensor, unsigned long long *pointer) {
 }
 
 static void Launcher_dealloc(Launcher *self) {
+    Py_XDECREF(self->input_sizes);
     Py_XDECREF(self->input_strides);
-    Py_XDECREF(self->aligned);
+    Py_XDECREF(self->input_dtypes);
     Py_XDECREF(self->output_args);
     Py_XDECREF(self->work_args);
     Py_XDECREF(self->empty);
     Py_XDECREF(self->get_device);
+    Py_XDECREF(self->exchange_device);
     Py_XDECREF(self->get_stream);
     Py_XDECREF(self->owner);
     Py_XDECREF(self->device_object);
+    Py_XDECREF(self->last_decline);
     for (Py_ssize_t k = 0; k < self->n_kernels && self->kernels != NULL; k++) {
         PyMem_Free(self->kernels[k].storage);
         PyMem_Free(self->kernels[k].params);
@@ -84,7 +120,8 @@ static void Launcher_dealloc(Launcher *self) {
     }
     PyMem_Free(self->kernels);
     PyMem_Free(self->same_as);
-    PyMem_Free(self->work_zero);
+    PyMem_Free(self->alignment);
+    PyMem_Free(self->zeros);
     PyTypeObject *type = Py_TYPE(self);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
@@ -147,34 +184,37 @@ static int Kernel_init(Kernel *kernel, PyObject *spec, Py_ssize_t n_tensors) {
     return 0;
 }
 
-/* Launcher(launch, launch_cooperative, memset, kernels, device, n_inputs, input_strides, aligned, same_as, output_args,
- *          work_args, work_zero, empty, get_device, get_stream, owner)
- * `kernels` lists (function, dims, arguments, slots) in launch order; slots index the call's tensors:
- * inputs, then outputs, then work buffers. Inputs that shared a data pointer at build (views of one
- * tensor) share a slot, so a call whose inputs do not share it declines. */
+/* Launcher(driver, context, kernels, device, inputs, output_args, work_args, alignment, zeros,
+ *          empty, get_device, exchange_device, get_stream, owner)
+ * `driver`: the addresses of cuLaunchKernel, cuLaunchCooperativeKernel, cuMemsetD8Async,
+ * cuCtxGetCurrent and cuCtxSetCurrent; `context` the device's primary context.
+ * `kernels` lists (function, dims, arguments, slots, cooperative) in launch order; slots index the
+ * call's tensors: inputs, then outputs, then work buffers. `inputs` holds per input (sizes, strides,
+ * dtype, same_as): inputs that shared a data pointer at build (views of one tensor) share a slot, so a
+ * call whose inputs do not share it declines. `alignment` per tensor the divisor its data pointer
+ * needs; `zeros` the (before kernel, work buffer, offset, bytes) ranges to zero, in order. */
 static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    unsigned long long launch, cooperative_address, memset_address;
-    PyObject *kernels, *input_strides, *aligned, *same_as, *output_args, *work_args, *work_zero;
-    PyObject *empty, *get_device, *get_stream, *owner;
+    unsigned long long launch, cooperative_address, memset_address, ctx_get_address, ctx_set_address, context;
+    PyObject *kernels, *inputs, *output_args, *work_args, *alignment, *zeros;
+    PyObject *empty, *get_device, *exchange_device, *get_stream, *owner;
     long device;
-    Py_ssize_t n_inputs;
-    if (!PyArg_ParseTuple(args, "KKKO!lnO!O!O!O!O!O!OOOO", &launch, &cooperative_address, &memset_address,
-                          &PyList_Type, &kernels,
-                          &device, &n_inputs, &PyTuple_Type, &input_strides, &PyTuple_Type, &aligned, &PyTuple_Type,
-                          &same_as, &PyTuple_Type, &output_args, &PyTuple_Type, &work_args, &PyTuple_Type, &work_zero,
-                          &empty, &get_device, &get_stream, &owner))
+    if (!PyArg_ParseTuple(args, "(KKKKK)KO!lO!O!O!O!O!OOOOO", &launch, &cooperative_address, &memset_address,
+                          &ctx_get_address, &ctx_set_address, &context, &PyList_Type, &kernels, &device,
+                          &PyTuple_Type, &inputs, &PyTuple_Type, &output_args, &PyTuple_Type, &work_args,
+                          &PyTuple_Type, &alignment, &PyTuple_Type, &zeros,
+                          &empty, &get_device, &exchange_device, &get_stream, &owner))
         return NULL;
+    Py_ssize_t n_inputs = PyTuple_GET_SIZE(inputs);
     Py_ssize_t n_outputs = PyTuple_GET_SIZE(output_args), n_work = PyTuple_GET_SIZE(work_args);
     Py_ssize_t n_tensors = n_inputs + n_outputs + n_work;
-    if (PyTuple_GET_SIZE(input_strides) != n_inputs || PyTuple_GET_SIZE(aligned) != n_inputs ||
-        PyTuple_GET_SIZE(same_as) != n_inputs ||
-        PyTuple_GET_SIZE(work_zero) != n_work || n_tensors > MAX_TENSORS || n_outputs < 1 ||
+    if (PyTuple_GET_SIZE(alignment) != n_tensors || n_tensors > MAX_TENSORS || n_outputs < 1 ||
         PyList_GET_SIZE(kernels) < 1) {
         PyErr_SetString(PyExc_ValueError, "Launcher: inconsistent argument counts");
         return NULL;
     }
-    if (launch == 0 || (n_work > 0 && memset_address == 0)) {
-        PyErr_SetString(PyExc_ValueError, "Launcher: missing driver entry point");
+    if (launch == 0 || ctx_get_address == 0 || ctx_set_address == 0 || context == 0 ||
+        (PyTuple_GET_SIZE(zeros) > 0 && memset_address == 0)) {
+        PyErr_SetString(PyExc_ValueError, "Launcher: missing driver entry point or context");
         return NULL;
     }
     Launcher *self = (Launcher *)type->tp_alloc(type, 0);
@@ -182,43 +222,72 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     self->launch = (launch_fn)(uintptr_t)launch;
     self->launch_cooperative = (cooperative_fn)(uintptr_t)cooperative_address;
     self->memset_async = (memset_fn)(uintptr_t)memset_address;
+    self->ctx_get = (ctx_get_fn)(uintptr_t)ctx_get_address;
+    self->ctx_set = (ctx_set_fn)(uintptr_t)ctx_set_address;
+    self->context = (void *)(uintptr_t)context;
     self->device = device;
     self->device_object = PyLong_FromLong(device);
     self->n_inputs = n_inputs;
     self->n_outputs = n_outputs;
     self->n_work = n_work;
-    Py_INCREF(input_strides); self->input_strides = input_strides;
-    Py_INCREF(aligned); self->aligned = aligned;
+    self->input_sizes = PyTuple_New(n_inputs);
+    self->input_strides = PyTuple_New(n_inputs);
+    self->input_dtypes = PyTuple_New(n_inputs);
     Py_INCREF(output_args); self->output_args = output_args;
     Py_INCREF(work_args); self->work_args = work_args;
     Py_INCREF(empty); self->empty = empty;
     Py_INCREF(get_device); self->get_device = get_device;
+    Py_INCREF(exchange_device); self->exchange_device = exchange_device;
     Py_INCREF(get_stream); self->get_stream = get_stream;
     Py_INCREF(owner); self->owner = owner;
-    if (self->device_object == NULL) goto fail;
+    self->last_decline = PyUnicode_FromString("");
+    if (self->device_object == NULL || self->input_sizes == NULL || self->input_strides == NULL ||
+        self->input_dtypes == NULL || self->last_decline == NULL)
+        goto fail;
     self->same_as = PyMem_Calloc(n_inputs ? n_inputs : 1, sizeof(Py_ssize_t));
-    if (self->same_as == NULL) {
+    self->alignment = PyMem_Calloc(n_tensors ? n_tensors : 1, sizeof(unsigned long long));
+    self->n_zeros = PyTuple_GET_SIZE(zeros);
+    self->zeros = PyMem_Calloc(self->n_zeros ? self->n_zeros : 1, sizeof(Zeroing));
+    if (self->same_as == NULL || self->alignment == NULL || self->zeros == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
     for (Py_ssize_t i = 0; i < n_inputs; i++) {
-        Py_ssize_t first = PyLong_AsSsize_t(PyTuple_GET_ITEM(same_as, i));
+        PyObject *sizes, *strides, *dtype;
+        Py_ssize_t first;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(inputs, i), "O!O!On", &PyTuple_Type, &sizes, &PyTuple_Type, &strides,
+                              &dtype, &first))
+            goto fail;
         if (first < 0 || first > i) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Launcher: same_as names an earlier input");
+            PyErr_SetString(PyExc_ValueError, "Launcher: same_as names an earlier input");
             goto fail;
         }
         self->same_as[i] = first;
+        Py_INCREF(sizes); PyTuple_SET_ITEM(self->input_sizes, i, sizes);
+        Py_INCREF(strides); PyTuple_SET_ITEM(self->input_strides, i, strides);
+        Py_INCREF(dtype); PyTuple_SET_ITEM(self->input_dtypes, i, dtype);
     }
-    self->work_zero = PyMem_Calloc(n_work ? n_work : 1, sizeof(size_t));
-    if (self->work_zero == NULL) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    for (Py_ssize_t i = 0; i < n_work; i++) {
-        self->work_zero[i] = PyLong_AsSize_t(PyTuple_GET_ITEM(work_zero, i));
-        if (self->work_zero[i] == (size_t)-1 && PyErr_Occurred()) goto fail;
+    for (Py_ssize_t i = 0; i < n_tensors; i++) {
+        unsigned long long divisor = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(alignment, i));
+        if (PyErr_Occurred()) goto fail;
+        if (divisor == 0 || (divisor & (divisor - 1))) {
+            PyErr_SetString(PyExc_ValueError, "Launcher: an alignment is a power of two");
+            goto fail;
+        }
+        self->alignment[i] = divisor;
     }
     Py_ssize_t n_kernels = PyList_GET_SIZE(kernels);
+    for (Py_ssize_t z = 0; z < self->n_zeros; z++) {
+        Zeroing *zero = &self->zeros[z];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(zeros, z), "nnnn", &zero->before, &zero->work, &zero->offset,
+                              &zero->bytes))
+            goto fail;
+        if (zero->before < 0 || zero->before >= n_kernels || zero->work < 0 || zero->work >= n_work ||
+            (z > 0 && zero->before < self->zeros[z - 1].before)) {
+            PyErr_SetString(PyExc_ValueError, "Launcher: a zeroed range names no kernel or work buffer, or is out of order");
+            goto fail;
+        }
+    }
     self->kernels = PyMem_Calloc(n_kernels, sizeof(Kernel));
     if (self->kernels == NULL) {
         PyErr_NoMemory();
@@ -261,34 +330,95 @@ fail:
     return NULL;
 }
 
+/* 0 when `value` equals the build's `expected` (a comparison of two tuples of ints), 1 when not, -1 on error. */
+static int differs(PyObject *tensor, PyObject *method, PyObject *expected) {
+    PyObject *value = PyObject_CallMethodNoArgs(tensor, method);
+    if (value == NULL) return -1;
+    int same = PyObject_RichCompareBool(value, expected, Py_EQ);
+    Py_DECREF(value);
+    return same < 0 ? -1 : !same;
+}
+
+/* Checks input i; DECLINE_NONE when it is as at build, -1 on error. */
+static int check_input(Launcher *self, PyObject *tensor, Py_ssize_t i, unsigned long long *pointers) {
+    if (fetch_pointer(tensor, &pointers[i]) < 0) return -1;
+    if (pointers[i] & (self->alignment[i] - 1)) return DECLINE_ALIGNMENT;
+    if (pointers[i] != pointers[self->same_as[i]]) return DECLINE_SHARED;
+    int result = differs(tensor, stride_name, PyTuple_GET_ITEM(self->input_strides, i));
+    if (result) return result < 0 ? -1 : DECLINE_STRIDES;
+    result = differs(tensor, size_name, PyTuple_GET_ITEM(self->input_sizes, i));
+    if (result) return result < 0 ? -1 : DECLINE_SIZES;
+    PyObject *dtype = PyObject_GetAttr(tensor, dtype_name);
+    if (dtype == NULL) return -1;
+    Py_DECREF(dtype); /* the build's dtype object keeps it alive: compared by identity */
+    if (dtype != PyTuple_GET_ITEM(self->input_dtypes, i)) return DECLINE_DTYPE;
+    PyObject *device = PyObject_CallMethodNoArgs(tensor, get_device_name);
+    if (device == NULL) return -1;
+    long index = PyLong_AsLong(device);
+    Py_DECREF(device);
+    if (index == -1 && PyErr_Occurred()) return -1;
+    return index == self->device ? DECLINE_NONE : DECLINE_DEVICE;
+}
+
+static void note_decline(Launcher *self, int reason, Py_ssize_t input) {
+    self->declines[reason]++;
+    PyObject *text = input >= 0 ? PyUnicode_FromFormat("%s (input %zd)", decline_names[reason], input)
+                                : PyUnicode_FromString(decline_names[reason]);
+    if (text == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    Py_SETREF(self->last_decline, text);
+}
+
 static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kwargs) {
     PyObject *inputs;
     if (!PyArg_ParseTuple(call_args, "O", &inputs)) return NULL;
     PyObject *fast = PySequence_Fast(inputs, "Launcher: inputs must be a sequence");
     if (fast == NULL) return NULL;
-    PyObject *result = NULL, *outputs = NULL, *work = NULL, *value = NULL;
+    PyObject *result = NULL, *outputs = NULL, *work = NULL, *value = NULL, *previous_device = NULL;
     unsigned long long pointers[MAX_TENSORS];
-    Py_ssize_t n = self->n_inputs;
+    Py_ssize_t n = self->n_inputs, bad_input = -1;
+    int reason = DECLINE_COUNT;
     if (PySequence_Fast_GET_SIZE(fast) != n) goto decline;
 
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        reason = check_input(self, items[i], i, pointers);
+        if (reason < 0) goto done;
+        if (reason != DECLINE_NONE) {
+            bad_input = i;
+            goto decline;
+        }
+    }
+
+    /* The build's device current for the call (allocations, stream, context), as torch.cuda.device does. */
     value = PyObject_CallNoArgs(self->get_device);
     if (value == NULL) goto done;
     long current = PyLong_AsLong(value);
     Py_CLEAR(value);
     if (current == -1 && PyErr_Occurred()) goto done;
-    if (current != self->device) goto decline;
-
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        value = PyObject_CallMethodNoArgs(items[i], stride_name);
-        if (value == NULL) goto done;
-        int same = PyObject_RichCompareBool(value, PyTuple_GET_ITEM(self->input_strides, i), Py_EQ);
-        Py_CLEAR(value);
-        if (same < 0) goto done;
-        if (!same) goto decline;
-        if (fetch_pointer(items[i], &pointers[i]) < 0) goto done;
-        if (PyTuple_GET_ITEM(self->aligned, i) == Py_True && (pointers[i] & 15)) goto decline;
-        if (pointers[i] != pointers[self->same_as[i]]) goto decline;
+    if (current != self->device) {
+        previous_device = PyObject_CallOneArg(self->exchange_device, self->device_object);
+        if (previous_device == NULL) goto done;
+    }
+    /* The kernels' context: a thread whose first CUDA work this is has none current yet. */
+    void *context = NULL;
+    int status = self->ctx_get(&context);
+    if (status != 0) {
+        PyErr_Format(PyExc_RuntimeError, "cuCtxGetCurrent failed (CUresult %d)", status);
+        goto done;
+    }
+    if (context != self->context) {
+        if (context != NULL) {
+            reason = DECLINE_CONTEXT;
+            goto decline;
+        }
+        status = self->ctx_set(self->context);
+        if (status != 0) {
+            PyErr_Format(PyExc_RuntimeError, "cuCtxSetCurrent failed (CUresult %d)", status);
+            goto done;
+        }
     }
 
     outputs = allocate(self->empty, self->output_args, &pointers[n]);
@@ -306,24 +436,30 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
         work = allocate(self->empty, self->work_args, &pointers[n]);
         if (work == NULL) goto done;
     }
-    for (Py_ssize_t i = 0; i < self->n_work; i++) {
-        if (self->work_zero[i]) {
-            int status = self->memset_async(pointers[n + i], 0, self->work_zero[i], stream);
+    for (Py_ssize_t i = self->n_inputs; i < n + self->n_work; i++) {
+        if (pointers[i] & (self->alignment[i] - 1)) {
+            reason = DECLINE_ALLOCATION;
+            goto decline;
+        }
+    }
+
+    Py_ssize_t z = 0;
+    for (Py_ssize_t k = 0; k < self->n_kernels; k++) {
+        for (; z < self->n_zeros && self->zeros[z].before == k; z++) {
+            Zeroing *zero = &self->zeros[z];
+            status = self->memset_async(pointers[n + zero->work] + zero->offset, 0, zero->bytes, stream);
             if (status != 0) {
                 PyErr_Format(PyExc_RuntimeError, "cuMemsetD8Async failed (CUresult %d)", status);
                 goto done;
             }
         }
-    }
-
-    for (Py_ssize_t k = 0; k < self->n_kernels; k++) {
         Kernel *kernel = &self->kernels[k];
         for (Py_ssize_t i = 0; i < kernel->n_params; i++) {
             if (kernel->slots[i] >= 0) /* -1: a constant, the build's bytes */
                 memcpy(kernel->params[i], &pointers[kernel->slots[i]], sizeof(unsigned long long));
         }
         unsigned *d = kernel->dims;
-        int status = kernel->cooperative
+        status = kernel->cooperative
             ? self->launch_cooperative(kernel->function, d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream,
                                        kernel->params)
             : self->launch(kernel->function, d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, kernel->params, NULL);
@@ -337,6 +473,7 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
     outputs = NULL;
     goto done;
 decline:
+    note_decline(self, reason, bad_input);
     Py_INCREF(Py_None);
     result = Py_None;
 done:
@@ -344,6 +481,19 @@ done:
     Py_XDECREF(outputs);
     Py_XDECREF(work);
     Py_DECREF(fast);
+    if (previous_device != NULL) { /* back to the caller's device, keeping any error of the call */
+        PyObject *type, *error, *traceback;
+        PyErr_Fetch(&type, &error, &traceback);
+        PyObject *restored = PyObject_CallOneArg(self->exchange_device, previous_device);
+        Py_DECREF(previous_device);
+        if (restored == NULL) {
+            Py_XDECREF(type); Py_XDECREF(error); Py_XDECREF(traceback);
+            Py_XDECREF(result);
+            return NULL;
+        }
+        Py_DECREF(restored);
+        PyErr_Restore(type, error, traceback);
+    }
     return result;
 }
 
@@ -370,6 +520,31 @@ static PyObject *Launcher_get_work_buffers(Launcher *self, void *closure) {
     return PyLong_FromSsize_t(self->n_work);
 }
 
+static PyObject *Launcher_get_zeroed(Launcher *self, void *closure) {
+    return PyLong_FromSsize_t(self->n_zeros);
+}
+
+static PyObject *Launcher_get_last_decline(Launcher *self, void *closure) {
+    Py_INCREF(self->last_decline);
+    return self->last_decline;
+}
+
+static PyObject *Launcher_get_declines(Launcher *self, void *closure) {
+    PyObject *all = PyDict_New();
+    if (all == NULL) return NULL;
+    for (int reason = 1; reason < N_DECLINES; reason++) {
+        if (self->declines[reason] == 0) continue;
+        PyObject *count = PyLong_FromLongLong(self->declines[reason]);
+        if (count == NULL || PyDict_SetItemString(all, decline_names[reason], count) < 0) {
+            Py_XDECREF(count);
+            Py_DECREF(all);
+            return NULL;
+        }
+        Py_DECREF(count);
+    }
+    return all;
+}
+
 static PyObject *Launcher_get_constants(Launcher *self, void *closure) {
     Py_ssize_t count = 0;
     for (Py_ssize_t k = 0; k < self->n_kernels; k++)
@@ -380,6 +555,9 @@ static PyObject *Launcher_get_constants(Launcher *self, void *closure) {
 static PyGetSetDef Launcher_getset[] = {
     {"constants", (getter)Launcher_get_constants, NULL, "scalar arguments launched with the build's bytes", NULL},
     {"launches", (getter)Launcher_get_launches, NULL, "calls that launched so far", NULL},
+    {"zeroed", (getter)Launcher_get_zeroed, NULL, "byte ranges of work buffers zeroed per call", NULL},
+    {"last_decline", (getter)Launcher_get_last_decline, NULL, "why the last declined call declined", NULL},
+    {"declines", (getter)Launcher_get_declines, NULL, "declined calls by reason", NULL},
     {"work_buffers", (getter)Launcher_get_work_buffers, NULL, "work buffers allocated per call", NULL},
     {"dims", (getter)Launcher_get_dims, NULL, "per kernel: ((grid), (block), dynamic shared memory)", NULL},
     {NULL},
@@ -390,7 +568,7 @@ static PyType_Slot Launcher_slots[] = {
     {Py_tp_dealloc, Launcher_dealloc},
     {Py_tp_call, Launcher_call},
     {Py_tp_getset, Launcher_getset},
-    {Py_tp_doc, "A region's kernels' launcher: call with the inputs; returns the outputs, or None to decline."},
+    {Py_tp_doc, "A region's kernels' launcher: call with the inputs; returns the outputs, or None to decline (last_decline says why)."},
     {0, NULL},
 };
 
@@ -403,7 +581,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nvf_launcher", NULL
 PyMODINIT_FUNC PyInit__nvf_launcher(void) {
     data_ptr_name = PyUnicode_InternFromString("data_ptr");
     stride_name = PyUnicode_InternFromString("stride");
-    if (data_ptr_name == NULL || stride_name == NULL) return NULL;
+    size_name = PyUnicode_InternFromString("size");
+    dtype_name = PyUnicode_InternFromString("dtype");
+    get_device_name = PyUnicode_InternFromString("get_device");
+    if (data_ptr_name == NULL || stride_name == NULL || size_name == NULL || dtype_name == NULL || get_device_name == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     PyObject *type = PyType_FromSpec(&Launcher_spec);

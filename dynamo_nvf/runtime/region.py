@@ -401,6 +401,10 @@ class RegionRuntime:
         self._fast: Optional[_Entry] = None
         #: Its kernel launched without fec.execute (runtime/direct_launch.py), once built.
         self._direct: Optional[Callable[[Sequence[Any]], Optional[list]]] = None  # a C Launcher
+        #: explain()'s launch line of the built launcher, before any declined call is counted in.
+        self._direct_summary = ""
+        #: Calls the direct launcher declined (they ran through fec.execute).
+        self._direct_declines = 0
         #: Fast calls left before the direct launcher is built (0: never, or already decided).
         self._direct_countdown = DIRECT_AFTER_FAST_CALLS if (
             settings.launches_directly() and self._static and not random) else 0
@@ -416,8 +420,11 @@ class RegionRuntime:
             outputs = None
             if self._direct is not None:
                 try:
-                    outputs = self._direct(args)  # None: an input laid out otherwise than at build
-                    STATS.direct_launches += outputs is not None
+                    outputs = self._direct(args)  # None: a call unlike the build's (last_decline says how)
+                    if outputs is None:
+                        self._direct_declined()
+                    else:
+                        STATS.direct_launches += 1
                 except Exception as exc:  # a launch error: fec.execute from now on
                     self._drop_direct(exc)
             if outputs is None:
@@ -488,16 +495,30 @@ class RegionRuntime:
         configs = direct_launch.launch_configs(self._direct)
         work, constants = self._direct.work_buffers, self._direct.constants
         kernels = "; ".join(f"grid {c.grid}, block {c.block}, {c.dynamic_smem} B dynamic smem" for c in configs)
+        zeroed = self._direct.zeroed
         self.plan.launch = (f"direct ({f'{len(configs)} kernels: ' if len(configs) > 1 else ''}{kernels}"
                             f"{f'; {work} work buffer(s)' if work else ''}"
+                            f"{f', {zeroed} zeroed range(s)' if zeroed else ''}"
                             f"{f'; {constants} scalar argument(s)' if constants else ''}; "
                             f"built in {(time.perf_counter() - start) * 1e3:.1f} ms)")
+        self._direct_summary = self.plan.launch
         log.debug("%s: %s", self.plan.name, self.plan.launch)
+
+    def _direct_declined(self) -> None:
+        """A call unlike the build's (an input's sizes, strides, dtype, device, alignment): it runs
+        through fec.execute; explain() counts such calls with the last reason, said once per region."""
+        self._direct_declines += 1
+        reason = self._direct.last_decline
+        self.plan.launch = (f"{self._direct_summary}; {self._direct_declines} call(s) through fec.execute, "
+                            f"the last for {reason}")
+        if self._direct_declines == 1:
+            log.warning("%s: direct launch declined a call (%s); such calls run through fec.execute",
+                        self.plan.name, reason)
 
     def _drop_direct(self, exc: BaseException) -> None:
         self._direct = None
         self.plan.launch = f"fec.execute (direct launch failed: {_short_error(exc)})"
-        log.info("%s: direct launch failed, back to fec.execute: %s", self.plan.name, _short_error(exc))
+        log.warning("%s: direct launch failed, back to fec.execute: %s", self.plan.name, _short_error(exc))
 
     # -- misses, fallbacks, profiling -------------------------------------------------------------
     def _run_eager(self, args: Sequence[Any]) -> Any:
