@@ -71,11 +71,11 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
         notes += gm.meta.pop(NOTES_KEY, [])
     gm = decompose_fused_composites(gm, settings)
     notes += gm.meta.pop(NOTES_KEY, [])
-    if settings.channels_last_convs:  # conv_layout says why
-        gm = channels_last_convs(gm, kind, settings.plan_cpu_as_cuda)
-        notes += gm.meta.pop(NOTES_KEY, [])
     if settings.channels_last_patch_inputs and kind == "inference":  # conv_input_layout says why
         gm = channels_last_patch_inputs(gm, settings.plan_cpu_as_cuda)
+        notes += gm.meta.pop(NOTES_KEY, [])
+    if settings.channels_last_convs:  # conv_layout says why
+        gm = channels_last_convs(gm, kind, settings.plan_cpu_as_cuda)
         notes += gm.meta.pop(NOTES_KEY, [])
     if settings.channels_last_conv_weights and settings.cuda_graphs:
         gm = channels_last_conv_weights(gm, settings.plan_cpu_as_cuda)
