@@ -270,3 +270,29 @@ def test_gpu_inference_matches_eager(dtype):
     make = lambda: _inputs(batch=8, hw=28, c=128, device="cuda", dtype=dtype)  # noqa: E731
     # cuDNN picks other algorithms per layout: TF32 or bf16 tensor-op sums in other orders.
     check_fresh_inputs(compiled, resnet, make, rtol=2e-2, atol=2e-2)
+
+
+def test_cuda_convolution_gradients_take_cudnns_layout():
+    """Where this torch's meta function says contiguous, a CUDA convolution_backward's gradients are
+    planned channels-last as cuDNN writes them when its input is; an NCHW input keeps them NCHW."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx import Graph
+
+    from dynamo_nvf.passes.conv_layout import _cudnn_grad_layout
+
+    with FakeTensorMode():
+        nchw = torch.empty(2, 8, 4, 4, device="cuda")
+        nhwc = torch.empty_strided((2, 8, 4, 4), (128, 1, 32, 8), device="cuda")
+        weight = torch.empty(16, 8, 3, 3, device="cuda")
+        grads = (torch.empty(2, 8, 4, 4, device="cuda"), torch.empty(16, 8, 3, 3, device="cuda"), None)
+    for x, want in ((nhwc, True), (nchw, False)):
+        graph = Graph()
+        args = [graph.placeholder(name) for name in ("g", "x", "w")]
+        for node, val in zip(args, (nchw, x, weight)):
+            node.meta["val"] = val
+        conv = graph.call_function(torch.ops.aten.convolution_backward.default,
+                                   (*args, [16], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True]))
+        grad_input, grad_weight, _ = _cudnn_grad_layout(conv, grads)
+        assert grad_input.is_contiguous(memory_format=torch.channels_last) == want
+        assert grad_weight.is_contiguous(memory_format=torch.channels_last) == want
+        assert grad_weight.is_contiguous() != want

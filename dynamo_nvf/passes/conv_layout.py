@@ -168,8 +168,14 @@ def _report_output_strides(gm: GraphModule) -> None:
 
 
 def _cudnn_grad_layout(node: Node, result: Any) -> Any:
+    """cuDNN's gradients are channels-last when its input or weight suggests it (not in f64:
+    `cudnn_conv_suggest_memory_format`); older meta functions said contiguous (pytorch#171622)."""
+    from torch._prims_common import suggest_memory_format
+
     x, w = tensor_val(node.args[1]), tensor_val(node.args[2])
-    if x is None or w is None or x.device.type != "cuda" or not (_is_channels_last(x) or _is_channels_last(w)):
+    if x is None or w is None or x.device.type != "cuda" or torch.float64 in (x.dtype, w.dtype):
+        return result
+    if torch.channels_last not in (suggest_memory_format(x), suggest_memory_format(w)):
         return result
     fixed = []
     for grad in result:
@@ -182,7 +188,7 @@ def _cudnn_grad_layout(node: Node, result: Any) -> Any:
 def adopt_input_strides(gm: GraphModule, example_inputs: Sequence[Any]) -> GraphModule:
     """Gives the graph's placeholders the strides of the example inputs where they differ (aot_autograd
     restrides a backward's saved activations to the layout its forward reported) and propagates them;
-    the graph's outputs keep the strides they had (`restore_output_strides` gives them back)."""
+    the outputs' strides from before are kept for channels_last_convs, which gives them back."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     saved = {n: n.meta["val"] for n in gm.graph.nodes if "val" in n.meta}
     changed: set[Node] = set()
