@@ -13,7 +13,12 @@ Forward graphs of a training step: the tensors saved for the backward stay chann
 only between our own forward and backward graphs). Their strides are reported to aot_autograd
 (`TracingContext.output_strides`, as inductor reports its own), which restrides the backward's example
 inputs; the backward compiler adopts them (`adopt_input_strides`) before this pass plans the backward.
-Were the forward's planning to fail after this pass, it runs aot_autograd's graph as it is and saves
+The backward is decided on its `convolution_backward`s (the forward's weights and inputs, so the
+same answer); each reads its output gradient and input channels-last, and cuDNN writes both gradients
+channels-last, so the weights' gradients get the parameters' layout back as graph outputs. (This is
+why conv_input_layout's inference-only reason, a backward seeing other layouts, does not hold here.)
+The partitioner runs before this pass, so a forward saves the image NCHW and its backward converts it
+again (one copy). Were the forward's planning to fail after this pass, it runs aot_autograd's graph as it is and saves
 NCHW tensors: the backward still runs them (regions compile per input layout, ATen takes any; the
 graph was traced on NCHW, so every view in it holds).
 
