@@ -196,20 +196,22 @@ def adopt_input_strides(gm: GraphModule, example_inputs: Sequence[Any]) -> Graph
     the outputs' strides from before are kept for channels_last_convs, which gives them back."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     saved = {n: n.meta["val"] for n in gm.graph.nodes if "val" in n.meta}
-    changed: set[Node] = set()
-    for node, example in zip(placeholders, example_inputs):
-        val = tensor_val(node)
-        if val is None or not isinstance(example, torch.Tensor) or val.shape != example.shape:
-            continue
-        if not (static_layout(val) and static_layout(example)) or val.stride() == example.stride():
-            continue
-        node.meta["val"] = val.as_strided(val.shape, example.stride(), val.storage_offset())
-        changed.add(node)
-    if not changed:
-        return gm
-    gm.meta[EAGER_OUTPUTS_KEY] = [saved[a] if isinstance(a, Node) and a in saved else tensor_val(a)
-                                  for a in _output_args(gm)]
     try:
+        changed: set[Node] = set()
+        for node, example in zip(placeholders, example_inputs):
+            val = tensor_val(node)
+            if val is None or not isinstance(example, torch.Tensor):
+                continue
+            if not (static_layout(val) and static_layout(example)):  # comparing SymInts would guard
+                continue
+            if val.shape != example.shape or val.stride() == example.stride():
+                continue
+            node.meta["val"] = val.as_strided(val.shape, example.stride(), val.storage_offset())
+            changed.add(node)
+        if not changed:
+            return gm
+        gm.meta[EAGER_OUTPUTS_KEY] = [saved[a] if isinstance(a, Node) and a in saved else tensor_val(a)
+                                      for a in _output_args(gm)]
         mode = next(v.fake_mode for n in placeholders if (v := tensor_val(n)) is not None
                     and getattr(v, "fake_mode", None) is not None)
         _propagate(gm, mode, changed)
