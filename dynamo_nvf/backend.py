@@ -31,6 +31,7 @@ from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.composites import decompose_fused_composites
 from dynamo_nvf.passes.fuse import PLAN_KEY, fuse_regions
 from dynamo_nvf.passes.conv_input_layout import channels_last_patch_inputs
+from dynamo_nvf.passes.conv_layout import adopt_input_strides, channels_last_convs
 from dynamo_nvf.passes.conv_weight_layout import channels_last_conv_weights
 from dynamo_nvf.passes.hoist_permutes import hoist_permutes
 from dynamo_nvf.passes.memory_order_reductions import reduce_in_memory_order
@@ -72,6 +73,9 @@ def plan_graph(gm: GraphModule, settings: Settings, kind: str = "inference", gra
     notes += gm.meta.pop(NOTES_KEY, [])
     if settings.channels_last_patch_inputs and kind == "inference":  # conv_input_layout says why
         gm = channels_last_patch_inputs(gm, settings.plan_cpu_as_cuda)
+        notes += gm.meta.pop(NOTES_KEY, [])
+    if settings.channels_last_convs:  # conv_layout says why
+        gm = channels_last_convs(gm, kind, settings.plan_cpu_as_cuda)
         notes += gm.meta.pop(NOTES_KEY, [])
     if settings.channels_last_conv_weights and settings.cuda_graphs:
         gm = channels_last_conv_weights(gm, settings.plan_cpu_as_cuda)
@@ -201,6 +205,8 @@ class _GraphCompiler:
         # failure anywhere in planning leaves aot_autograd's graph intact to run as it is.
         work = GraphModule(gm, copy.deepcopy(gm.graph))
         work.meta[NOTES_KEY] = list(gm.meta.get(NOTES_KEY, []))  # the joint-graph passes' notes
+        if kind == "backward":  # a forward may save channels-last activations (passes/conv_layout.py)
+            work = adopt_input_strides(work, example_inputs)
         if self.settings.strict:
             plan, forward = self._compile(work, kind, graph_id)
         else:

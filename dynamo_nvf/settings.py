@@ -243,6 +243,11 @@ class Settings:
     #: and first LayerNorm took 129 us in nvFuser against inductor's 31, and 31 once split (H100, f32,
     #: batch 64, 2026-11-25). Forward and inference graphs only.
     split_transposes: bool = True
+    #: Run a conv net's convolutions and the regions between them channels-last where inductor's
+    #: layout heuristics would (passes/conv_layout.py), eager's strides at the graph's outputs: NCHW
+    #: made cuDNN convert activations around every convolution (146 nchwToNhwc and 66 nhwcToNchw
+    #: kernels, 1.1 ms, per ResNet-50 bf16 training step on an H100, issue 42).
+    channels_last_convs: bool = True
     #: Under CUDA graphs, convert a convolution's NCHW weight to channels-last in the graph where cuDNN
     #: runs it channels-last (its input is), so the conversion is a region instead of ATen's strided
     #: copy inside every call (passes/conv_weight_layout.py): 0.7 us less for ConvNeXt's downsampling
