@@ -4,8 +4,9 @@ The model tier of perf/models.py (`--tag model`: each model's inference in bf16 
 training step in bf16) and the training block workloads of perf/workloads.py are compiled at tiny
 shapes with `plan_cpu_as_cuda=True`, with and without `cuda_graphs`, and each GraphPlan is reduced to what planning decided: the graph's kind,
 its regions (nodes and ops in order, trimmed leading and trailing nodes, kept nodes, boundaries,
-fast math), its eager nodes with their reasons and its rewrite notes. Graph ids, times and code are
-left out (they differ from run to run).
+fast math), its eager nodes with their reasons, its rewrite notes, and a hash of the code of the
+compiled graph (region calls and the views between them). Graph ids and times are left out (they
+differ from run to run).
 
 tests/test_plans_golden.py compares them with tests/data/plans_golden.json. After a change that is
 meant to change plans, regenerate the golden from the repository root and review its diff:
@@ -16,6 +17,7 @@ meant to change plans, regenerate the golden from the repository root and review
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -58,6 +60,7 @@ def fingerprint(plan: Any) -> dict[str, Any]:
         ],
         "eager": [[n.name, n.op, n.reason] for n in plan.eager_nodes],
         "decisions": _decisions(plan.decisions),
+        "code_sha1": hashlib.sha1(plan.code.encode()).hexdigest()[:16],
     }
 
 
