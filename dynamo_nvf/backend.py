@@ -25,9 +25,9 @@ from dynamo_nvf.decompositions import table_for
 from dynamo_nvf.ops.metadata import static_layout
 from dynamo_nvf.passes import NOTES_KEY, add_note
 from dynamo_nvf.passes.fuse import PLAN_KEY
-from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.saved_views import RECOMPUTED_VIEWS_KEY
-from dynamo_nvf.pipeline import PASSES_KEY, run_dynamo_passes, run_graph_passes, run_joint_passes
+from dynamo_nvf.pipeline import (PASSES_KEY, run_dynamo_passes, run_graph_passes, run_installed_passes,
+                                 run_joint_passes)
 from dynamo_nvf.plan import GraphPlan, PassRecord, region_label
 from dynamo_nvf.plan_text import render_plan_text
 from dynamo_nvf.runtime.cudagraphs import CudaGraphs, boxed
@@ -166,10 +166,9 @@ class _GraphCompiler:
         plan.rewrites = list(self.rewrites) + plan.rewrites
         plan.passes = list(earlier) + plan.passes
         gm = install_runtimes(gm, plan, self.settings)
-        forward: Callable[..., Any] = gm.forward
-        if self.settings.lean_views:
-            gm = reinterpret_views(gm, is_region=lambda target: isinstance(target, RegionRuntime))
-            forward = lean_forward(gm)
+        gm = run_installed_passes(gm, self.settings, kind, graph_id)
+        # Views reinterpreted by lean_views: run without FX's generated forward (runtime/lean_forward.py).
+        forward: Callable[..., Any] = lean_forward(gm) if self.settings.lean_views else gm.forward
         plan.code = gm.code
         plan.planning_ms = (time.perf_counter() - start) * 1e3
         self.plans.append(plan)

@@ -1,13 +1,14 @@
 """Every graph pass of the backend, declared in order, and the one loop that runs them.
 
-Three stages, each a list of `Pass`es run in order on one graph:
+Four stages, each a list of `Pass`es run in order on one graph:
 
 - `DYNAMO_PASSES` on Dynamo's graph, before aot_autograd (their notes are shown in the plans of all
   the aten graphs made from it);
 - `JOINT_PASSES` on aot_autograd's joint forward-backward graph, before torch's min-cut partitioner
   splits it (training only);
 - `GRAPH_PASSES` on each aten graph aot_autograd compiles (forward, backward or inference): partition
-  into regions, bookend trimming, fusion, and the rewrites around them.
+  into regions, bookend trimming, fusion, and the rewrites around them;
+- `INSTALLED_PASSES` on that graph once each region call is its RegionRuntime.
 
 A pass is a function `(GraphModule, PassContext) -> GraphModule`; a `Pass` entry says when it runs:
 the graph kinds it applies to, whether only with or only without CUDA graphs, and the option that
@@ -36,6 +37,7 @@ from dynamo_nvf.passes.gqa_attention import read_grouped_heads
 from dynamo_nvf.passes.hoist_permutes import hoist_permutes
 from dynamo_nvf.passes.hoist_slices import hoist_slices
 from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager
+from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.memory_order_reductions import reduce_in_memory_order
 from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
 from dynamo_nvf.passes.partition import REASON_KEY, REGION_KEY, partition_regions
@@ -48,6 +50,7 @@ from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.passes.unfuse_addmm import unfuse_addmm_bias
 from dynamo_nvf.passes.unpermute_reductions import unpermute_reductions
 from dynamo_nvf.plan import PassRecord
+from dynamo_nvf.runtime.region import RegionRuntime
 from dynamo_nvf.segmenter import oracle_for
 from dynamo_nvf.settings import Settings
 
@@ -146,6 +149,10 @@ def _assign_fast_math(gm: GraphModule, ctx: PassContext) -> GraphModule:
     return gm
 
 
+def _reinterpret_views(gm: GraphModule, ctx: PassContext) -> GraphModule:
+    return reinterpret_views(gm, is_region=lambda target: isinstance(target, RegionRuntime))
+
+
 def _settings_only(fn: Callable[[GraphModule, Settings], GraphModule]) -> Callable[[GraphModule, PassContext], GraphModule]:
     def run(gm: GraphModule, ctx: PassContext) -> GraphModule:
         return fn(gm, ctx.settings)
@@ -209,7 +216,13 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("reinplace_fresh_accumulations", _graph_only(reinplace_fresh_accumulations)),
 )
 
-STAGES: dict[str, tuple[Pass, ...]] = {"dynamo": DYNAMO_PASSES, "joint": JOINT_PASSES, "graph": GRAPH_PASSES}
+#: On an aten graph whose region calls are RegionRuntimes (backend.install_runtimes).
+INSTALLED_PASSES: tuple[Pass, ...] = (
+    Pass("reinterpret_views", _reinterpret_views, option="lean_views"),
+)
+
+STAGES: dict[str, tuple[Pass, ...]] = {"dynamo": DYNAMO_PASSES, "joint": JOINT_PASSES, "graph": GRAPH_PASSES,
+                                       "installed": INSTALLED_PASSES}
 
 
 @dataclass
@@ -273,6 +286,15 @@ def run_graph_passes(gm: GraphModule, settings: Settings, kind: str, graph_id: i
     joint stage's, left on the graph, first) in its rewrites and the stage's records in its passes."""
     result = run_passes("graph", GRAPH_PASSES, gm, PassContext(settings, kind, graph_id))
     plan = result.gm.meta[PLAN_KEY]
+    plan.rewrites.extend(result.notes)
+    plan.passes.extend(result.records)
+    return result.gm
+
+
+def run_installed_passes(gm: GraphModule, settings: Settings, kind: str, graph_id: int = 0) -> GraphModule:
+    """The stage after the runtimes are installed; its records and notes join the plan's."""
+    plan = gm.meta[PLAN_KEY]
+    result = run_passes("installed", INSTALLED_PASSES, gm, PassContext(settings, kind, graph_id))
     plan.rewrites.extend(result.notes)
     plan.passes.extend(result.records)
     return result.gm

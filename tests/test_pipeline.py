@@ -11,7 +11,7 @@ import torch
 
 import dynamo_nvf
 from dynamo_nvf import pipeline
-from dynamo_nvf.pipeline import DYNAMO_PASSES, GRAPH_PASSES, JOINT_PASSES, STAGES, Pass, PassContext
+from dynamo_nvf.pipeline import DYNAMO_PASSES, GRAPH_PASSES, INSTALLED_PASSES, JOINT_PASSES, STAGES, Pass, PassContext
 from dynamo_nvf.settings import Settings
 
 
@@ -38,7 +38,7 @@ def test_declared_passes_name_real_options_once():
     names = [p.name for passes in STAGES.values() for p in passes]
     assert len(names) == len(set(names))
     options = {f.name for f in fields(Settings)}
-    for p in (*DYNAMO_PASSES, *JOINT_PASSES, *GRAPH_PASSES):
+    for p in (*DYNAMO_PASSES, *JOINT_PASSES, *GRAPH_PASSES, *INSTALLED_PASSES):
         assert p.option is None or p.option in options, p.name
         assert p.kinds <= pipeline.GRAPH_KINDS | {"dynamo", "joint"}
     # the order plan_graph ran them in: partition after the pre-partition rewrites, fuse after bookend
@@ -90,7 +90,7 @@ def test_explain_lists_the_passes_run_per_graph():
     assert [g.kind for g in report.graphs] == ["forward", "backward"]
     text = str(report)
     as_dict = report.to_dict()
-    declared = [p.name for p in (*DYNAMO_PASSES, *JOINT_PASSES, *GRAPH_PASSES)]
+    declared = [p.name for p in (*DYNAMO_PASSES, *JOINT_PASSES, *GRAPH_PASSES, *INSTALLED_PASSES)]
     for graph, graph_dict in zip(report.graphs, as_dict["graphs"]):
         assert [p.name for p in graph.passes] == declared
         assert [p["name"] for p in graph_dict["passes"]] == declared
@@ -110,14 +110,16 @@ def test_explain_lists_the_passes_run_per_graph():
         assert name in text
     assert "skipped (not for backward graphs)" in text
     assert "passes" in report._repr_html_()
+    assert forward["reinterpret_views"]["ran"]
 
 
 def test_a_disabled_option_marks_its_pass_skipped():
-    report = _explain({"unfuse_addmm_bias": False, "fuse_attention": False})
+    report = _explain({"unfuse_addmm_bias": False, "fuse_attention": False, "lean_views": False})
     forward = {p["name"]: p for p in report.to_dict()["graphs"][0]["passes"]}
     assert not forward["unfuse_addmm_bias"]["ran"]
     assert forward["unfuse_addmm_bias"]["skipped"] == "unfuse_addmm_bias=False"
     assert forward["fuse_attention"]["skipped"] == "fuse_attention=False"
+    assert forward["reinterpret_views"]["skipped"] == "lean_views=False"
     assert forward["hoist_permutes"]["ran"]
     text = str(report)
     assert "skipped (unfuse_addmm_bias=False)" in text and "skipped (fuse_attention=False)" in text
@@ -130,7 +132,7 @@ def test_inference_graphs_see_no_joint_stage():
     report = dynamo_nvf.explain(block, *[torch.randn(2, 8, 16) for _ in range(3)])
     (graph,) = report.graphs
     assert graph.kind == "inference"
-    assert {p.stage for p in graph.passes} == {"dynamo", "graph"}
+    assert {p.stage for p in graph.passes} == {"dynamo", "graph", "installed"}
     assert next(p for p in graph.passes if p.name == "channels_last_patch_inputs").ran
 
 
