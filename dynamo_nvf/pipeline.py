@@ -249,18 +249,20 @@ def run_passes(stage: str, passes: Sequence[Pass], gm: GraphModule, ctx: PassCon
     Notes are taken off the graph (`NOTES_KEY`) after each pass, so each pass's are counted; the
     caller decides where they go."""
     result = StageResult(gm=gm, notes=list(gm.meta.pop(NOTES_KEY, [])))
+    signature = None  # of the graph as the last pass that ran left it
     for p in passes:
         why = p.skip_reason(ctx)
         if why:
             result.records.append(PassRecord(name=p.name, stage=stage, ran=False, skipped=why))
             continue
-        before = _signature(result.gm)
+        before = signature if signature is not None else _signature(result.gm)
         start = time.perf_counter()
         result.gm = p.run(result.gm, ctx)
         ms = (time.perf_counter() - start) * 1e3
         notes = result.gm.meta.pop(NOTES_KEY, [])
         result.notes += notes
-        result.records.append(PassRecord(name=p.name, stage=stage, ran=True, changed=_signature(result.gm) != before,
+        signature = _signature(result.gm)
+        result.records.append(PassRecord(name=p.name, stage=stage, ran=True, changed=signature != before,
                                          notes=len(notes), ms=round(ms, 3)))
     return result
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import dynamo_nvf
+from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf import pipeline
 from dynamo_nvf.pipeline import DYNAMO_PASSES, GRAPH_PASSES, INSTALLED_PASSES, JOINT_PASSES, STAGES, Pass, PassContext
 from dynamo_nvf.settings import Settings
@@ -143,3 +144,21 @@ def test_cuda_graph_passes_follow_the_mode(cuda_graphs):
         records = {p.name: p for p in graph.passes}
         assert records["channels_last_conv_weights"].ran == cuda_graphs
         assert records["recompute_saved_views"].ran == cuda_graphs
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser")
+def test_gpu_runs_the_passes_planned_on_the_cpu():
+    """The pipeline runs the same passes, with the same effect, on a GPU as planned on the CPU (the
+    premise of tests/test_plans_golden.py), and the regions then run on nvFuser."""
+    def records(device: str) -> list[tuple]:
+        torch.manual_seed(0)
+        block = Block().to(device)
+        inputs = [torch.randn(2, 8, 16, device=device) for _ in range(3)]
+        report = dynamo_nvf.explain(block, *inputs, profiler="none",
+                                    options={"plan_cpu_as_cuda": True} if device == "cpu" else {})
+        if device == "cuda":
+            assert all(r.executor == "nvfuser" for g in report.graphs for r in g.regions)
+        return [(g.kind, p.name, p.ran, p.skipped, p.changed, p.notes) for g in report.graphs for p in g.passes]
+
+    assert records("cuda") == records("cpu")
