@@ -124,6 +124,24 @@ class NodeInfo:
 
 
 @dataclass
+class PassRecord:
+    """One declared pass (dynamo_nvf/pipeline.py) on one graph: whether it ran and what it changed."""
+
+    name: str
+    #: "dynamo" (Dynamo's graph), "joint" (the joint forward-backward graph) or "graph" (this aten graph).
+    stage: str
+    ran: bool
+    #: Why it did not run ("" when it ran): its option off, or not for this graph kind or mode.
+    skipped: str = ""
+    #: Whether the graph (nodes, their operands, regions, math) differed after it.
+    changed: bool = False
+    #: How many notes it left (listed among the plan's rewrites).
+    notes: int = 0
+    #: Host time it took.
+    ms: float = 0.0
+
+
+@dataclass
 class GraphPlan:
     kind: str  # "forward", "backward" or "inference"
     graph_id: int
@@ -142,6 +160,9 @@ class GraphPlan:
     #: alone), and on this aten graph (a float32 addmm's bias moved into a region, a permute hoisted
     #: onto a region's inputs).
     rewrites: list[str] = field(default_factory=list)
+    #: Every declared pass of the pipeline that saw this graph (the Dynamo and joint stages' included,
+    #: shared with the other graphs made from the same Dynamo graph), in order, run or skipped.
+    passes: list[PassRecord] = field(default_factory=list)
 
     @property
     def eager_nodes(self) -> list[NodeInfo]:
@@ -165,6 +186,7 @@ class GraphPlan:
             "planning_ms": self.planning_ms,
             "planning_error": self.planning_error,
             "rewrites": list(self.rewrites),
+            "passes": [asdict(p) for p in self.passes],
         }
 
 

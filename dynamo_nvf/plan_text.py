@@ -33,6 +33,20 @@ def kernel_rows(region: RegionPlan) -> list[list[Any]]:
     return [[k.segment_id, k.scheduler, k.name, _ms(k.time_ms), _ms(k.compile_time_ms)] for k in region.kernels]
 
 
+def pass_rows(plan: GraphPlan) -> list[list[Any]]:
+    """One row per declared pass that saw the graph: stage, name, what it did, notes, host time."""
+    rows = []
+    for p in plan.passes:
+        if p.ran:
+            rows.append([p.stage, p.name, "changed" if p.changed else "no change", p.notes, f"{p.ms:.1f}"])
+        else:
+            rows.append([p.stage, p.name, f"skipped ({p.skipped})", "", ""])
+    return rows
+
+
+PASS_HEADERS = ["stage", "pass", "result", "notes", "ms"]
+
+
 def _ms(value: Optional[float]) -> str:
     return "" if value is None else f"{value:.3f}"
 
@@ -56,6 +70,9 @@ def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
     lines = [f"== {plan.kind} graph {plan.graph_id}: {len(plan.regions)} region(s) =="]
     if plan.cuda_graph:
         lines.append(f"CUDA graph: {plan.cuda_graph}")
+    if plan.passes:
+        lines.append("passes:")
+        lines.append(tabulate(pass_rows(plan), headers=PASS_HEADERS, tablefmt="simple"))
     if plan.rewrites:
         lines.append("rewrites:")
         lines.extend(f"  {r}" for r in plan.rewrites)

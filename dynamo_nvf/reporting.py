@@ -26,7 +26,8 @@ from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.backend import nvf_bookend, recording
 from dynamo_nvf.plan import GraphPlan, KernelInfo, RegionPlan, region_label
 from dynamo_nvf.plan_svg import region_color, render_plan_svg
-from dynamo_nvf.plan_text import decision_rows, fusion_note, io_rows, kernel_rows, region_status, render_plan_text
+from dynamo_nvf.plan_text import (PASS_HEADERS, decision_rows, fusion_note, io_rows, kernel_rows, pass_rows,
+                                  region_status, render_plan_text)
 from dynamo_nvf.runtime.region import NVFUSER_KERNEL_NAME, PROFILING
 from dynamo_nvf.runtime.stats import STATS
 
@@ -179,6 +180,9 @@ def render_html(report: Report) -> str:
         parts.append(f"<h4>{esc(plan.kind)} graph {plan.graph_id}</h4>")
         if plan.cuda_graph:
             parts.append(f"<p>CUDA graph: {esc(plan.cuda_graph)}</p>")
+        if plan.passes:
+            parts.append("<details><summary>passes</summary>" + _html_table(pass_rows(plan), PASS_HEADERS)
+                         + "</details>")
         if plan.rewrites:
             parts.append("<p>rewrites:</p><ul>"
                          + "".join(f"<li>{esc(r)}</li>" for r in plan.rewrites) + "</ul>")

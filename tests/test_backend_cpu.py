@@ -264,12 +264,12 @@ def test_two_regions_that_would_feed_each_other_are_not_built():
 
 
 def test_planning_failure_leaves_the_graph_intact(monkeypatch):
-    from dynamo_nvf import backend
+    from dynamo_nvf import pipeline
 
     def broken(gm, kind, graph_id):
         raise RuntimeError("arranged planning failure")
 
-    monkeypatch.setattr(backend, "fuse_regions", broken)
+    monkeypatch.setattr(pipeline, "fuse_regions", broken)
     fn = lambda x: torch.sigmoid(x) * 2 + x.sum(0)  # noqa: E731
     with pytest.warns(RuntimeWarning, match="arranged planning failure"):
         check_training(fn, [torch.randn(8, 4)], PLAN)

@@ -361,9 +361,9 @@ class _Answers:
 
 
 def _plan_with_answer(monkeypatch, answers, options, rows=2048, width=WIDE):
-    import dynamo_nvf.backend as backend
+    import dynamo_nvf.pipeline as pipeline
 
-    monkeypatch.setattr(backend, "oracle_for", lambda settings: answers if settings.ask_segmenter else None)
+    monkeypatch.setattr(pipeline, "oracle_for", lambda settings: answers if settings.ask_segmenter else None)
     return _backward_plan(options, rows=rows, width=width)
 
 
@@ -437,20 +437,20 @@ def test_segmenter_is_asked_only_past_the_row_rules(monkeypatch, options, rows):
 
 
 def test_segmenter_is_not_asked_for_forward_graphs(monkeypatch):
-    import dynamo_nvf.backend as backend
+    import dynamo_nvf.pipeline as pipeline
 
     answers = _Answers(())
-    monkeypatch.setattr(backend, "oracle_for", lambda settings: answers)
+    monkeypatch.setattr(pipeline, "oracle_for", lambda settings: answers)
     block = NormBlock(WIDE)
     cuda_plans(lambda x, r: block(x, r), (128, 16, WIDE), (128, 16, WIDE), fake=False, options={"cuda_graphs": True})
     assert answers.asked == 0
 
 
 def test_segmenter_cut_gradients_match_eager(monkeypatch):
-    import dynamo_nvf.backend as backend
+    import dynamo_nvf.pipeline as pipeline
 
     answers = _Answers(())
-    monkeypatch.setattr(backend, "oracle_for", lambda settings: answers)
+    monkeypatch.setattr(pipeline, "oracle_for", lambda settings: answers)
     block = NormBlock(WIDE)
     x, r = torch.randn(128, 16, WIDE), torch.randn(128, 16, WIDE)
     options = device_options("cpu", strict=True) | {"cuda_graphs": False}
