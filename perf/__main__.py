@@ -441,6 +441,11 @@ def isolated_mode(args: argparse.Namespace, selected: list, workloads: list, bac
         code = cmp.exit_code
     path = write_document(doc, path)
     print(f"results written to {path}")
+    not_run = [w.name for w in workloads if w.name not in doc["results"]]
+    if not_run:
+        _stderr(f"perf: {len(not_run)} workload(s) not started within --time-budget; measure them in another call:\n"
+                f"  python -m perf --only {','.join(not_run)} --backends {','.join(backends)} "
+                f"--isolate {args.isolate or 900:g} --json REST.json")
     return code or _acceptance_code(doc, args)
 
 
