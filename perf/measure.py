@@ -335,7 +335,7 @@ def profile_counts(step: Callable[[], object], iters: int) -> tuple[float, float
 ATEN_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sdpa", ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")),
     ("conv", ("conv",)),
-    ("matmul", ("::mm", "addmm", "bmm", "matmul", "linear", "_scaled_mm", "addbmm")),
+    ("matmul", ("::mm", "addmm", "bmm", "matmul", "linear", "_scaled_mm", "addbmm", "addmv", "::mv")),
 )
 
 

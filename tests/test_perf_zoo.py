@@ -273,6 +273,21 @@ def test_report_cli_joins_zoo_shards(tmp_path):
     assert main(["--report", str(tmp_path / "j.json"), "--acceptance"]) == 1  # the zoo's criteria fail
 
 
+def test_baseline_flags_a_failed_accuracy_check():
+    """--compare against a stored zoo file: a pair whose fp64 check now fails regresses, even at
+    the same step time; one that failed before and now passes does not."""
+    from perf import baseline as bl
+
+    base = _zoo_doc()
+    new = copy.deepcopy(base)
+    wl = "zoo_timm_a_fwd_bf16"
+    new["results"][wl]["inductor"]["accuracy"] = "fail"
+    new["results"]["zoo_hf_b_train_bf16"]["nvf_cudagraphs"]["accuracy"] = "pass"
+    cmp = bl.compare(new, base, metric="step_ms")
+    flagged = {(r.workload, r.backend) for r in cmp.regressions()}
+    assert flagged == {(wl, "inductor")} and cmp.exit_code == 1
+
+
 # ----------------------------------------------------------------------------- isolation
 
 
