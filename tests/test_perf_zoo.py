@@ -284,7 +284,7 @@ def test_baseline_flags_a_failed_accuracy_check():
     new["results"][wl]["inductor"]["accuracy"] = "fail"
     new["results"]["zoo_hf_b_train_bf16"]["nvf_cudagraphs"]["accuracy"] = "pass"
     cmp = bl.compare(new, base, metric="step_ms")
-    flagged = {(r.workload, r.backend) for r in cmp.regressions()}
+    flagged = {(r.workload, r.backend) for r in cmp.regressions}
     assert flagged == {(wl, "inductor")} and cmp.exit_code == 1
 
 
