@@ -131,7 +131,7 @@ def run_isolated(args, workloads: Sequence, backends: Sequence[str], config: dic
                 return
             with lock:
                 rate = spent["s"] / spent["cost"] if spent["cost"] else 0.0
-            if deadline is not None and time.monotonic() + wl.cost * rate / max(1, gpus) > deadline:
+            if deadline is not None and time.monotonic() + wl.cost * rate > deadline:  # rate: one worker's
                 progress(f"time budget: {wl.name} not started")
                 continue
             out, log = tmp / f"{wl.name}.json", tmp / f"{wl.name}.log"
