@@ -316,18 +316,23 @@ def test_crash_and_timeout_become_errors(tmp_path):
     assert doc["results"][wl.name]["nvf_bookend"]["error"] == "[process] killed by SIGSEGV"
 
 
-def test_isolated_run_records_children_without_a_gpu(tmp_path):
+@pytest.mark.parametrize("gpus", [[], ["--gpus", "2"]], ids=["one", "two-gpus"])
+def test_isolated_run_records_children_without_a_gpu(tmp_path, gpus):
     """Without CUDA every child exits 2 (no device); each pair then holds why, and the file is written."""
     if torch.cuda.is_available():
         pytest.skip("CPU-only behaviour")
     out = tmp_path / "iso.json"
-    done = subprocess.run([sys.executable, "-m", "perf", "--only", "gelu_views", "--backends", "eager", "--isolate", "120",
-                           "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=str(REPO))
+    done = subprocess.run([sys.executable, "-m", "perf", "--only", "gelu_views,lone_reshape", "--backends", "eager",
+                           "--isolate", "120", *gpus, "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=str(REPO))
     assert done.returncode == 0, done.stderr[-2000:]
     import json
 
     doc = json.loads(out.read_text())
-    assert doc["results"]["gelu_views"]["eager"]["error"] == "[process] exited with status 2 before this pair"
+    for wl in ("gelu_views", "lone_reshape"):
+        assert doc["results"][wl]["eager"]["error"] == "[process] exited with status 2 before this pair"
+    if gpus:
+        assert "GPU 0: " in done.stderr and "GPU 1: " in done.stderr
 
 
 # ----------------------------------------------------------------------------- every model, one tiny step
