@@ -756,7 +756,7 @@ def _register_zoo() -> None:
                     timing="step",
                     step_included=train,
                     cost=COST[kind],
-                    check=lambda inst, step, _k=kind: zoo.checked_first_call(inst, step, _k),
+                    check=lambda inst, step, _k=kind, _n=entry.workload(kind): zoo.checked_first_call(inst, step, _k, _n),
                     aten_ops=True,
                 )
             )

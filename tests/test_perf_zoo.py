@@ -192,10 +192,23 @@ def test_checked_first_call(kind):
             loss.backward()
             return loss.detach()
 
-    seconds, acc = zoo.checked_first_call(inst, right, kind)
+    seconds, acc = zoo.checked_first_call(inst, right, kind, key=f"test_{kind}")
     assert seconds >= 0 and acc["accuracy"] == "pass", acc
+    _, acc = zoo.checked_first_call(inst, wrong, kind, key=f"test_{kind}")  # the cached references
+    assert acc["accuracy"] == "fail"
     _, acc = zoo.checked_first_call(inst, wrong, kind)
     assert acc["accuracy"] == "fail"
+
+
+def test_missing_reference_is_said_not_raised():
+    model = nn.Linear(4, 4).to(torch.bfloat16).eval()
+    inst = Instance(fn=model, inputs=(torch.randn(2, 3, dtype=torch.bfloat16),))  # wrong width: eager fails too
+    with pytest.raises(RuntimeError):
+        zoo.checked_first_call(inst, lambda: model(*inst.inputs), "fwd")
+    inst = Instance(fn=model, inputs=(torch.randn(2, 4, dtype=torch.bfloat16),))
+    zoo._REFERENCES[:] = [("broken", None, None, "RuntimeError: no fp64 kernel")]
+    _, acc = zoo.checked_first_call(inst, lambda: model(*inst.inputs), "fwd", key="broken")
+    assert acc["accuracy"] == "no reference" and "fp64" in acc["acc_detail"]
 
 
 def test_aten_categories():
