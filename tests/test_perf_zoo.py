@@ -381,10 +381,14 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 @pytest.fixture(scope="module")
 def libraries():
+    finder = None
     if importlib.util.find_spec("timm") is not None and importlib.util.find_spec("torchvision") is None \
             and "timm" not in sys.modules:
-        sys.meta_path.insert(0, _StubFinder())
+        finder = _StubFinder()
+        sys.meta_path.insert(0, finder)
     yield
+    if finder is not None:
+        sys.meta_path.remove(finder)
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[f"{e.suite}-{e.name}" for e in ENTRIES])
