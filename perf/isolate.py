@@ -5,6 +5,8 @@ or hangs must cost only its own row: every workload runs as ``python -m perf --o
 new process group, killed (the group, compile workers included) after ``S`` seconds.  A child's
 checkpoint file keeps the pairs it finished; each pair it did not finish gets an error record that
 says why: ``[process] killed by SIGSEGV``, ``[process] timed out after 900 s``, or the exit status.
+Each child gets an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR``, unless set), so inductor's
+first call is a cold compile, as nvFuser's is (dynamo_nvf's kernel cache is off by default).
 With ``--gpus N`` N workers take workloads from one queue, each child seeing one GPU
 (``CUDA_VISIBLE_DEVICES``), so a 4-GPU machine runs four models at a time.  The children's files are
 joined into one document, as ``--report`` joins shards.
@@ -135,8 +137,11 @@ def run_isolated(args, workloads: Sequence, backends: Sequence[str], config: dic
                 progress(f"time budget: {wl.name} not started")
                 continue
             out, log = tmp / f"{wl.name}.json", tmp / f"{wl.name}.log"
+            child_env = dict(env)
+            if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:  # inductor's first call cold, as nvFuser's is
+                child_env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / f"{wl.name}.inductor-cache")
             t0 = time.monotonic()
-            code, timed_out = run_child(child_command(args, wl.name, backends, out), timeout_s, log, env)
+            code, timed_out = run_child(child_command(args, wl.name, backends, out), timeout_s, log, child_env)
             took = time.monotonic() - t0
             doc = None
             if out.exists():
