@@ -40,6 +40,14 @@ model tier and shards:
   python -m perf --report m1.json m2.json --json model.json --acceptance
   Tables and acceptance ratios of a sharded run come from the joined file only.
 
+the zoo (timm + transformers from perf/zoo_models.txt; --tag zoo, never in a plain run):
+  python -m perf --list --tag zoo                  # imports neither library
+  python -m perf --tag zoo --shard 1/24 --isolate 480 --time-budget 540 --json z01.json   # 1 GPU
+  python -m perf --tag zoo --shard 1/6 --gpus 4 --isolate 480 --time-budget 540 --json z1.json
+  python -m perf --report z*.json --json zoo.json --acceptance
+  --isolate S: each workload in its own process, killed after S s (a crash or hang is its error);
+  --gpus N: N such processes at once, one per GPU.
+
 baseline check (GPU time per call):
   a (workload, backend) regresses when new > baseline * (1 + THRESHOLD).  In a live
   run each suspect is re-measured --remeasure times (fresh compile) and flagged only
