@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run shard I of N of the selection (balanced by cost; join the files with --report)")
     sel.add_argument("--isolate", type=float, metavar="S",
                      help="run each workload in its own process, killed after S seconds; a crash or a timeout "
-                          "becomes that workload's error (the zoo: --isolate 900)")
+                          "becomes that workload's error (default 900 with --gpus)")
     sel.add_argument("--gpus", type=int, metavar="N",
                      help="with --isolate: N workload processes at once, one per GPU (CUDA_VISIBLE_DEVICES)")
 
