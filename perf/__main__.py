@@ -40,6 +40,14 @@ model tier and shards:
   python -m perf --report m1.json m2.json --json model.json --acceptance
   Tables and acceptance ratios of a sharded run come from the joined file only.
 
+the zoo (timm + transformers from perf/zoo_models.txt; --tag zoo, never in a plain run):
+  python -m perf --list --tag zoo                  # imports neither library
+  python -m perf --tag zoo --shard 1/24 --isolate 480 --time-budget 540 --json z01.json   # 1 GPU
+  python -m perf --tag zoo --shard 1/6 --gpus 4 --isolate 480 --time-budget 540 --json z1.json
+  python -m perf --report z*.json --json zoo.json --acceptance
+  --isolate S: each workload in its own process, killed after S s (a crash or hang is its error);
+  --gpus N: N such processes at once, one per GPU.
+
 baseline check (GPU time per call):
   a (workload, backend) regresses when new > baseline * (1 + THRESHOLD).  In a live
   run each suspect is re-measured --remeasure times (fresh compile) and flagged only
@@ -97,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--reduce-overhead", action="store_true", help="also run inductor_ro (torch.compile mode='reduce-overhead')")
     sel.add_argument("--shard", metavar="I/N",
                      help="run shard I of N of the selection (balanced by cost; join the files with --report)")
+    sel.add_argument("--isolate", type=float, metavar="S",
+                     help="run each workload in its own process, killed after S seconds; a crash or a timeout "
+                          "becomes that workload's error (default 900 with --gpus)")
+    sel.add_argument("--gpus", type=int, metavar="N",
+                     help="with --isolate: N workload processes at once, one per GPU (CUDA_VISIBLE_DEVICES)")
 
     m = p.add_argument_group("measurement")
     m.add_argument("--iters", type=int, metavar="N", help="timed calls for GPU time (default 50, quick 20)")
@@ -147,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _resolve_backends(args: argparse.Namespace, workloads: Sequence = ()) -> list[str]:
     from .backends import BACKENDS, default_backends
 
-    models = [w for w in workloads if w.timing == "step"]
+    models = [w for w in workloads if w.timing != "gpu"]
     default = default_backends(bool(models), mixed=len(models) < len(workloads))
     names = [n.strip() for n in args.backends.split(",") if n.strip()] if args.backends else default
     if args.reduce_overhead and "inductor_ro" not in names:
@@ -166,8 +179,10 @@ def _select(args: argparse.Namespace):
     try:
         wls = select(only=args.only, tags=args.tag, quick=args.quick, all_=args.all)
     except KeyError as exc:
+        _zoo_note(args)
         raise UsageError(str(exc.args[0])) from None
     if not wls:
+        _zoo_note(args)
         raise UsageError("no workload selected")
     return wls
 
@@ -175,6 +190,7 @@ def _select(args: argparse.Namespace):
 def list_mode(args: argparse.Namespace) -> int:
     from .backends import BACKENDS
 
+    _zoo_note(args)
     rows = []
     for w in _shard(args, _select(args)):
         meta = w.meta()
@@ -185,6 +201,16 @@ def list_mode(args: argparse.Namespace) -> int:
     print()
     print(tabulate([[b.name, b.description] for b in BACKENDS.values()], headers=["backend", "description"], tablefmt="github"))
     return EXIT_OK
+
+
+def _zoo_note(args: argparse.Namespace) -> None:
+    """Says which zoo suites are not registered because their library is not installed."""
+    if "zoo" not in args.tag and not any("zoo" in o for o in args.only):
+        return
+    from .zoo import missing_libraries
+
+    for lib in missing_libraries():
+        _stderr(f"perf: {lib} is not installed: its zoo models are not registered (pip install {lib})")
 
 
 def _shard(args: argparse.Namespace, workloads: list) -> list:
@@ -237,13 +263,16 @@ def compare_mode(args: argparse.Namespace) -> int:
 
 
 def _acceptance_code(doc: dict, args: argparse.Namespace) -> int:
-    from .acceptance import passed
+    from .acceptance import evaluate, passed
+    from .zoo_report import zoo_passed, zoo_workloads
 
     if not args.acceptance:
         return EXIT_OK
-    if passed(doc):
+    zoo = bool(zoo_workloads(doc))
+    ok = (not evaluate(doc) or passed(doc)) and (not zoo or zoo_passed(doc)) and (zoo or passed(doc))
+    if ok:
         return EXIT_OK
-    _stderr("perf: the acceptance of the model tier is not met (see the Acceptance tables)")
+    _stderr("perf: the acceptance is not met (see the Acceptance tables)")
     return EXIT_REGRESSION
 
 
@@ -272,6 +301,9 @@ def run_mode(args: argparse.Namespace) -> int:
     backends = _resolve_backends(args, selected)
     base = _load(args.baseline) if args.baseline else None
     pairs = _pairs(backends, base, args) if base is not None else None
+
+    if args.isolate or args.gpus:
+        return isolated_mode(args, selected, workloads, backends, base, pairs)
 
     import torch
 
@@ -384,6 +416,47 @@ def run_mode(args: argparse.Namespace) -> int:
     return code or _acceptance_code(doc, args)
 
 
+def isolated_mode(args: argparse.Namespace, selected: list, workloads: list, backends: list[str], base, pairs) -> int:
+    """--isolate / --gpus: one process per workload (perf/isolate.py), the files joined into one."""
+    from .baseline import compare, render_comparison
+    from .isolate import run_isolated
+    from .report import render_report, write_document
+    from .workloads import parse_shard
+
+    path = Path(args.json) if args.json else _default_json_path()
+    config = {"quick": args.quick, "all": args.all, "only": args.only, "tags": args.tag, "backends": backends,
+              "shard": list(parse_shard(args.shard)) if args.shard else None,
+              "run_workloads": [w.name for w in selected], "time_budget_s": args.time_budget,
+              "isolate_s": args.isolate or 900.0, "gpus": args.gpus or 1}
+    _stderr(f"perf: {len(workloads)} workload(s) x {len(backends)} backend(s), one process each"
+            f"{f', {args.gpus} at a time (one per GPU)' if args.gpus and args.gpus > 1 else ''}")
+
+    def checkpoint(doc: dict) -> None:
+        if args.json:
+            doc["partial"] = True
+            write_document(doc, path)
+
+    deadline = _STARTED + args.time_budget if args.time_budget else None
+    doc = run_isolated(args, workloads, backends, config, timeout_s=args.isolate or 900.0, gpus=args.gpus or 1,
+                       deadline=deadline, progress=_stderr, on_update=checkpoint)
+    # the children's measurement settings (all equal: the same flags)
+    print(render_report(doc), flush=True)
+    code = EXIT_OK
+    if base is not None:
+        cmp = compare(doc, base, threshold=args.threshold, pairs=pairs, metric=args.metric, min_delta_us=args.min_delta_us)
+        print(render_comparison(cmp), flush=True)
+        doc["comparison"] = cmp.to_json()
+        code = cmp.exit_code
+    path = write_document(doc, path)
+    print(f"results written to {path}")
+    not_run = [w.name for w in workloads if w.name not in doc["results"]]
+    if not_run:
+        _stderr(f"perf: {len(not_run)} workload(s) not started within --time-budget; measure them in another call:\n"
+                f"  python -m perf --only {','.join(not_run)} --backends {','.join(backends)} "
+                f"--isolate {args.isolate or 900:g} --json REST.json")
+    return code or _acceptance_code(doc, args)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the exit status (argparse itself exits 2 on bad flags)."""
     args = build_parser().parse_args(argv)
@@ -398,6 +471,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             val = getattr(args, flag)
             if val is not None and val < (0 if flag == "warmup" else 1):
                 raise UsageError(f"--{flag.replace('_', '-')} is too small: {val}")
+        if args.isolate is not None and args.isolate <= 0:
+            raise UsageError("--isolate must be > 0 seconds")
+        if args.gpus is not None and args.gpus < 1:
+            raise UsageError("--gpus must be >= 1")
         if args.remeasure is not None and args.remeasure < 0:
             raise UsageError("--remeasure must be >= 0")
         if args.list:

@@ -79,10 +79,14 @@ class Verdict:
 
 def model_workloads(doc: dict) -> list[str]:
     """Model workloads of the run: measured ones, then any the run declared but did not measure."""
-    names = [wl for wl in doc["results"] if timing_of(doc, wl) == "step"]
-    declared = (doc.get("config") or {}).get("run_workloads") or []
     metas = doc.get("workloads") or {}
-    names += [wl for wl in declared if wl not in names and (metas.get(wl) or {}).get("timing") == "step"]
+
+    def tier(wl: str) -> bool:  # the zoo has its own criteria (perf/zoo_report.py)
+        return "zoo" not in ((metas.get(wl) or {}).get("tags") or ())
+
+    names = [wl for wl in doc["results"] if timing_of(doc, wl) == "step" and tier(wl)]
+    declared = (doc.get("config") or {}).get("run_workloads") or []
+    names += [wl for wl in declared if wl not in names and (metas.get(wl) or {}).get("timing") == "step" and tier(wl)]
     return names
 
 

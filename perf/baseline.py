@@ -15,7 +15,8 @@ straight away when a ``remeasure`` callback is given: the pair is measured again
 flagged.  Comparing two stored files has no callback, so suspects are flagged as is.
 
 A pair that errors now but had a time in the baseline counts as a regression too: a
-backend that stopped working must not pass the check.
+backend that stopped working must not pass the check.  So does a pair whose accuracy check (the
+zoo's, against fp64) fails where the baseline's passed, whatever its time.
 
 Backends can be compared across names: ``pairs=[("nvf_untrimmed", "nvf_bookend")]``
 checks the new run's nvf_untrimmed against the baseline's nvf_bookend.
@@ -240,6 +241,9 @@ def _compare_one(wl: str, new_b: str, base_b: str, rec: dict, base_rec: Optional
         row.status = REGRESSION
     elif _better(new_us, base_us, th, metric, min_delta):
         row.status = FASTER
+    if (base_rec or {}).get("accuracy") == "pass" and rec.get("accuracy") == "fail":  # the zoo's fp64 check
+        row.status = REGRESSION
+        row.note = "accuracy check fails (passed in the baseline): " + str(rec.get("acc_detail") or "")[:120]
     return row
 
 

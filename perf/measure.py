@@ -331,6 +331,63 @@ def profile_counts(step: Callable[[], object], iters: int) -> tuple[float, float
     return kernels / iters, memops / iters, dev_us / iters
 
 
+#: How the ATen ops that launch GPU work are grouped (substrings of the op name, first match wins).
+ATEN_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("sdpa", ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")),
+    ("conv", ("conv",)),
+    ("matmul", ("::mm", "addmm", "bmm", "matmul", "linear", "_scaled_mm", "addbmm", "addmv", "::mv")),
+)
+
+
+def aten_category(name: str) -> str:
+    """"sdpa", "conv", "matmul" or "other" for an ``aten::`` op name."""
+    for category, keys in ATEN_CATEGORIES:
+        if any(k in name for k in keys):
+            return category
+    return "other"
+
+
+def profile_ops(step: Callable[[], object], iters: int, top: int = 20) -> tuple[float, float, float, dict]:
+    """:func:`profile_counts` plus the ATen ops that launched GPU work, from one profile with CPU
+    activity: ``aten_ops`` [[op, category, us per step, calls per step]] ranked by the GPU time of the
+    kernels each launched itself (self device time; the rest of the ``top``), and ``aten_ms`` {category:
+    ms per step} with ``fused``: kernel time launched outside any ATen op (Triton, nvFuser)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    _sync()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                step()
+            _sync()
+    kernels = memops = 0
+    dev_us = 0.0
+    for evt in prof.events():
+        if not _is_device_event(evt):
+            continue
+        if _is_memop(evt):
+            memops += 1
+        else:
+            kernels += 1
+        dev_us += evt.time_range.elapsed_us()
+    rows = []
+    for avg in prof.key_averages():
+        if not avg.key.startswith("aten::"):
+            continue
+        self_us = getattr(avg, "self_device_time_total", None)
+        if self_us is None:
+            self_us = getattr(avg, "self_cuda_time_total", 0.0)
+        if self_us and self_us > 0:
+            rows.append([avg.key, aten_category(avg.key), self_us / iters, avg.count / iters])
+    rows.sort(key=lambda r: -r[2])
+    per_cat = {c: 0.0 for c in ("matmul", "conv", "sdpa", "other")}
+    for _, cat, us, _ in rows:
+        per_cat[cat] += us / 1e3
+    per_cat["fused"] = max(0.0, dev_us / iters / 1e3 - sum(per_cat.values()))
+    return kernels / iters, memops / iters, dev_us / iters, {"aten_ops": rows[:top], "aten_ms": per_cat}
+
+
 @dataclass(frozen=True)
 class HostTiming:
     """Host time per call: ``per_call_us`` is the best batch mean, ``median_us`` the median batch."""
@@ -552,6 +609,8 @@ class Runner:
     # -- one pair ----------------------------------------------------------------
     def measure(self, wl: Workload, be: Backend) -> dict:
         """All metrics of one (workload, backend) pair; never raises for workload failures."""
+        if wl.measure is not None:
+            return wl.measure(self, wl, be)
         if wl.timing == "step":
             return self.measure_steps(wl, be)
         cfg = self.config
@@ -626,7 +685,13 @@ class Runner:
         try:
             try:
                 inst, step = self._compiled(wl, be, tiny=False)
-                rec["compile_s"] = first_call_then_warmup(step, cfg.model_warmup)
+                if wl.check is not None:
+                    rec["compile_s"], checked = wl.check(inst, step)
+                    rec.update(checked)
+                    for _ in range(cfg.model_warmup):
+                        step()
+                else:
+                    rec["compile_s"] = first_call_then_warmup(step, cfg.model_warmup)
                 before = nvfuser_call_count() if be.nvf else None
                 timing = self._step_timing(step)
                 after = nvfuser_call_count() if be.nvf else None
@@ -647,7 +712,11 @@ class Runner:
 
             if cfg.profile:
                 try:
-                    kernels, memops, dev_us = profile_counts(step, cfg.model_profile_steps)
+                    if wl.aten_ops:
+                        kernels, memops, dev_us, ops = profile_ops(step, cfg.model_profile_steps)
+                        rec.update(ops)
+                    else:
+                        kernels, memops, dev_us = profile_counts(step, cfg.model_profile_steps)
                     rec.update(kernels=kernels, memops=memops, kernel_ms=dev_us / 1e3)
                 except Exception as exc:  # noqa: BLE001
                     _fail(rec, "profile", exc)

@@ -331,6 +331,11 @@ def render_report(doc: dict, families: Iterable[Family] = FAMILIES, with_env: bo
     acceptance = render_acceptance(doc)
     if acceptance:
         parts.append(acceptance)
+    from .zoo_report import render_zoo
+
+    zoo = render_zoo(doc)
+    if zoo:
+        parts.append(zoo)
     errs = error_lines(doc)
     if errs:
         parts.append("### Errors\n\n" + "\n".join(errs))

@@ -79,6 +79,13 @@ class Workload:
     #: inputs then get no gradient, as in real training.
     returns_loss: bool = False
     cost: float = 1.0  # relative run time, what --shard balances
+    #: check(instance, step, kind) -> (first-call seconds, record fields): runs the first (compiling)
+    #: call and checks its results (the zoo's fp64 accuracy check, perf/zoo.py)
+    check: Optional[Callable] = None
+    #: profile CPU ops too: the ATen ops left to ATen, ranked by their GPU time (perf.measure.profile_ops)
+    aten_ops: bool = False
+    #: measure(runner, workload, backend) -> record: a measurement of its own (the zoo's dynamic-shape run)
+    measure: Optional[Callable] = None
 
     def instantiate(self, device: "torch.device | str", tiny: bool = False, seed: int = 0) -> Instance:
         """Build the callable and its inputs on ``device`` (seeded, so backends see equal data)."""
@@ -86,8 +93,8 @@ class Workload:
         torch.manual_seed(seed)
         built = self.build(device, self.dtype, tiny)
         inputs = tuple(self.make_inputs(device, self.dtype, tiny))
-        if self.step_included:
-            return Instance(fn=built, inputs=inputs)
+        if self.step_included:  # the step clears the grads of its .params, if it names them
+            return Instance(fn=built, inputs=inputs, grads=tuple(getattr(built, "params", ())))
         params: list[torch.Tensor] = list(built.parameters()) if isinstance(built, nn.Module) else []
         if self.kind == "forward":
             for p in params:
@@ -716,5 +723,64 @@ def _register_external_models() -> None:
             )
 
 
+def _register_zoo() -> None:
+    """The zoo (perf/zoo_models.txt), for each suite whose library is installed; opt-in (--tag zoo)."""
+    from perf import zoo
+    from perf.models import COST
+
+    kinds = {"fwd": ("forward", "inference (eval, no grad)"),
+             "train": ("train", "training step: forward, cross-entropy, backward, SGD step (eager)")}
+    for entry in zoo.read_list():
+        if not zoo.library_available(entry.library):
+            continue
+        for kind, (wl_kind, what) in kinds.items():
+            train = kind == "train"
+
+            def build(device, dtype, tiny, _e=entry, _t=train):
+                return zoo.training_step(_e, device, dtype) if _t else zoo.build_model(_e, device, False, dtype)
+
+            def make_inputs(device, dtype, tiny, _e=entry, _t=train):
+                return zoo.training_inputs(_e, device, tiny, dtype) if _t else zoo.model_inputs(_e, device, tiny, dtype=dtype)
+
+            register(
+                Workload(
+                    name=entry.workload(kind),
+                    build=build,
+                    make_inputs=make_inputs,
+                    kind=wl_kind,
+                    dtype=zoo.DTYPE,
+                    tags=frozenset({"zoo", entry.suite, entry.name, kind, "bf16"}),
+                    description=f"{entry.model} ({entry.cut}), batch {entry.batch}, size {entry.size}; {what}",
+                    default=False,
+                    opt_in_tags=frozenset({"zoo"}),
+                    timing="step",
+                    step_included=train,
+                    cost=COST[kind],
+                    check=lambda inst, step, _k=kind, _n=entry.workload(kind): zoo.checked_first_call(inst, step, _k, _n),
+                    aten_ops=True,
+                )
+            )
+        if entry.suite == "hf" and zoo.HF_MODELS[entry.model].inputs in zoo.TEXT_INPUTS:
+            lengths = zoo.dynamic_lengths(entry)
+            register(
+                Workload(
+                    name=entry.workload("dyn"),
+                    build=lambda device, dtype, tiny, _e=entry: zoo.build_model(_e, device, train=False),
+                    make_inputs=lambda device, dtype, tiny, _e=entry: zoo.model_inputs(_e, device, tiny),
+                    kind="forward",
+                    dtype=zoo.DTYPE,
+                    tags=frozenset({"zoo", entry.suite, entry.name, "dyn", "bf16"}),
+                    description=f"{entry.model} ({entry.cut}), batch {entry.batch}; inference at sequence lengths "
+                                f"{', '.join(map(str, lengths))} in one process (recompiles, step time per length)",
+                    default=False,
+                    opt_in_tags=frozenset({"zoo"}),
+                    timing="dynamic",
+                    cost=2.0,
+                    measure=lambda runner, wl, be, _e=entry: zoo.measure_dynamic(runner, wl, be, _e),
+                )
+            )
+
+
 _register_models()
 _register_external_models()
+_register_zoo()

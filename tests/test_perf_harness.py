@@ -112,8 +112,9 @@ def _needs_library(wl: Workload) -> None:
             pytest.importorskip(module)
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", sorted(n for n in REGISTRY if "zoo" not in REGISTRY[n].tags))
 def test_tiny_inputs_run_under_eager_on_cpu(name):
+    """Every workload but the zoo's (tests/test_perf_zoo.py builds those at their real image sizes)."""
     wl = REGISTRY[name]
     _needs_library(wl)
     inst = wl.instantiate("cpu", tiny=True)

@@ -187,7 +187,7 @@ def test_vit_classifies_from_the_cls_token():
 
 def test_library_tier_names_and_tags():
     pytest.importorskip("transformers")
-    hf = [w for w in REGISTRY.values() if "hf" in w.tags]
+    hf = [w for w in REGISTRY.values() if "hf" in w.tags and "zoo" not in w.tags]  # the zoo: test_perf_zoo.py
     assert {n.split("_")[1] for n in (w.name for w in hf)} == {"llama", "gpt2", "bert"}
     assert all("model" in w.tags and w.opt_in_tags == {"hf"} and w.timing == "step" for w in hf)
     assert {w.name for w in select(tags=["hf"])} == {w.name for w in hf}

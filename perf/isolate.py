@@ -1,0 +1,175 @@
+"""Each workload in its own process (``--isolate S``), several at once, one per GPU (``--gpus N``).
+
+A model that crashes the process (a segfault in a compiler, a CUDA fault that poisons the context)
+or hangs must cost only its own row: every workload runs as ``python -m perf --only NAME ...`` in a
+new process group, killed (the group, compile workers included) after ``S`` seconds.  A child's
+checkpoint file keeps the pairs it finished; each pair it did not finish gets an error record that
+says why: ``[process] killed by SIGSEGV``, ``[process] timed out after 900 s``, or the exit status.
+Each child gets an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR``, unless set), so inductor's
+first call is a cold compile, as nvFuser's is (dynamo_nvf's kernel cache is off by default).
+With ``--gpus N`` N workers take workloads from one queue, each child seeing one GPU
+(``CUDA_VISIBLE_DEVICES``), so a 4-GPU machine runs four models at a time.  The children's files are
+joined into one document, as ``--report`` joins shards.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+#: Measurement flags passed on to every child (argparse dest -> flag; booleans are switches).
+_PASSED_ON = (("iters", "--iters"), ("warmup", "--warmup"), ("profile_iters", "--profile-iters"),
+              ("host_iters", "--host-iters"), ("no_host", "--no-host"), ("no_profile", "--no-profile"),
+              ("no_l2_flush", "--no-l2-flush"), ("with_launch_gaps", "--with-launch-gaps"), ("quick", "--quick"))
+
+
+def child_command(args, workload: str, backends: Sequence[str], json_path: Path) -> list[str]:
+    """``python -m perf`` measuring one workload with the parent's backends and settings."""
+    cmd = [sys.executable, "-m", "perf", "--only", workload, "--backends", ",".join(backends), "--json", str(json_path)]
+    for dest, flag in _PASSED_ON:
+        value = getattr(args, dest, None)
+        if value is True:
+            cmd.append(flag)
+        elif value not in (None, False):
+            cmd += [flag, str(value)]
+    return cmd
+
+
+def describe_exit(returncode: Optional[int], timed_out: bool, timeout_s: float) -> str:
+    """Why a child's missing pairs are missing, for their error records."""
+    if timed_out:
+        return f"[process] timed out after {timeout_s:g} s (process group killed)"
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"[process] killed by {name}"
+    if returncode == 3:
+        return "[process] not run: the CUDA context was lost in an earlier pair of this process"
+    return f"[process] exited with status {returncode} before this pair"
+
+
+def run_child(cmd: list[str], timeout_s: float, log_path: Path, env: dict) -> tuple[Optional[int], bool]:
+    """(return code, timed out); the child runs in its own process group, killed whole on timeout."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout_s), False
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            return proc.returncode, True
+
+
+def merge(docs: Sequence[dict], failures: dict[str, str], workloads: Sequence, backends: Sequence[str],
+          config: dict) -> dict:
+    """One document from the children's documents; a pair a child did not record gets its
+    workload's failure (or "not run" when its child never started)."""
+    from .measure import empty_record
+    from .report import make_document
+
+    results: dict = {}
+    env: dict = {}
+    roofline = None
+    for doc in docs:
+        env = env or dict(doc.get("env") or {})
+        roofline = roofline or doc.get("roofline")
+        results.update(doc.get("results") or {})
+    for wl in workloads:
+        why = failures.get(wl.name)
+        if why is None:
+            continue
+        row = results.setdefault(wl.name, {})
+        for be in backends:
+            if be not in row:
+                rec = empty_record()
+                rec["error"] = why
+                rec["errors"] = {"process": why}
+                row[be] = rec
+    return make_document(env=env, config=config, backends=backends, workloads={w.name: w.meta() for w in workloads},
+                         results=results, roofline=roofline)
+
+
+def run_isolated(args, workloads: Sequence, backends: Sequence[str], config: dict, *, timeout_s: float, gpus: int,
+                 deadline: Optional[float] = None, progress: Callable[[str], None] = print,
+                 on_update: Optional[Callable[[dict], None]] = None) -> dict:
+    """Measures ``workloads`` one process each, ``gpus`` at a time (1: the visible GPUs as they are);
+    returns the joined document.  With a ``deadline`` (time.monotonic()) a workload starts only if
+    the seconds per unit of cost so far predict it ends in time; those left are absent."""
+    from .report import load_document
+
+    todo: "queue.Queue" = queue.Queue()
+    for wl in sorted(workloads, key=lambda w: -w.cost):  # longest first: the last ones fill the gaps
+        todo.put(wl)
+    docs: list[dict] = []
+    failures: dict[str, str] = {}
+    lock = threading.Lock()
+    spent = {"s": 0.0, "cost": 0.0}
+    tmp = Path(tempfile.mkdtemp(prefix="perf-isolate-"))
+
+    def snapshot() -> dict:
+        return merge(docs, failures, workloads, backends, config)
+
+    def worker(gpu: Optional[int]) -> None:
+        env = dict(os.environ)
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        while True:
+            try:
+                wl = todo.get_nowait()
+            except queue.Empty:
+                return
+            with lock:
+                rate = spent["s"] / spent["cost"] if spent["cost"] else 0.0
+            if deadline is not None and time.monotonic() + wl.cost * rate > deadline:  # rate: one worker's
+                progress(f"time budget: {wl.name} not started")
+                continue
+            out, log = tmp / f"{wl.name}.json", tmp / f"{wl.name}.log"
+            child_env = dict(env)
+            if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:  # inductor's first call cold, as nvFuser's is
+                child_env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / f"{wl.name}.inductor-cache")
+            t0 = time.monotonic()
+            code, timed_out = run_child(child_command(args, wl.name, backends, out), timeout_s, log, child_env)
+            took = time.monotonic() - t0
+            doc = None
+            if out.exists():
+                try:
+                    doc = load_document(out)
+                except Exception:  # noqa: BLE001  (a file cut off by the kill)
+                    doc = None
+            with lock:
+                spent["s"] += took
+                spent["cost"] += wl.cost
+                if doc is not None:
+                    docs.append(doc)
+                if timed_out or code != 0 or doc is None:
+                    failures[wl.name] = describe_exit(code, timed_out, timeout_s)
+                where = f"GPU {gpu}: " if gpu is not None else ""
+                status = "ok" if wl.name not in failures else failures[wl.name]
+                progress(f"{where}{wl.name}: {status} ({took:.0f} s; log {log})")
+                if wl.name in failures:
+                    tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+                    for line in tail:
+                        progress(f"    | {line[:300]}")
+                if on_update is not None:
+                    on_update(snapshot())
+
+    slots = list(range(gpus)) if gpus > 1 else [None]
+    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in slots]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return snapshot()
