@@ -26,7 +26,7 @@ from typing import Optional
 
 from tabulate import tabulate
 
-from .report import TABLEFMT, backends_of, fmt_ratio, geomean, missing_pairs, ratio, timing_of
+from .figures import TABLEFMT, backends_of, fmt_ratio, geomean, missing_pairs, ratio, timing_of
 
 PASS, FAIL, INCOMPLETE = "PASS", "FAIL", "INCOMPLETE"
 

@@ -30,7 +30,7 @@ from typing import Callable, Optional, Sequence
 
 from tabulate import tabulate
 
-from .report import TABLEFMT, backends_of, fmt_num, fmt_ratio
+from .figures import TABLEFMT, backends_of, fmt_num, fmt_ratio
 
 Remeasure = Callable[[str, str, int], Sequence[float]]
 """remeasure(workload, backend, repeats) -> that many fresh GPU times (us); empty on failure."""

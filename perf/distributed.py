@@ -311,12 +311,29 @@ def run_everywhere(args: argparse.Namespace, spec: ModelSpec, wrapper: str, back
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    per_rank: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(per_rank, {"local": local, "error": error})
+    per_rank = all_gather_json({"local": local, "error": error}, device)
     losses = losses.to(device)
     dist.all_reduce(losses)  # gloo has no AVG
     losses = (losses / dist.get_world_size()).tolist()
     return merge(per_rank, losses, wrapper, backend, spec, args)
+
+
+def all_gather_json(obj: Any, device: torch.device) -> list[Any]:
+    """Every rank's JSON-serializable ``obj``, in rank order.
+
+    ``dist.all_gather_object`` pickles through numpy, which is no dependency of this project: this
+    gathers each rank's byte length, then its JSON bytes padded to the longest, as uint8 tensors."""
+    data = torch.tensor(list(json.dumps(obj).encode()), dtype=torch.uint8, device=device)
+    world = dist.get_world_size()
+    length = torch.tensor([data.numel()], dtype=torch.int64, device=device)
+    lengths = [torch.zeros_like(length) for _ in range(world)]
+    dist.all_gather(lengths, length)
+    sizes = [int(n.item()) for n in lengths]
+    padded = torch.zeros(max(sizes), dtype=torch.uint8, device=device)
+    padded[:data.numel()] = data
+    gathered = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(gathered, padded)
+    return [json.loads(bytes(t[:n].cpu().tolist()).decode()) for t, n in zip(gathered, sizes)]
 
 
 def merge(per_rank: list[dict], losses: list[float], wrapper: str, backend: str, spec: ModelSpec,

@@ -34,11 +34,13 @@ from typing import Any, Iterable, Optional, Sequence
 
 from tabulate import tabulate
 
+from .acceptance import evaluate, render_acceptance
 from .backends import RATIO_PAIRS
 from .env import format_env
+from .figures import (SAME_RUN_ENV, TABLEFMT, backends_of, fmt_num, fmt_ratio, geomean,  # noqa: F401
+                      missing_pairs, ratio, timing_of)
 
 SCHEMA = "dynamo_nvf.perf/1"
-TABLEFMT = "github"
 
 
 @dataclass(frozen=True)
@@ -85,28 +87,6 @@ def ratio_pairs(backends: Sequence[str]) -> list[tuple[str, str]]:
     return [(s, r) for s, r in RATIO_PAIRS if s in backends and r in backends]
 
 
-def geomean(values: Iterable[Optional[float]]) -> Optional[float]:
-    """Geometric mean of the finite positive values; None when there are none."""
-    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
-    if not vals:
-        return None
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
-
-
-def timing_of(doc: dict, workload: str) -> str:
-    """"gpu" or "step"; files written before the model tier have no timing and are all "gpu"."""
-    return ((doc.get("workloads") or {}).get(workload) or {}).get("timing") or "gpu"
-
-
-def ratio(num: Optional[float], den: Optional[float]) -> Optional[float]:
-    """num/den; None when either is missing; 0/0 is 1.0 (equal), x/0 is inf."""
-    if num is None or den is None:
-        return None
-    if den == 0:
-        return 1.0 if num == 0 else math.inf
-    return num / den
-
-
 def compute_ratios(results: dict, backends: Sequence[str]) -> dict:
     """ratios[workload][metric]['<subject>/<ref>'] for each ratio pair present in the run."""
     pairs = ratio_pairs(backends)
@@ -151,8 +131,6 @@ def make_document(
 
 def with_acceptance(doc: dict) -> dict:
     """Stores the acceptance verdicts of a document with model workloads (none otherwise)."""
-    from .acceptance import evaluate
-
     verdicts = evaluate(doc)
     doc["acceptance"] = [v.to_json() for v in verdicts]
     return doc
@@ -194,35 +172,7 @@ def load_document(path: "str | Path") -> dict:
     return doc
 
 
-def backends_of(doc: dict) -> list[str]:
-    """Column order: the document's "backends", else first appearance in its results."""
-    if doc.get("backends"):
-        return list(doc["backends"])
-    seen: list[str] = []
-    for per_backend in doc["results"].values():
-        seen += [b for b in per_backend if b not in seen]
-    return seen
-
-
 # ------------------------------------------------------------------------- formatting
-
-
-def fmt_num(value: Optional[float], digits: int, count: bool = False) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and math.isinf(value):
-        return "inf"
-    if count and float(value).is_integer():
-        return str(int(value))
-    return f"{value:.{digits}f}"
-
-
-def fmt_ratio(value: Optional[float]) -> str:
-    if value is None:
-        return "-"
-    if math.isinf(value):
-        return "inf"
-    return f"{value:.2f}x"
 
 
 def _cell(rec: Optional[dict], fam: Family) -> str:
@@ -316,8 +266,6 @@ def render_host_floor(doc: dict) -> str:
 def render_report(doc: dict, families: Iterable[Family] = FAMILIES, with_env: bool = True) -> str:
     """Environment header, then one github table per metric family, the acceptance tables of a
     model run, then errors."""
-    from .acceptance import render_acceptance
-
     parts = []
     if with_env and doc.get("env"):
         parts.append(format_env(doc["env"]))
@@ -343,21 +291,6 @@ def render_report(doc: dict, families: Iterable[Family] = FAMILIES, with_env: bo
 
 
 # ------------------------------------------------------------------------- shards
-
-
-#: Environment facts that must be equal for documents to be shards of one run.
-SAME_RUN_ENV = ("gpu", "driver", "cuda_runtime", "torch", "nvfuser_direct", "dynamo_nvf", "git_commit", "git_dirty")
-
-
-def missing_pairs(doc: dict) -> list[str]:
-    """'workload / backend' pairs the run declared (config.run_workloads x backends) but has no
-    record of: shards not joined, a time budget spent, a killed run's checkpoint."""
-    declared = (doc.get("config") or {}).get("run_workloads") or list(doc["results"])
-    out = []
-    for wl in declared:
-        per_backend = doc["results"].get(wl) or {}
-        out += [f"{wl} / {b}" for b in backends_of(doc) if b not in per_backend]
-    return out
 
 
 def render_shards(doc: dict) -> str:

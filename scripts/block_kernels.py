@@ -8,10 +8,12 @@ profiler see, for reading a block's GPU time against inductor's (issue #11).
     python scripts/block_kernels.py convnext_fwd_bf16_small nvf_bookend:ops  # ATen ops behind kernels
 
 One mode per process: nvFuser's profiler and torch.profiler cannot share one (CUPTI).
+BLOCK_KERNELS_REBUILDS=1 also prints the regions whose output layouts the first run fixed.
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import logging
 import os
@@ -84,4 +86,9 @@ def main(name: str, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("workload", help="a perf workload (python -m perf --list)")
+    parser.add_argument("mode", help="explain, or a perf backend (its kernel table), or BACKEND:ops (ATen ops behind kernels)")
+    args = parser.parse_args()
+    main(args.workload, args.mode)

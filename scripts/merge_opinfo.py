@@ -1,8 +1,12 @@
 """Joins the JSON files of sharded OpInfo sweeps (tests/test_gpu_opinfo.py, NVF_OPINFO_REPORT=...)
-into one summary and one ops x dtypes table. Usage: python scripts/merge_opinfo.py shard*.json"""
+into one summary and one ops x dtypes table.
+
+    python scripts/merge_opinfo.py shard*.json
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections import Counter
@@ -39,4 +43,6 @@ def main(paths: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="*", help="the shards' JSON files (NVF_OPINFO_REPORT=PATH writes PATH.json)")
+    sys.exit(main(parser.parse_args().paths))

@@ -31,7 +31,6 @@ from dynamo_nvf.runtime import direct_launch  # noqa: E402
 from dynamo_nvf.runtime.region import RegionRuntime  # noqa: E402
 from perf.backends import get_backend  # noqa: E402
 from perf.workloads import REGISTRY  # noqa: E402
-from repros.kernel_timing import cuda_kernels  # noqa: E402
 
 #: nvFuser options tried on a losing region: name -> (enable options, disable options).
 OPTION_SETS: dict[str, tuple[list[str], list[str]]] = {
@@ -46,6 +45,17 @@ OPTION_SETS: dict[str, tuple[list[str], list[str]]] = {
     "no_resize_scheduler": ([], ["resize_scheduler"]),
 }
 
+
+def cuda_kernels(call: Callable[[], Any], iters: int) -> list[Any]:
+    """The CUDA kernel events of `iters` calls of `call` (after 3 warm-up calls), in launch order."""
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            call()
+        torch.cuda.synchronize()
+    return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 def _same_layout_copy(t: Any) -> Any:
     """A copy of a tensor argument with its sizes, strides and storage offset (so its alignment)."""

@@ -12,6 +12,7 @@ per region: graph, region, segments, schedulers, first run ms, fallback.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -56,9 +57,13 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "--child":
         print("SEGMENTS_JSON " + json.dumps(child(argv[1], json.loads(argv[2]))))
         return 0
-    all_regions = "--regions" in argv
-    args = [a for a in argv if a != "--regions"]
-    name, option_sets = args[0], args[1:] or ["{}"]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("workload", help="a perf workload (python -m perf --list)")
+    parser.add_argument("option_sets", nargs="*", default=["{}"], help="JSON objects of dynamo_nvf options, one run each")
+    parser.add_argument("--regions", action="store_true", help="every region, not only the segmented ones")
+    args = parser.parse_args(argv)
+    name, option_sets, all_regions = args.workload, args.option_sets, args.regions
     for text in option_sets:
         proc = subprocess.run([sys.executable, __file__, "--child", name, text], capture_output=True, text=True)
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("SEGMENTS_JSON ")), None)

@@ -21,7 +21,7 @@ reduction from a resize there anyway). A part that still has the pattern runs in
 ConvNeXt's head backward has this pattern. It spreads the pooled gradient over [N, C, H, W], keeps
 that tensor, and sums its channels-last permute times the last block's output for the layer-scale
 gradient. nvFuser returned the sum (and outputs beside it) wrong by 90-100% of their norm.
-`scripts/repros/nvfuser_convnext_head_backward.py` reproduces it with `nvfuser_direct` alone.
+`scripts/nvfuser_repros/wrong_reduction_of_expanded_output.py` reproduces it with `nvfuser_direct` alone.
 - The sum alone is right.
 - The sum together with the broadcast tensor as an output is wrong.
 Such a region otherwise reaches nvFuser only after a planning rewrite (`unflatten_reductions`, or the
@@ -56,13 +56,13 @@ aten = torch.ops.aten
 
 EXPAND_PERMUTE_REDUCTION = (
     "nvFuser 0.2.36 computes a region wrongly when it writes a broadcast (expand) tensor and also reduces "
-    "a permute of it (scripts/repros/nvfuser_convnext_head_backward.py): kept in eager"
+    "a permute of it (scripts/nvfuser_repros/wrong_reduction_of_expanded_output.py): kept in eager"
 )
 
 
 EXPAND_PERMUTE_SPLIT = (
     "nvFuser 0.2.36 computes a fusion wrongly that writes a broadcast and also reduces a permute of it; "
-    "either part alone is right (scripts/repros/nvfuser_convnext_head_backward.py)"
+    "either part alone is right (scripts/nvfuser_repros/wrong_reduction_of_expanded_output.py)"
 )
 
 REDUCTION_RESIZE_JOIN = (

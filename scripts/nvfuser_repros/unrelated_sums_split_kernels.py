@@ -1,50 +1,54 @@
-"""Cross-entropy's mean over tokens: how many kernels nvFuser makes of the loss's tail (issue #11).
+"""nvFuser splits two sums of unrelated producers after a persistent kernel into three kernels.
 
-A training step's loss region (log-softmax rows, the target's log-probability, then the mean over
-valid tokens) ran as 4 kernels on an H100 (nvFuser 0.2.36): the persistent row kernel, a reduction
-for the count of valid tokens, one for the sum of losses and a 1.3 us kernel for the division;
-inductor runs 2. Session 17 counted the divisor in float32 and still got 4. Spellings of the tail
-(`_tail`; in `tail_alone` the losses reach it masked by the valid mask, as in M below):
+**What:** cross-entropy's loss region: log-softmax rows over [256, 8192] bf16 logits, the target's
+log-probability by a class mask, then the mean over valid tokens (the count of the valid mask, the sum
+of the per-row losses, their quotient). The two sums read unrelated producers (the per-row losses
+and the valid mask).
 
-- A:  as the lowering wrote it: sum(ne(target, -100)) as int64, cast, sum(losses), div;
-- B:  the count summed in float32;
-- G:  both sums as inner reductions of a [1, n] row (keepdim), then the division, then a reshape
-      to a 0-dim tensor (not run: alone it hit an INTERNAL ASSERT in fusion_kernel_runtime.cpp:476);
-- C:  one sum over the rows of a [2, n] stack (losses, then the valid mask as float32), then the
-      division of its two values;
-- SA, SN: A with its inputs (both, or the losses only) read through segment_set, a kernel boundary
-      in front of the tail as segment_norm_backward uses (run in session 20, since removed from main());
-- M:  (whole region) A with the losses masked by the valid mask before their sum, so that both sums
-      read one producer, as decompositions._nll_loss_forward_as_masked_sum now writes it;
-- R1-R3 (`split_tail`): the tail as a fusion of its own reading what the row region would write.
+**Expected:** two kernels: the row kernel, then one reduction kernel for both sums and the division
+(the tail alone, its losses masked by the valid mask, is one 1.7 us kernel).
 
-Session 20 (H100, gpu_evidence s20e/s20g): the masked tail alone is one kernel (A, B: 1.7 us); the
-whole region is 4 kernels unmasked (A, B, SA, SN; 8.6-9.0 us), 3 as C (7.4) and 2 as M (6.8). As a
-fusion of its own, the tail reading the losses and the mask apart (R1) is 3 kernels, 1 once the
-losses are masked (R2, R3). A region cut for the tail (tried, dropped) launched no fewer kernels
-than M uncut (perf.interleave's profile of a LLaMA-style step: 93 either way) and cost host time.
+**Actual:** four kernels, 8.6 us: the row kernel, one reduction per sum and a kernel for the
+division. A `segment_set` in front of the tail keeps 4; one sum over a stacked [2, n] tensor ("C")
+gives 3 (7.4 us). With the losses masked by the valid mask before their sum ("M", exact: the losses
+are zero where the mask is false), both sums read one producer and the region is 2 kernels, 6.8 us.
+The tail as a fusion of its own reading the losses and the mask apart ("R1") is 3 kernels, 1 once the
+losses are masked ("R2", "R3"). The variant "G" (both sums as keepdim reductions of a [1, n] row, then
+a reshape to 0-dim) hit an INTERNAL ASSERT (fusion_kernel_runtime.cpp:476) and is not run.
 
-    python scripts/repros/ce_tail.py
+**Versions:** nvfuser_direct 0.2.36, torch 2.11.0+cu130, CUDA 13.0, H100 80GB HBM3 (2026-11-24).
 
-Per variant: kernels per call, their names and GPU us per call (torch.profiler, 30 calls), and the
-largest difference from the eager loss.
+    python scripts/nvfuser_repros/unrelated_sums_split_kernels.py
+
+Prints per variant: kernels per call, GPU us per call (torch.profiler, 30 calls), the difference from
+torch's loss and the kernels' names. dynamo_nvf writes the mean as "M"
+(`decompositions._nll_loss_forward_as_masked_sum`).
 """
+
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import argparse
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from nvfuser_direct import DataType, FusionDefinition  # noqa: E402
-
-import kernel_timing  # noqa: E402
+from nvfuser_direct import DataType, FusionDefinition
 
 ROWS, VOCAB, IGNORE = 256, 8192, -100
+
+
+def cuda_kernels(call: Callable[[], Any], iters: int) -> list[Any]:
+    """The CUDA kernel events of `iters` calls of `call` (after 3 warm-up calls), in launch order."""
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            call()
+        torch.cuda.synchronize()
+    return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
 def _tail(fd, nll, valid, variant: str):
@@ -119,7 +123,7 @@ def whole_loss(variant: str) -> FusionDefinition:
 
 
 def split_tail(variant: str) -> FusionDefinition:
-    """The tail as a region of its own (a pass tried in session 20, dropped for M below), reading what
+    """The tail as a fusion of its own (a cut dynamo_nvf tried and dropped for M), reading what
     the row region writes:
     R1: the per-row losses and the valid mask (bool) as inputs, the sums apart (as cut first);
     R2: the same inputs, the losses masked by the valid mask before their sum (both sums read the mask);
@@ -140,6 +144,7 @@ def split_tail(variant: str) -> FusionDefinition:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     torch.manual_seed(0)
     logits = torch.randn(ROWS, VOCAB, device="cuda", dtype=torch.bfloat16)
     target = torch.randint(0, VOCAB, (ROWS,), device="cuda")
@@ -152,7 +157,7 @@ def main() -> None:
         fd = split_tail(variant)
         args = [nll, target if variant == "R3" else valid]
         out = fd.execute(args)
-        events = kernel_timing.cuda_kernels(lambda: fd.execute(args), 30)
+        events = cuda_kernels(lambda: fd.execute(args), 30)
         names = sorted({e.name.split("(")[0].replace("nvf::", "") for e in events})
         print(f"{'split':<8} {variant:<3} {len(events) / 30:7.1f} {sum(e.device_time for e in events) / 30:7.2f} "
               f"{float((out[-1] - want).abs()):9.2e}  {' '.join(names)}", flush=True)
@@ -161,7 +166,7 @@ def main() -> None:
             try:
                 fd = build(variant)
                 out = fd.execute(args)
-                events = kernel_timing.cuda_kernels(lambda: fd.execute(args), 30)
+                events = cuda_kernels(lambda: fd.execute(args), 30)
                 names = sorted({e.name.split("(")[0].replace("nvf::", "") for e in events})
                 us = sum(e.device_time for e in events) / 30
                 diff = float((out[-1].float() - want).abs())
