@@ -94,7 +94,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from .backends import Backend, get_backend, mark_step, reset_compile_state
-from .workloads import REGISTRY, Workload
+from .workloads import REGISTRY, Instance, Workload
 
 Progress = Callable[[str], None]
 
@@ -542,6 +542,14 @@ def copy_roofline(mib: int, iters: int = 20) -> dict:
     return {"copy_bytes": moved, "copy_us": med, "bytes_per_s": moved / (med * 1e-6)}
 
 
+def _step_through(be: Backend, inst: Instance, compiled: Callable) -> Callable[[], object]:
+    """A step of `inst` through an already wrapped callable (the dynamic-shape run keeps one)."""
+    if be.cuda_graphs:
+        mark = mark_step(be)
+        return lambda: (mark(), inst.call(compiled))[1]
+    return lambda: inst.call(compiled)
+
+
 class Runner:
     """Measures workloads x backends on the current CUDA device."""
 
@@ -669,6 +677,42 @@ class Runner:
         finally:
             del tiny, step
             _cleanup_into(rec)  # the pair is done
+
+    def measure_lengths(self, be: Backend, build: Callable[[], torch.nn.Module],
+                        inputs_at: Callable[[int], tuple], lengths: Sequence[int]) -> dict:
+        """One compiled model, inference at each of `lengths` in turn (the shortest first, as a
+        server warms up): per length the first call's seconds, the graphs Dynamo compiled for it (0:
+        no recompile) and the step time; ``recompiles`` is the graphs compiled after the first
+        length, ``step_ms`` the geomean over the lengths."""
+        from torch._dynamo.utils import counters
+
+        rec = empty_record()
+        model = step = None
+        try:
+            reset_compile_state()
+            torch.manual_seed(0)
+            model = build()
+            for p in model.parameters():
+                p.requires_grad_(False)
+            firsts, graphs, steps = [], [], []
+            compiled = be.wrap(model)
+            for length in lengths:
+                torch.manual_seed(1)
+                inst = Instance(fn=model, inputs=inputs_at(length))
+                step = _step_through(be, inst, compiled)
+                before = int(counters["stats"]["unique_graphs"])
+                firsts.append(first_call_then_warmup(step, self.config.model_warmup))
+                graphs.append(int(counters["stats"]["unique_graphs"]) - before)
+                steps.append(self._step_timing(step).step_ms)
+            rec.update(dyn_lengths=list(lengths), dyn_first_s=firsts, dyn_graphs=graphs, dyn_step_ms=steps,
+                       recompiles=sum(graphs[1:]), compile_s=firsts[0],
+                       step_ms=math.exp(sum(math.log(s) for s in steps) / len(steps)))
+        except Exception as exc:  # noqa: BLE001
+            _fail(rec, "run", exc)
+        finally:
+            del model, step
+            _cleanup_into(rec)
+        return rec
 
     def _step_timing(self, step: Callable[[], object]) -> StepTiming:
         cfg = self.config

@@ -776,7 +776,9 @@ def _register_zoo() -> None:
                     opt_in_tags=frozenset({"zoo"}),
                     timing="dynamic",
                     cost=2.0,
-                    measure=lambda runner, wl, be, _e=entry: zoo.measure_dynamic(runner, wl, be, _e),
+                    measure=lambda runner, wl, be, _e=entry: runner.measure_lengths(
+                        be, lambda: zoo.build_model(_e, "cuda", train=False),
+                        lambda n: zoo.model_inputs(_e, "cuda", False, n), zoo.dynamic_lengths(_e)),
                 )
             )
 

@@ -12,7 +12,8 @@ anywhere.  Per model and suite three kinds of workload:
   ``torch.optim.SGD(lr=0.01, foreach=True)``'s step, which runs eagerly (the runner wraps it in
   ``torch._dynamo.disable``: compiling it costs compile time for ~1% of step time);
 * ``zoo_hf_<name>_dyn_bf16``         (text models) inference at three sequence lengths in one
-  process, as a server sees them: recompiles and step time at each length (:func:`measure_dynamic`).
+  process, as a server sees them: recompiles and step time at each length
+  (:meth:`perf.measure.Runner.measure_lengths`).
 
 The first call of every fwd/train pair is also the accuracy check (:func:`checked_first_call`): the
 output (inference) or the loss and every parameter's gradient (training) against bf16 eager and an
@@ -494,60 +495,3 @@ def checked_first_call(inst: Any, step: Callable[[], Any], kind: str, key: Optio
 def dynamic_lengths(entry: ZooEntry, tiny: bool = False) -> tuple[int, ...]:
     base = shape_of(entry, tiny)[1]
     return tuple(max(8, int(base * f)) for f in DYNAMIC_FRACTIONS)
-
-
-def compiled_graphs() -> int:
-    """Graphs Dynamo has compiled in this process (torch._dynamo.utils.counters)."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["stats"]["unique_graphs"])
-
-
-def measure_dynamic(runner: Any, wl: Any, be: Any, entry: ZooEntry) -> dict:
-    """One compiled model, inference at each of :func:`dynamic_lengths` in turn (the shortest
-    first, as a server warms up): per length the first call's seconds, the graphs compiled by it
-    (0: no recompile) and the step time; ``recompiles`` is the graphs compiled after the first
-    length, ``step_ms`` the geomean over the lengths."""
-    from perf.backends import reset_compile_state
-    from perf.measure import _cleanup_into, _fail, empty_record, first_call_then_warmup
-    from perf.workloads import Instance
-
-    rec = empty_record()
-    model = step = None
-    try:
-        reset_compile_state()
-        torch.manual_seed(0)
-        model = build_model(entry, "cuda", train=False)
-        for p in model.parameters():
-            p.requires_grad_(False)
-        lengths = dynamic_lengths(entry)
-        firsts, graphs, steps = [], [], []
-        compiled = be.wrap(model)
-        for length in lengths:
-            torch.manual_seed(1)
-            inputs = model_inputs(entry, "cuda", False, length)
-            inst = Instance(fn=model, inputs=inputs)
-            step = backend_step_for(be, inst, compiled)
-            before = compiled_graphs()
-            firsts.append(first_call_then_warmup(step, runner.config.model_warmup))
-            graphs.append(compiled_graphs() - before)
-            steps.append(runner._step_timing(step).step_ms)
-        rec.update(dyn_lengths=list(lengths), dyn_first_s=firsts, dyn_graphs=graphs, dyn_step_ms=steps,
-                   recompiles=sum(graphs[1:]), compile_s=firsts[0],
-                   step_ms=math.exp(sum(math.log(s) for s in steps) / len(steps)))
-    except Exception as exc:  # noqa: BLE001
-        _fail(rec, "run", exc)
-    finally:
-        del model, step
-        _cleanup_into(rec)
-    return rec
-
-
-def backend_step_for(be: Any, inst: Any, compiled: Callable) -> Callable[[], Any]:
-    """A step of ``inst`` through an already wrapped callable (the dynamic run keeps one)."""
-    from perf.backends import mark_step
-
-    if be.cuda_graphs:
-        mark = mark_step(be)
-        return lambda: (mark(), inst.call(compiled))[1]
-    return lambda: inst.call(compiled)

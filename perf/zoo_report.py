@@ -10,7 +10,7 @@ from typing import Optional
 
 from tabulate import tabulate
 
-from .report import TABLEFMT, fmt_ratio, geomean, ratio
+from .figures import TABLEFMT, fmt_ratio, geomean, ratio
 
 SUBJECT, GRAPHS, REF, REF_GRAPHS = "nvf_bookend", "nvf_cudagraphs", "inductor", "inductor_ro"
 SUITES = ("timm", "hf")
