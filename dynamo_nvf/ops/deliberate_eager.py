@@ -39,7 +39,6 @@ DELIBERATE_EAGER: dict[str, str] = {
     **{f"aten._{name}_attention_{side}": _attention(kernel)
        for name, kernel in (("flash", "flash"), ("efficient", "memory-efficient"))
        for side in ("forward", "backward")},
-    "aten._safe_softmax": "attention: softmax of SDPA's math fallback (ATen's _safe_softmax)",
 }
 
 
