@@ -104,7 +104,9 @@ WHY_NO_LOWERING: dict[str, str] = {
         "adaptive_max_pool2d_backward")},
     **{f"aten.{name}": "a scan along a dim" for name in ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")},
     **{f"aten.{name}": "a reduction that returns indices" for name in (
-        "argmax", "argmin", "max", "min", "sort", "topk", "kthvalue", "median")},
+        "argmax", "argmin", "sort", "topk", "kthvalue", "median")},
+    **{f"aten.{name}": f"values with indices (`{name}.dim`), or an overload that a{name} does not cover"
+       for name in ("max", "min")},
     **{f"aten.{name}": "a data-dependent gather or scatter" for name in (
         "index", "_unsafe_index", "index_put", "_unsafe_index_put", "scatter", "scatter_add", "scatter_reduce",
         "gather", "index_select", "index_add", "masked_select", "nonzero")},
