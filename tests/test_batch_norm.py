@@ -11,16 +11,12 @@ import pytest
 import torch
 import torch.nn as nn
 
-from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.backend import recording
 from dynamo_nvf.runtime.stats import STATS
 
 from helpers import DEVICES, assert_same, compile_fn, device_options, tolerance
 
-GPU = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser"),
-]
+aten = torch.ops.aten
 
 
 def _eager_ops(plans: list[Any]) -> list[tuple[str, str, str]]:
@@ -151,6 +147,40 @@ def test_batch_norm_evaluation_backward_lands_in_regions():
     plans = _train_steps(model, compiled, shape, False, "cpu", torch.float32, steps=1)
     assert "backward" in {p.kind for p in plans}
     assert not [op for op in _all_ops(plans) if "batch_norm" in op]
+
+
+ENTRY_POINTS: dict[str, Callable[..., Any]] = {
+    "native_train": lambda x, w, b, rm, rv: aten.native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)[0],
+    "native_eval": lambda x, w, b, rm, rv: aten.native_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)[0],
+    "cudnn_train": lambda x, w, b, rm, rv: aten.cudnn_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)[0],
+    "cudnn_eval": lambda x, w, b, rm, rv: aten.cudnn_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)[0],
+    "with_update": lambda x, w, b, rm, rv: aten._batch_norm_with_update(x, w, b, rm, rv, 0.1, 1e-5)[0],
+    "no_update": lambda x, w, b, rm, rv: aten._batch_norm_no_update(x, w, b, rm, rv, 0.1, 1e-5)[0],
+    "legit_no_stats": lambda x, w, b, rm, rv: aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5)[0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
+def test_every_batch_norm_entry_point_decomposes_and_updates_stats_as_aten(name):
+    """The forms a CUDA graph may hold (cuDNN's, torch.export's with/no-update) decompose, and
+    compute what ATen's native_batch_norm computes, running statistics included."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.decompositions import decomposition_table
+
+    fn = ENTRY_POINTS[name]
+    torch.manual_seed(0)
+    x, w, b = torch.randn(4, 3, 5, 5), torch.rand(3) + 0.5, torch.randn(3)
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    gm = make_fx(fn, decomposition_table=decomposition_table(plan_cpu_as_cuda=True))(x, w, b, rm.clone(), rv.clone())
+    assert not [n.target for n in gm.graph.nodes if n.op == "call_function" and "batch_norm" in str(n.target)]
+    training = "eval" not in name and "no_update" not in name
+    stats = None if name == "legit_no_stats" else (rm.clone(), rv.clone())
+    expected = aten.native_batch_norm(x, w, b, *(stats or (None, None)), training, 0.1, 1e-5)[0]
+    got_stats = (rm.clone(), rv.clone())
+    torch.testing.assert_close(gm(x, w, b, *got_stats), expected)
+    if stats is not None:
+        torch.testing.assert_close(got_stats, stats)
 
 
 def test_resnet_block_training_has_no_batch_norm_op_left():
