@@ -59,6 +59,8 @@ DECOMPOSED_OPS: list[Any] = [
     aten._prelu_kernel, aten._prelu_kernel_backward,
     aten.smooth_l1_loss, aten.smooth_l1_loss_backward,
     aten.tril, aten.triu,
+    aten.log_sigmoid_forward, aten.log_sigmoid_backward, aten.binary_cross_entropy_with_logits,
+    aten.pixel_shuffle, aten.pixel_unshuffle,
     # Autograd detaches what it saves; a detach is opaque to the min-cut partitioner, so a saved
     # softmax output could never be recomputed from its input (one more full-size write and read per
     # softmax in training). As an alias it can, as inductor's table has it.

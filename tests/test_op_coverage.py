@@ -59,6 +59,9 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[tuple[int, ...], ...]]] = {
     "prelu": (lambda x, w: F.prelu(x, w) * 2, ((4, 3, 5), (3,))),
     "tril_triu": (lambda x: torch.tril(x) * 2 + torch.triu(x, 1), ((6, 6),)),
     "smooth_l1": (lambda x, y: F.smooth_l1_loss(x * 2, y), ((6, 12), (6, 12))),
+    "logsigmoid": (lambda x: F.logsigmoid(x * 2) + 1, ((6, 12),)),
+    "bce_with_logits": (lambda x, y: F.binary_cross_entropy_with_logits(x * 2, torch.sigmoid(y)), ((6, 12), (6, 12))),
+    "pixel_shuffle": (lambda x: F.pixel_unshuffle(F.pixel_shuffle(x * 2, 2) + 1, 2), ((2, 8, 3, 5),)),
 }
 
 
@@ -70,7 +73,8 @@ def test_op_lands_in_regions_forward_and_backward(case):
     assert {p.kind for p in plans} == {"forward", "backward"}
     assert not _eager_ops(plans), _eager_ops(plans)
     assert not [op for op in _all_ops(plans) if any(name in op for name in (
-        "roll", "_safe_softmax", "isneginf", "mish", "std_mean", "prelu", "tril", "triu", "smooth_l1"))]
+        "roll", "_safe_softmax", "isneginf", "mish", "std_mean", "prelu", "tril", "triu", "smooth_l1",
+        "log_sigmoid", "binary_cross_entropy", "pixel_"))]
 
 
 def test_roll_is_a_cat_of_slices_in_one_region():
