@@ -10,7 +10,7 @@ that the neighbouring regions take in.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch._decomp import get_decompositions
@@ -43,6 +43,24 @@ DECOMPOSED_OPS: list[Any] = [
     aten.zeros_like, aten.ones_like, aten.new_zeros, aten.new_ones, aten.new_full,
     aten.native_dropout_backward,
     aten.where.ScalarOther, aten.where.ScalarSelf, aten.where.Scalar,
+    # BatchNorm in training and evaluation and its backward, through every entry point a graph holds
+    # (ATen's, cuDNN's, the functional form aot_autograd's functionalization writes, which returns the
+    # new running statistics, and the with/no-update forms of torch.export): var_mean, rsqrt and
+    # pointwise ops that join the ops around them, as inductor's table has them. Running statistics
+    # are updated as eager updates them (momentum, unbiased variance; the graph's own copy_ writes
+    # them back).
+    aten.native_batch_norm, aten.cudnn_batch_norm,
+    aten._native_batch_norm_legit, aten._native_batch_norm_legit_no_training,
+    aten._native_batch_norm_legit_functional,
+    aten._batch_norm_with_update, aten._batch_norm_with_update_functional, aten._batch_norm_no_update,
+    aten.native_batch_norm_backward, aten.batch_norm_backward,
+    aten.isneginf, aten.isposinf,
+    aten.mish_backward, aten.std_mean,
+    aten._prelu_kernel, aten._prelu_kernel_backward,
+    aten.smooth_l1_loss, aten.smooth_l1_loss_backward,
+    aten.tril, aten.triu,
+    aten.log_sigmoid_forward, aten.log_sigmoid_backward, aten.binary_cross_entropy_with_logits,
+    aten.pixel_shuffle, aten.pixel_unshuffle,
     # Autograd detaches what it saves; a detach is opaque to the min-cut partitioner, so a saved
     # softmax output could never be recomputed from its input (one more full-size write and read per
     # softmax in training). As an alias it can, as inductor's table has it.
@@ -193,6 +211,44 @@ def _select_backward_as_pad(grad_output: torch.Tensor, input_sizes: Sequence[int
     index = index + input_sizes[dim] if index < 0 else index
     return _slice_backward_as_pad(grad_output.unsqueeze(dim), input_sizes, dim, index, index + 1, 1,
                                   any_device=any_device)
+
+
+def _roll_as_slices(x: torch.Tensor, shifts: Sequence[int], dims: Sequence[int] = (), *, any_device: bool) -> Any:
+    """`roll` as a cat of two slices per rolled dim (nvFuser's resize ops, which join the region
+    around them), where ATen launches its roll kernel; torch's own decomposition gathers
+    (`index_select`), which no region takes. CUDA's roll returns a contiguous tensor, so does this.
+    Without dims, the flattened tensor is rolled, as ATen does."""
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if (not _on_gpu(x, any_device) or x.dim() == 0 or not all(isinstance(v, int) for v in (*x.shape, *shifts))
+            or x.numel() == 0 or len(shifts) != max(len(dims), 1)):
+        return NotImplemented
+    if not dims:
+        return _roll_as_slices(x.reshape(-1), shifts, [0], any_device=any_device).view(x.shape)
+    out = x
+    for shift, dim in zip(shifts, dims):
+        size = x.shape[dim]
+        start = (size - shift) % size  # ATen's: the element at `start` moves to index 0
+        if start:
+            out = torch.cat([out.narrow(dim, start, size - start), out.narrow(dim, 0, start)], dim)
+    return out.clone(memory_format=torch.contiguous_format) if out is x or not out.is_contiguous() else out
+
+
+def _safe_softmax_as_masked(x: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None) -> Any:
+    """`_safe_softmax` (SDPA's masked softmax: a row of only -inf gives zeros, not NaN) as the
+    softmax's own ops. ATen masks the rows where `all(x == -inf)`; a row is all -inf exactly when
+    its max is -inf (a NaN makes both false), so the mask reads the row max the softmax computes
+    anyway instead of a reduction of its own."""
+    if x.dim() == 0:
+        return NotImplemented
+    if dtype is not None:
+        x = x.to(dtype)
+    compute = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+    xc = x.contiguous().to(compute)
+    row_max = torch.amax(xc, dim, keepdim=True)
+    unnormalized = torch.exp(xc - row_max)
+    out = unnormalized / torch.sum(unnormalized, dim, keepdim=True)
+    return torch.where(row_max == float("-inf"), _zero_like(out), out).to(x.dtype)
 
 
 #: ATen's embedding backward accumulates with its direct kernel up to this many indices and sorts
@@ -346,6 +402,8 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
     table[aten.convolution.default] = functools.partial(_convolution_without_bias, any_device=plan_cpu_as_cuda)
     table[aten.convolution_backward.default] = functools.partial(_convolution_backward_bias_as_sum,
                                                                  any_device=plan_cpu_as_cuda)
+    table[aten.roll.default] = functools.partial(_roll_as_slices, any_device=plan_cpu_as_cuda)
+    table[aten._safe_softmax.default] = _safe_softmax_as_masked
     if fuse_cross_entropy:
         table[aten.nll_loss_forward.default] = functools.partial(_nll_loss_forward_as_masked_sum,
                                                                  any_device=plan_cpu_as_cuda)

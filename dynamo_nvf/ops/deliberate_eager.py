@@ -1,7 +1,7 @@
 """Ops left to PyTorch on purpose, with the reason explain() shows for each: the one table.
 
 The partitioner asks it (through `ops.registry.unsupported_reason`) before anything else: these are
-not gaps but choices. A library kernel beats a generated one (cuBLAS matmuls, the fused SDPA kernels
+not gaps but choices. A library kernel beats a generated one (cuBLAS matmuls, cuDNN convolutions, the fused SDPA kernels
 that passes/attention.py rewrites attention into), or the op is communication: collectives are
 launched and awaited by their process group (NCCL, gloo) on its own streams, and a region must never
 hold one or straddle its wait; FSDP2's buffer ops (copy-in, chunk-cat, split-copy) belong to its
@@ -17,6 +17,7 @@ import torch
 
 COMMUNICATION = "communication: collectives and their waits stay in PyTorch"
 MATMUL = "matmul: runs in ATen (cuBLAS)"
+CONVOLUTION = "convolution: runs in ATen (cuDNN); its bias and the ops around it join regions"
 
 
 def _attention(kernel: str) -> str:
@@ -31,6 +32,8 @@ DELIBERATE_EAGER: dict[str, str] = {
         "c10d", "_dtensor", "fsdp", "symm_mem",
     )},
     **{f"aten.{name}": MATMUL for name in ("mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "_scaled_mm")},
+    **{f"aten.{name}": CONVOLUTION for name in ("convolution", "convolution_backward", "cudnn_convolution",
+                                                "cudnn_convolution_transpose", "_convolution")},
     **{f"aten._scaled_dot_product_{name}{suffix}": _attention(kernel)
        for name, kernel in (("flash_attention", "flash"), ("efficient_attention", "memory-efficient"),
                             ("cudnn_attention", "cuDNN"), ("flash_attention_for_cpu", "CPU flash"),
@@ -39,7 +42,6 @@ DELIBERATE_EAGER: dict[str, str] = {
     **{f"aten._{name}_attention_{side}": _attention(kernel)
        for name, kernel in (("flash", "flash"), ("efficient", "memory-efficient"))
        for side in ("forward", "backward")},
-    "aten._safe_softmax": "attention: softmax of SDPA's math fallback (ATen's _safe_softmax)",
 }
 
 

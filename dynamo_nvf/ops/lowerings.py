@@ -504,6 +504,30 @@ register_lowering(aten.amax.default, check=_check_reduction)(_reduce_dims_loweri
 register_lowering(aten.amin.default, check=_check_reduction)(_reduce_dims_lowering(_nvf_reduction("min"), dtype_index=None))
 
 
+def _truth_reduction_lowering(reducer: str, dims_index: Optional[int]):
+    """`any` (reducer "max") and `all` ("min") over the truth of `x` (nonzero, NaN included, as in
+    ATen): reduced as int32 0/1 and compared with 0, so no reduction of nvFuser's Bool is needed.
+    `dims_index` is where the overload takes its dim(s); None reduces every dim."""
+
+    def lower(ctx, node: Node) -> Any:
+        x = node.args[0]
+        rank = _rank(x)
+        dim = None if dims_index is None else _arg(node, dims_index, "dim")
+        dims = _norm_dims([dim] if isinstance(dim, int) else dim, rank)
+        keepdim = dims_index is not None and bool(_arg(node, dims_index + 1, "keepdim", False))
+        xv = _reduction_input(ctx, x)
+        truth = xv if _val(x).dtype == torch.bool else ctx.ops.ne(xv, ctx.constant(0, _val(x).dtype))
+        reduced = getattr(ctx.ops, reducer)(ctx.cast(truth, torch.int32), dims, keepdim, ctx.nvf.DataType.Null)
+        return ctx.ops.ne(reduced, ctx.value(0))
+
+    return lower
+
+
+for _reducer, _packet in (("max", aten.any), ("min", aten.all)):
+    register_lowering(_packet.default, check=_check_reduction)(_truth_reduction_lowering(_reducer, None))
+    register_lowering(_packet.dim, _packet.dims, check=_check_reduction)(_truth_reduction_lowering(_reducer, 1))
+
+
 def _mean(ctx, node: Node, dims: list[int], keepdim: bool) -> Any:
     x = node.args[0]
     xv = _reduction_input(ctx, x)

@@ -91,6 +91,38 @@ def _check_tensor(t: torch.Tensor, settings: "Settings", is_input: bool) -> Opti
 _SCALAR_TYPES = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
+#: Why an op common in models has no lowering (overload packet name -> what it is), so that explain()
+#: says more than that it has none.
+WHY_NO_LOWERING: dict[str, str] = {
+    "aten.copy_": "an input mutation: the graph writes a new value back into its input (a buffer such as "
+                  "BatchNorm's running statistics) after the regions",
+    **{f"aten.{name}": "a sliding-window op (pooling)" for name in (
+        "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "max_pool3d_with_indices",
+        "max_pool3d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward", "avg_pool3d",
+        "avg_pool3d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
+        "_adaptive_avg_pool3d", "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d",
+        "adaptive_max_pool2d_backward")},
+    **{f"aten.{name}": "a scan along a dim" for name in ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")},
+    **{f"aten.{name}": "a reduction that returns indices" for name in (
+        "argmax", "argmin", "sort", "topk", "kthvalue", "median")},
+    **{f"aten.{name}": f"values with indices (`{name}.dim`), or an overload that a{name} does not cover"
+       for name in ("max", "min")},
+    **{f"aten.{name}": "a data-dependent gather or scatter" for name in (
+        "index", "_unsafe_index", "index_put", "_unsafe_index_put", "scatter", "scatter_add", "scatter_reduce",
+        "gather", "index_select", "index_add", "masked_select", "nonzero")},
+    "aten.flip": "a reversal of a dim",
+}
+
+
+def why_no_lowering(target: Any) -> str:
+    """What an op without a lowering is (WHY_NO_LOWERING), as a suffix of its reason, or ''."""
+    packet = getattr(target, "overloadpacket", target)
+    qualified = getattr(packet, "_qualified_op_name", "")
+    namespace, _, name = qualified.partition("::")
+    why = WHY_NO_LOWERING.get(f"{namespace}.{name}")
+    return f" ({why})" if why else ""
+
+
 #: Why a composite op that reached planning whole (passes/composites.py) runs in ATen.
 LONE_COMPOSITE_REASON = ("composite op run whole by ATen: alone in its region it would gain nothing from "
                          "nvFuser and cost a region call's host time (lone_composites_eager)")
@@ -118,7 +150,7 @@ def _unsupported_reason(node: Node, settings: "Settings", whole_ops: frozenset) 
     if lowering is None and node.target not in whole_ops:
         if node.target in held_overloads():
             return LONE_COMPOSITE_REASON
-        return f"unsupported op: {op_name(node.target)} has no nvFuser lowering"
+        return f"unsupported op: {op_name(node.target)} has no nvFuser lowering{why_no_lowering(node.target)}"
     if lowering is not None and lowering.opt_in is not None and not getattr(settings, lowering.opt_in):
         return f"left to ATen: {op_name(node.target)} is fused only with {lowering.opt_in}=True"
     if node.target is operator.getitem:

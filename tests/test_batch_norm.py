@@ -1,0 +1,274 @@
+"""BatchNorm in regions: training and evaluation forwards and the backward are decomposed into
+var_mean / rsqrt / pointwise ops that regions take in, and running statistics are updated as eager
+updates them. CPU tests plan as for CUDA (regions run eagerly); `gpu` tests run real nvFuser."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn as nn
+
+from dynamo_nvf.backend import recording
+from dynamo_nvf.runtime.stats import STATS
+
+from helpers import DEVICES, assert_same, compile_fn, device_options, tolerance
+
+aten = torch.ops.aten
+
+
+def _eager_ops(plans: list[Any]) -> list[tuple[str, str, str]]:
+    """(plan kind, op, reason) of every node left to PyTorch that computes (not trimmed views)."""
+    return [(p.kind, n.op, n.reason) for p in plans for n in p.nodes
+            if n.region is None and "trimmed" not in (n.reason or "") and "policy" not in (n.reason or "")]
+
+
+def _all_ops(plans: list[Any]) -> list[str]:
+    return [n.op for p in plans for n in p.nodes]
+
+
+class ConvBnBlock(nn.Module):
+    """A ResNet basic block: conv-BN-ReLU-conv-BN-add-ReLU."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + x)
+
+
+#: name -> (module factory, input shape, channels-last input)
+BN_CASES: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], bool]] = {
+    "bn1d_nc": (lambda: nn.BatchNorm1d(16), (32, 16), False),
+    "bn1d_ncl": (lambda: nn.BatchNorm1d(8), (4, 8, 12), False),
+    "bn2d": (lambda: nn.BatchNorm2d(8), (4, 8, 6, 5), False),
+    "bn2d_channels_last": (lambda: nn.BatchNorm2d(8), (4, 8, 6, 5), True),
+    "bn3d": (lambda: nn.BatchNorm3d(4), (2, 4, 3, 5, 6), False),
+    "bn2d_no_affine": (lambda: nn.BatchNorm2d(8, affine=False), (4, 8, 6, 5), False),
+    "bn2d_no_running_stats": (lambda: nn.BatchNorm2d(8, track_running_stats=False), (4, 8, 6, 5), False),
+    "bn2d_momentum": (lambda: nn.BatchNorm2d(8, momentum=0.3, eps=1e-3), (4, 8, 6, 5), False),
+}
+
+
+def _bn_relu(case: str, device: str, dtype: torch.dtype) -> tuple[nn.Module, tuple[int, ...], bool]:
+    make, shape, channels_last = BN_CASES[case]
+    torch.manual_seed(0)
+    bn = make()
+    if bn.affine:
+        with torch.no_grad():  # not the identity's ones and zeros
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.5, 0.5)
+    return nn.Sequential(bn, nn.ReLU()).to(device=device, dtype=dtype), shape, channels_last
+
+
+def _input(shape: tuple[int, ...], channels_last: bool, device: str, dtype: torch.dtype) -> torch.Tensor:
+    x = torch.randn(shape, device=device, dtype=torch.float32).mul_(2).add_(0.5).to(dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+    return x
+
+
+def _train_steps(model: nn.Module, compiled: Callable[..., Any], shape: tuple[int, ...], channels_last: bool,
+                 device: str, dtype: torch.dtype, steps: int = 3) -> list[Any]:
+    """`steps` training steps of `compiled` (a compile of `model`) and of an eager copy on the same
+    fresh inputs; compares outputs, input gradients, parameter gradients and buffers after each step.
+    Returns the recorded plans."""
+    eager = copy.deepcopy(model)
+    plans: list[Any] = []
+    rtol, atol = tolerance(dtype)
+    for _ in range(steps):
+        x = _input(shape, channels_last, device, dtype)
+        xa, xe = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        with recording() as rec:
+            out = compiled(xa)
+            expected = eager(xe)
+            assert_same(out, expected, rtol=rtol, atol=atol)
+            grad = torch.randn_like(expected)
+            out.backward(grad)
+            expected.backward(grad)
+        plans += rec.plans
+        assert_same(xa.grad, xe.grad, rtol=rtol * 10, atol=atol * 10)
+        for (name, pa), (_, pe) in zip(model.named_parameters(), eager.named_parameters()):
+            torch.testing.assert_close(pa.grad, pe.grad, rtol=rtol * 10, atol=atol * 10, msg=name)
+        for (name, ba), (_, be) in zip(model.named_buffers(), eager.named_buffers()):
+            if be.dtype == torch.int64:
+                assert torch.equal(ba, be), (name, ba, be)
+            else:
+                torch.testing.assert_close(ba, be, rtol=rtol, atol=atol, msg=name)
+        for p in (*model.parameters(), *eager.parameters()):
+            p.grad = None
+    return plans
+
+
+@pytest.mark.parametrize("case", sorted(BN_CASES))
+def test_batch_norm_training_lands_in_regions_and_updates_running_stats_as_eager(case):
+    model, shape, channels_last = _bn_relu(case, "cpu", torch.float32)
+    model.train()
+    compiled = compile_fn(model, {"plan_cpu_as_cuda": True})
+    plans = _train_steps(model, compiled, shape, channels_last, "cpu", torch.float32)
+    assert {p.kind for p in plans} == {"forward", "backward"}
+    assert not [op for op in _all_ops(plans) if "batch_norm" in op]
+    eager = [e for e in _eager_ops(plans) if e[1] != "aten.copy_.default"]  # buffers written back
+    assert not eager, eager
+    forward_ops = [op for p in plans if p.kind == "forward" for r in p.regions for op in r.ops]
+    assert "aten.var_mean.correction" in forward_ops and "aten.relu.default" in forward_ops
+    if model[0].track_running_stats:
+        assert model[0].num_batches_tracked.item() == 3
+
+
+@pytest.mark.parametrize("case", ["bn1d_ncl", "bn2d", "bn2d_channels_last", "bn3d", "bn2d_no_affine"])
+def test_batch_norm_evaluation_lands_in_regions_and_matches_eager(case):
+    model, shape, channels_last = _bn_relu(case, "cpu", torch.float32)
+    with torch.no_grad():  # running statistics that are not the initial zeros and ones
+        model[0].running_mean.uniform_(-1, 1)
+        model[0].running_var.uniform_(0.5, 2)
+    model.eval()
+    compiled = compile_fn(model, {"plan_cpu_as_cuda": True})
+    for _ in range(2):
+        x = _input(shape, channels_last, "cpu", torch.float32)
+        with torch.no_grad(), recording() as rec:
+            assert_same(compiled(x), model(x))
+    assert not [op for op in _all_ops(rec.plans) if "batch_norm" in op]
+    assert not _eager_ops(rec.plans), _eager_ops(rec.plans)
+
+
+def test_batch_norm_evaluation_backward_lands_in_regions():
+    """A frozen BN (eval mode, trainable affine): the backward without batch statistics."""
+    model, shape, _ = _bn_relu("bn2d", "cpu", torch.float32)
+    model.eval()
+    compiled = compile_fn(model, {"plan_cpu_as_cuda": True})
+    plans = _train_steps(model, compiled, shape, False, "cpu", torch.float32, steps=1)
+    assert "backward" in {p.kind for p in plans}
+    assert not [op for op in _all_ops(plans) if "batch_norm" in op]
+
+
+ENTRY_POINTS: dict[str, Callable[..., Any]] = {
+    "native_train": lambda x, w, b, rm, rv: aten.native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)[0],
+    "native_eval": lambda x, w, b, rm, rv: aten.native_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)[0],
+    "cudnn_train": lambda x, w, b, rm, rv: aten.cudnn_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)[0],
+    "cudnn_eval": lambda x, w, b, rm, rv: aten.cudnn_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)[0],
+    "with_update": lambda x, w, b, rm, rv: aten._batch_norm_with_update(x, w, b, rm, rv, 0.1, 1e-5)[0],
+    "no_update": lambda x, w, b, rm, rv: aten._batch_norm_no_update(x, w, b, rm, rv, 0.1, 1e-5)[0],
+    "legit_no_stats": lambda x, w, b, rm, rv: aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5)[0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
+def test_every_batch_norm_entry_point_decomposes_and_updates_stats_as_aten(name):
+    """The forms a CUDA graph may hold (cuDNN's, torch.export's with/no-update) decompose, and
+    compute what ATen's native_batch_norm computes, running statistics included."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.decompositions import decomposition_table
+
+    fn = ENTRY_POINTS[name]
+    torch.manual_seed(0)
+    x, w, b = torch.randn(4, 3, 5, 5), torch.rand(3) + 0.5, torch.randn(3)
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    gm = make_fx(fn, decomposition_table=decomposition_table(plan_cpu_as_cuda=True))(x, w, b, rm.clone(), rv.clone())
+    assert not [n.target for n in gm.graph.nodes if n.op == "call_function" and "batch_norm" in str(n.target)]
+    training = "eval" not in name and "no_update" not in name
+    stats = None if name == "legit_no_stats" else (rm.clone(), rv.clone())
+    expected = aten.native_batch_norm(x, w, b, *(stats or (None, None)), training, 0.1, 1e-5)[0]
+    got_stats = (rm.clone(), rv.clone())
+    torch.testing.assert_close(gm(x, w, b, *got_stats), expected)
+    if stats is not None:
+        torch.testing.assert_close(got_stats, stats)
+
+
+def test_resnet_block_training_has_no_batch_norm_op_left():
+    torch.manual_seed(0)
+    model = ConvBnBlock(8)
+    compiled = compile_fn(model, {"plan_cpu_as_cuda": True})
+    plans = _train_steps(model, compiled, (2, 8, 6, 6), False, "cpu", torch.float32, steps=2)
+    assert not [op for op in _all_ops(plans) if "batch_norm" in op]
+    left = {op for _, op, _ in _eager_ops(plans)}
+    assert left <= {"aten.convolution.default", "aten.convolution_backward.default", "operator.getitem",
+                    "aten.copy_.default"}, left
+
+
+# --------------------------------------------------------------------------------------------------
+# GPU: real nvFuser
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("case", ["bn1d_nc", "bn2d", "bn2d_channels_last", "bn3d", "bn2d_no_affine",
+                                  "bn2d_no_running_stats"])
+@pytest.mark.parametrize("device", [d for d in DEVICES if d.id == "cuda"])
+def test_gpu_batch_norm_training_matches_eager(device, case, dtype):
+    STATS.reset()
+    model, shape, channels_last = _bn_relu(case, device, dtype)
+    model.train()
+    compiled = compile_fn(model, device_options(device))
+    plans = _train_steps(model, compiled, shape, channels_last, device, dtype)
+    assert not [op for op in _all_ops(plans) if "batch_norm" in op]
+    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0, STATS.snapshot()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("case", ["bn2d", "bn2d_channels_last", "bn3d"])
+@pytest.mark.parametrize("device", [d for d in DEVICES if d.id == "cuda"])
+def test_gpu_batch_norm_evaluation_matches_eager(device, case, dtype):
+    STATS.reset()
+    model, shape, channels_last = _bn_relu(case, device, dtype)
+    with torch.no_grad():
+        model[0].running_mean.uniform_(-1, 1)
+        model[0].running_var.uniform_(0.5, 2)
+    model.eval()
+    compiled = compile_fn(model, device_options(device))
+    rtol, atol = tolerance(dtype)
+    for _ in range(2):
+        x = _input(shape, channels_last, device, dtype)
+        with torch.no_grad():
+            assert_same(compiled(x), model(x), rtol=rtol, atol=atol)
+    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0, STATS.snapshot()
+
+
+def _kernel_names(step: Callable[[], Any]) -> list[str]:
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def _batch_norm_kernels(names: list[str]) -> list[str]:
+    """ATen's batch-norm kernels (`batch_norm_collect_statistics_kernel`, ...) and cuDNN's
+    (`cudnn::bn_fw_tr_1C11_kernel_NCHW`, `bn_bw_...`, `nhwcBatchNorm...`)."""
+    return [n for n in names if any(part in n.lower() for part in ("batch_norm", "batchnorm", "bn_fw", "bn_bw"))]
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("device", [d for d in DEVICES if d.id == "cuda"])
+def test_gpu_resnet_block_training_step_runs_no_aten_batch_norm_kernel(device, channels_last):
+    torch.manual_seed(0)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    model = ConvBnBlock(32).to(device, memory_format=memory_format)
+    reference = copy.deepcopy(model)
+    compiled = compile_fn(model, device_options(device))
+    x = torch.randn(8, 32, 16, 16, device=device).to(memory_format=memory_format)
+
+    def step(m: Callable[..., Any]) -> torch.Tensor:
+        inp = x.clone().requires_grad_(True)
+        out = m(inp)
+        out.sum().backward()
+        return out
+
+    for _ in range(3):  # compile, then steady state; buffers advance in step with eager's
+        out, expected = step(compiled), step(reference)
+    assert_same(out, expected, rtol=1e-4, atol=1e-4)
+    for (name, ba), (_, be) in zip(model.named_buffers(), reference.named_buffers()):
+        torch.testing.assert_close(ba, be, rtol=1e-5, atol=1e-5, msg=name)
+    eager_names = _kernel_names(lambda: step(reference))
+    assert _batch_norm_kernels(eager_names), eager_names  # the pattern names eager's kernels
+    names = _kernel_names(lambda: step(compiled))
+    assert not _batch_norm_kernels(names), names
+    assert any("nvfuser" in n.lower() or "CudaCodeGen" in n for n in names), names
