@@ -97,6 +97,13 @@ def wrap(model: nn.Module, wrapper: str, backend: str, device: torch.device, bf1
         model_blocks = blocks(model)
         if not model_blocks:
             raise ValueError(f"{type(model).__name__} has no blocks to shard")
+        if bf16:
+            # BatchNorm keeps f32 parameters (its running statistics are f32, and ATen's kernels take a
+            # bf16 input with f32 parameters, as under autocast): a group of its own, inputs left as they are.
+            norm_policy = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32,
+                                               cast_forward_inputs=False)
+            for norm in (m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)):
+                fully_shard(norm, mp_policy=norm_policy)
         for block in model_blocks:
             fully_shard(block, mp_policy=policy)
         fully_shard(model, mp_policy=policy)
@@ -106,5 +113,6 @@ def wrap(model: nn.Module, wrapper: str, backend: str, device: torch.device, bf1
         elif compiled:
             model.compile(**kwargs)
         return Wrapped(model, model, contextlib.nullcontext,
-                       "FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=f32)" if bf16 else "f32")
+                       "FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=f32), BatchNorm in f32" if bf16
+                       else "f32")
     raise ValueError(f"unknown wrapper {wrapper!r}; choose from {WRAPPERS}")

@@ -248,12 +248,15 @@ def test_launcher_two_processes_ddp_and_fsdp2_over_gloo(tmp_path):
     assert "| ddp " in proc.stdout and "nvf_bookend" in proc.stdout
 
 
-def test_launcher_one_process_bf16(tmp_path):
+@pytest.mark.parametrize("model", ["gpt", "resnet"])
+def test_launcher_one_process_bf16(tmp_path, model):
+    """bf16 under both wrappers; the ResNet-style model's BatchNorm keeps f32 parameters under FSDP2's
+    bf16 policy (its f32 running statistics and ATen's kernels need them)."""
     from perf.distributed import main
 
     assert not dist.is_initialized()
     out = tmp_path / "bf16.json"
-    rc = main(["--device", "cpu", "--tiny", "--model", "gpt", "--wrappers", "ddp,fsdp2",
+    rc = main(["--device", "cpu", "--tiny", "--model", model, "--wrappers", "ddp,fsdp2",
                "--backends", "eager,nvf_bookend", "--steps", "3", "--warmup", "1", "--dtype", "bf16",
                "--json", str(out), "--check"])
     assert rc == 0 and not dist.is_initialized()

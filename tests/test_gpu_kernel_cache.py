@@ -35,7 +35,10 @@ SCRIPT = textwrap.dedent("""
 
 def _run(root: str) -> tuple[int, int]:
     result = subprocess.run([sys.executable, "-c", SCRIPT, root], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1",  # this checkout, installed or not
+                                 "PYTHONPATH": os.pathsep.join(filter(None, [
+                                     os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                     os.environ.get("PYTHONPATH")]))})
     assert result.returncode == 0, result.stderr[-3000:]
     line = next(l for l in result.stdout.splitlines() if l.startswith("KERNELS"))
     start, end = map(int, line.split()[1:])
