@@ -164,7 +164,7 @@ def _grouped_key_rope(k, cos, sin):
     return kv * cos + rotated * sin
 
 
-def _rope_inputs(dtype=torch.float32, device="cpu"):
+def _rope_inputs(dtype=torch.bfloat16, device="cpu"):
     return (torch.randn(1, 8, 16, 8, dtype=dtype, device=device), torch.randn(16, 8, dtype=dtype, device=device),
             torch.randn(16, 8, dtype=dtype, device=device))
 
@@ -184,7 +184,8 @@ def test_reduction_resize_join_pattern():
 
     args = _rope_inputs()
     for fn, inputs, found in ((_grouped_key_rope, args, True), (sums_then_slices_alone, args[:1], False),
-                              (slices_then_join_without_reduction, args, False)):
+                              (slices_then_join_without_reduction, args, False),
+                              (_grouped_key_rope, _rope_inputs(torch.float32), False)):  # no bf16 rounding
         gm = make_fx(fn)(*inputs)
         members = [n for n in gm.graph.nodes if n.op == "call_function"]
         assert (reduction_resize_join(members) is not None) is found, fn.__name__
@@ -195,7 +196,7 @@ def test_reduction_resize_join_is_cut_after_the_reduction_and_matches_eager():
     from helpers import check_training, cuda_plans
 
     plans = cuda_plans(_grouped_key_rope, (1, 8, 16, 8), (16, 8), (16, 8), options={"min_region_size": 1},
-                       fake=False)
+                       fake=False, dtype=torch.bfloat16)
     (plan,) = plans
     assert not [n for n in plan.eager_nodes if n.reason == REDUCTION_RESIZE_JOIN]
     cut = [r for r in plan.regions if any(REDUCTION_RESIZE_JOIN in b for b in r.boundary)]

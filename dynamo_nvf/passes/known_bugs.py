@@ -5,7 +5,10 @@ Two patterns, both found on an H100 with nvfuser_direct 0.2.36.
 **A reduction feeding a joined resize** (2026-11-26) crashes the process (SIGSEGV) in nvFuser's
 compile: the region reduces a tensor, resizes (slices, pads, concatenates) what follows from the
 reduction, and joins that resized value with another value that also follows from the reduction
-(another resize of it, as `rotate_half`'s two padded slices, or the product beside it).
+(another resize of it, as `rotate_half`'s two padded slices, or the product beside it), where a value
+between the reduction and the resize is rounded to bf16 or fp16 (the reproducer's float32 variant
+runs). Float32 regions are not cut: cut, the float32 RoPE part that reads the reduction's result as
+inputs failed nvFuser's compile ("Invalid domains to map", fusion.cpp:1020) and ran in eager.
 A LLaMA-style training step under DDP hands the backend such a region: the key gradient summed over
 the query heads of a key head (grouped-query attention), then RoPE's backward (`rotate_half`'s slices
 and pads) joined with the `cos` term. `scripts/nvfuser_repros/reduction_resize_join_segfault.py`
@@ -46,6 +49,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
+from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS
 from dynamo_nvf.ops.lowerings import is_reduction
 from dynamo_nvf.ops.metadata import alias_violation, is_metadata, tensor_val
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of, set_eager
@@ -154,9 +158,17 @@ def _recompute_feeders(gm: GraphModule, kept: list[Node], part: list[Node], expa
     recompute_in(gm, consumers, per_consumer, region_id, order)
 
 
+def _rounded_between(reduction: Node, resize: Node, fed: set[Node], inside: set[Node]) -> bool:
+    """Whether a value on a path from `reduction` to `resize` is rounded to bf16 or fp16 (the region
+    computes in f32 and rounds each such value, as eager does)."""
+    between = (reach(resize, inside, upstream=True) & fed) | {reduction}
+    return any((val := tensor_val(n)) is not None and val.dtype in LOW_PRECISION_FLOATS for n in between)
+
+
 def reduction_resize_join(members: list[Node]) -> Optional[Node]:
     """The first reduction of a region that feeds a resize whose result is joined with another value
-    the reduction feeds (the crash pattern above), or None."""
+    the reduction feeds, with a bf16 or fp16 rounding between the reduction and the resize (the crash
+    pattern above), or None."""
     inside = set(members)
     for node in members:
         if not is_reduction(node):
@@ -164,6 +176,8 @@ def reduction_resize_join(members: list[Node]) -> Optional[Node]:
         below = reach(node, inside)
         fed = below | {node}
         for resize in (n for n in below if n.op == "call_function" and n.target in RESIZES):
+            if not _rounded_between(node, resize, fed, inside):
+                continue
             after = reach(resize, inside) | {resize}
             for join in after - {resize}:
                 if any(p in fed and p not in after for p in join.all_input_nodes):
