@@ -150,7 +150,7 @@ def _nll_loss_forward_as_masked_sum(logits: torch.Tensor, target: torch.Tensor, 
     # read one producer, the mask: nvFuser 0.2.36 joins the count, the sum and the division in one
     # kernel only then. Read apart, they ran as three kernels after the row kernel, 4 in all against
     # inductor's 2 (counting in float32 kept 4 too); masked, the loss region is 2 kernels, 6.8
-    # against 8.6 us at 256 x 8192 bf16 (scripts/repros/ce_tail.py, H100, 2026-11-24; a
+    # against 8.6 us at 256 x 8192 bf16 (scripts/nvfuser_repros/unrelated_sums_split_kernels.py, H100, 2026-11-24; a
     # LLaMA-style training step's kernel table went from 99 to 97 kernels).
     total_weight = valid.sum().to(logits.dtype)
     loss = losses.sum()
@@ -293,7 +293,7 @@ MATMUL_EMBEDDING_DTYPES = (torch.bfloat16, torch.float16)
 #: (2026-11-24, LLaMA-style training at 256 indices, scripts/block_kernels.py) the zeros, equality
 #: matrix, matmul and scatter took 12.1 us against 11.9 for ATen's zeros and kernel: a tie, where ATen's
 #: one op costs less host time; at BERT's 512, 11.5 against 17 (scripts/repros/embedding_grad_forms.py
-#: times the forms alone).
+#: at commit 2828583 times the forms alone).
 ROW_SUMS_MIN_INDICES = 384
 
 

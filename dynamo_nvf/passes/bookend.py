@@ -169,7 +169,7 @@ def _is_strided_broadcast(node: Node) -> bool:
     """A pointwise op that broadcasts an operand into a result not laid out row-major (a convolution's
     bias added to a channels-last output): ATen's broadcast kernel takes its slow strided path there.
     Worth a region of its own under CUDA graphs, where a replay costs no host time per region: on an
-    H100 (scripts/repros/convnext_head.py, 2026-11-25) ConvNeXt's downsampling bias add took 1.6 us
+    H100 (scripts/repros/convnext_head.py at commit 2828583, 2026-11-25) ConvNeXt's downsampling bias add took 1.6 us
     as nvFuser's kernel against ATen's 2.7. Not every lone pointwise op: same-shape ops (an optimizer
     step's, by the hundred) run as fast in ATen, and each region is a compile."""
     out = node.meta.get("val")

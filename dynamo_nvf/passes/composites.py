@@ -9,7 +9,7 @@ decomposition (the same table, so the graph is what aot_autograd would have trac
 fuses it as before. A composite alone (a GELU between two matmuls, a LayerNorm between a matmul and
 an attention) stays whole and runs as ATen's kernel: fusing it saves no kernel, and an nvFuser region
 call costs more host time than an ATen dispatch: 24 us more per GELU in a chain of matmul+GELU pairs
-(H100, scripts/lone_op_host.py, 2026-11-24). It is opt-in because the model workloads did not gain
+(H100, scripts/lone_op_host.py at commit 2828583, 2026-11-24). It is opt-in because the model workloads did not gain
 (BERT-style inference measured 4% slower with it; Settings.lone_composites_eager has the numbers).
 
 Graph in, graph out; what it left whole is noted for explain().
