@@ -42,10 +42,6 @@ class Settings:
     #: and runs in eager from then on. A debugging aid (one extra eager run per definition); off by
     #: default.
     verify_regions: bool = False
-    #: Also trim leading broadcasts (`expand`). Off: kept inside, where nvFuser broadcasts for free;
-    #: moving them out hands nvFuser stride-0 inputs, the pattern that split Thunder's var_mean
-    #: backward into extra kernels.
-    trim_broadcasts: bool = False
     #: Plan CPU tensors as if they were CUDA tensors. The regions then still run eagerly (nvFuser needs
     #: CUDA); explain() and CPU tests use it to show and check the plan a GPU would get.
     plan_cpu_as_cuda: bool = False
@@ -140,18 +136,6 @@ class Settings:
     #: small, 256 rows; inductor 359); step time 1.024x, 1.015x, 0.963x (within the rounds' spread);
     #: nvFuser's first-call compile of the BERT-style step 19.9 -> 15.6 s.
     segment_norm_backward: bool = True
-    #: Without CUDA graphs, a composite op (GELU, SiLU, LayerNorm and their backwards) that would be a
-    #: region on its own runs as its ATen kernel: such ops reach planning whole, and
-    #: passes/composites.py decomposes only those a region fuses with other ops. `min_region_size`
-    #: then counts a composite once, as ATen runs it, not as the 5 to 20 aten ops of its
-    #: decomposition. Under CUDA graphs, and for graphs with dynamic sizes, aot_autograd decomposes
-    #: them as before. Off by default: measured on an H100 (2026-11-24, perf backend
-    #: nvf_lone_composites), it pays in a synthetic chain of 8 bf16 matmul+GELU pairs (scripts/
-    #: lone_op_host.py at commit 2828583: 426 -> 230 us per call, eager 199) but not on the model workloads: BERT-style
-    #: inference (2 lone GELUs) was 4% slower with it in 14 of 15 interleaved rounds, and the other
-    #: forward and training models moved within their rounds' spread, either way. Kernel counts and
-    #: GPU time were equal.
-    lone_composites_eager: bool = False
     #: Reduce the tensor a flattening view was taken of, over the dims the view merged, instead of the
     #: view (`sum(view(dy, [B*T, C]), [0])` becomes `sum(dy, [0, 1])`; passes/unflatten_reductions.py):
     #: a reshape between reductions makes nvFuser segment the region (every segmented region of a
@@ -292,10 +276,6 @@ class Settings:
     def recomputes_saved_views(self) -> bool:
         """recompute_saved_views where it saves host time: under CUDA graphs."""
         return self.recompute_saved_views and self.cuda_graphs
-
-    def holds_composites(self) -> bool:
-        """Whether aot_autograd leaves HELD_COMPOSITES whole for passes/composites.py to decide."""
-        return self.lone_composites_eager and not self.cuda_graphs
 
     def unflattens(self) -> bool:
         """Whether the unflatten pass runs."""
