@@ -22,7 +22,6 @@ from torch.fx import GraphModule
 
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.decompositions import table_for
-from dynamo_nvf.ops.metadata import static_layout
 from dynamo_nvf.passes import NOTES_KEY, add_note
 from dynamo_nvf.passes.fuse import PLAN_KEY
 from dynamo_nvf.passes.saved_views import RECOMPUTED_VIEWS_KEY
@@ -190,13 +189,6 @@ class _GraphCompiler:
         return complete and all(not p.regions for p in self.plans)
 
 
-def _has_dynamic_sizes(example_inputs: Sequence[Any]) -> bool:
-    """Whether Dynamo traced with symbolic sizes: then composites are decomposed by aot_autograd
-    (passes/composites.py traces decompositions on static shapes only)."""
-    return any(isinstance(value, (torch.SymInt, torch.SymFloat))
-               or (isinstance(value, torch.Tensor) and not static_layout(value)) for value in example_inputs)
-
-
 def nvf_bookend(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -218,8 +210,7 @@ def nvf_bookend(
         bw_compiler=functools.partial(compiler, kind="backward"),
         inference_compiler=functools.partial(compiler, kind="inference"),
         partition_fn=functools.partial(partition_joint_graph, settings=settings),
-        decompositions=table_for(settings, hold_composites=settings.holds_composites()
-                                 and not _has_dynamic_sizes(example_inputs)),
+        decompositions=table_for(settings),
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
     if compiler.needs_no_fusion():

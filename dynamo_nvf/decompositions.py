@@ -150,7 +150,7 @@ def _nll_loss_forward_as_masked_sum(logits: torch.Tensor, target: torch.Tensor, 
     # read one producer, the mask: nvFuser 0.2.36 joins the count, the sum and the division in one
     # kernel only then. Read apart, they ran as three kernels after the row kernel, 4 in all against
     # inductor's 2 (counting in float32 kept 4 too); masked, the loss region is 2 kernels, 6.8
-    # against 8.6 us at 256 x 8192 bf16 (scripts/repros/ce_tail.py, H100, 2026-11-24; a
+    # against 8.6 us at 256 x 8192 bf16 (scripts/nvfuser_repros/unrelated_sums_split_kernels.py, H100, 2026-11-24; a
     # LLaMA-style training step's kernel table went from 99 to 97 kernels).
     total_weight = valid.sum().to(logits.dtype)
     loss = losses.sum()
@@ -293,7 +293,7 @@ MATMUL_EMBEDDING_DTYPES = (torch.bfloat16, torch.float16)
 #: (2026-11-24, LLaMA-style training at 256 indices, scripts/block_kernels.py) the zeros, equality
 #: matrix, matmul and scatter took 12.1 us against 11.9 for ATen's zeros and kernel: a tie, where ATen's
 #: one op costs less host time; at BERT's 512, 11.5 against 17 (scripts/repros/embedding_grad_forms.py
-#: times the forms alone).
+#: at commit 2828583 times the forms alone).
 ROW_SUMS_MIN_INDICES = 384
 
 
@@ -355,25 +355,6 @@ def _embedding_dense_backward(grad_output: torch.Tensor, indices: torch.Tensor, 
     return out
 
 
-#: Composite ops that, without CUDA graphs (`Settings.holds_composites`), reach planning whole: each is
-#: one ATen kernel (two or three for a LayerNorm backward), so one alone in a region gains nothing from
-#: nvFuser and pays its host cost. passes/composites.py decomposes those a region fuses with other ops;
-#: the rest run in ATen. One list: the decomposition table leaves them out, the registry names them
-#: when they stay, the pass decomposes them. Softmax and log-softmax are not held: the joint-graph
-#: pass on cross-entropy's one-hot sums (passes/one_hot_sums.py) reads their decomposed form.
-HELD_COMPOSITES: list[Any] = [
-    aten.gelu, aten.gelu_backward,
-    aten.silu, aten.silu_backward,
-    aten.native_layer_norm, aten.native_layer_norm_backward,
-]
-
-
-@functools.lru_cache(maxsize=None)
-def held_overloads() -> frozenset[Any]:
-    """Every overload of HELD_COMPOSITES that has a decomposition (the ones a graph can hold)."""
-    return frozenset(get_decompositions(HELD_COMPOSITES))
-
-
 #: With `fuse_data_movement`, torch's own decompositions of these copies: `stack` (an unbind's
 #: gradient: qkv.unbind in ViTs) becomes a cat the next region takes in, not ATen's copy kernel.
 DATA_MOVEMENT_OPS: list[Any] = [aten.stack]
@@ -382,14 +363,10 @@ DATA_MOVEMENT_OPS: list[Any] = [aten.stack]
 def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool = False,
                         fuse_data_movement: bool = False,
                         atomic_embedding_backward: bool = False,
-                        hold_composites: bool = False,
                         atomic_embedding_min_indices: int = ATOMIC_EMBEDDING_MIN_INDICES,
                         matmul_embedding_backward: bool = False,
                         ) -> dict[Any, Callable[..., Any]]:
     """The table handed to aot_autograd.
-
-    With `hold_composites`, the ops of HELD_COMPOSITES are left whole (passes/composites.py decomposes
-    them later, where a region fuses them).
 
     Convolution biases are peeled off (and, with the options, nll_loss becomes masks, a slice's or a
     select's gradient a pad) on CUDA tensors only, where regions take the new ops in;
@@ -398,7 +375,7 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
     embedding's gradient over more than 3072 indices is an `index_add` into zeros; with
     `matmul_embedding_backward`, a half-precision one over fewer is a matmul.
     """
-    table = get_decompositions([op for op in DECOMPOSED_OPS if not (hold_composites and op in HELD_COMPOSITES)])
+    table = get_decompositions(DECOMPOSED_OPS)
     table[aten.convolution.default] = functools.partial(_convolution_without_bias, any_device=plan_cpu_as_cuda)
     table[aten.convolution_backward.default] = functools.partial(_convolution_backward_bias_as_sum,
                                                                  any_device=plan_cpu_as_cuda)
@@ -420,8 +397,8 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
     return table
 
 
-def table_for(settings: Any, hold_composites: bool = False) -> dict[Any, Callable[..., Any]]:
+def table_for(settings: Any) -> dict[Any, Callable[..., Any]]:
     """`decomposition_table` with the options a backend's Settings choose."""
     return decomposition_table(settings.plan_cpu_as_cuda, settings.fuse_cross_entropy, settings.fuse_data_movement,
-                               settings.atomic_embedding_backward, hold_composites,
+                               settings.atomic_embedding_backward,
                                settings.atomic_embedding_min_indices(), settings.matmul_embedding_backward)

@@ -120,7 +120,7 @@ def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
     # With row-major inputs nvFuser allocates outputs row-major, so only other layouts are pinned:
     # a stride_order on an output can add a kernel-less host segment (ConvNeXt's LayerNorm region,
     # channels-last input, row-major output: 20.0 us of host time per call pinned, 13.1 not, H100,
-    # scripts/repros/alias_segments.py). Not pinning row-major outputs of regions with other input
+    # scripts/nvfuser_repros/kernelless_output_segments.py). Not pinning row-major outputs of regions with other input
     # layouts (H100, 2026-11-24) left nvFuser to infer them, and where it got one wrong, the pinned rebuild
     # of that one output hit an nvFuser scheduler error in a ConvNeXt backward region ("Vectorized
     # dim for producer has to be from an inner most position"), which then ran in eager. So such

@@ -29,7 +29,6 @@ from dynamo_nvf.ops.fast_math import region_fast_math
 from dynamo_nvf.passes import NOTES_KEY, add_note
 from dynamo_nvf.passes.attention import fuse_attention
 from dynamo_nvf.passes.bookend import bookend_regions
-from dynamo_nvf.passes.composites import decompose_fused_composites
 from dynamo_nvf.passes.conv_input_layout import channels_last_patch_inputs
 from dynamo_nvf.passes.conv_layout import channels_last_convs
 from dynamo_nvf.passes.conv_weight_layout import channels_last_conv_weights
@@ -195,7 +194,6 @@ JOINT_PASSES: tuple[Pass, ...] = (
 #: On each aten graph: rewrites, partition, more rewrites on the regions, bookend, fuse.
 GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("unfuse_addmm_bias", _unfuse_addmm_bias, option="unfuse_addmm_bias"),
-    Pass("decompose_fused_composites", _settings_only(decompose_fused_composites)),
     # conv_input_layout says why inference graphs only
     Pass("channels_last_patch_inputs", _channels_last_patch_inputs, frozenset({"inference"}),
          option="channels_last_patch_inputs"),

@@ -10,7 +10,7 @@ the two regions of its own cut (`gpu_us`: compiled and run on random inputs) and
 The question is asked of the region as lowered, before nvFuser's pre-segmentation passes, with
 inputs that have the traced values' sizes, strides and dtypes (meta tensors where nvFuser takes them,
 else uninitialised CUDA memory). On an H100 (nvfuser_direct 0.2.36, 2026-11-25,
-scripts/repros/segmenter_oracle.py) it takes 10-350 ms per region, so answers are kept per fusion key
+scripts/repros/segmenter_oracle.py at commit 2828583) it takes 10-350 ms per region, so answers are kept per fusion key
 (a model's identical layers ask once), and only regions a rule would act on are asked. The answer
 agreed with the segments nvFuser then ran for the norm backwards asked about (one inner_outer_persistent
 kernel up to [4096, 16384], none at [2048, 32768] except a bf16 RMSNorm's); for other regions it is

@@ -29,7 +29,7 @@ class Settings:
     #: transpose scheduler beats ATen's strided copy), and, under CUDA graphs (where a replay costs no
     #: host time per region), a pointwise op that broadcasts an operand into a result not laid out
     #: row-major: ConvNeXt's downsampling bias add on a channels-last tensor took 1.6 us as a region
-    #: against 2.7 for ATen's broadcast kernel (scripts/repros/convnext_head.py, H100, 2026-11-25;
+    #: against 2.7 for ATen's broadcast kernel (scripts/repros/convnext_head.py at commit 2828583, H100, 2026-11-25;
     #: bookend._is_strided_broadcast).
     min_region_size: int = 2
     #: Cap on a region's inputs plus outputs (the NVRTC kernel-argument limit of seed 002).
@@ -42,10 +42,6 @@ class Settings:
     #: and runs in eager from then on. A debugging aid (one extra eager run per definition); off by
     #: default.
     verify_regions: bool = False
-    #: Also trim leading broadcasts (`expand`). Off: kept inside, where nvFuser broadcasts for free;
-    #: moving them out hands nvFuser stride-0 inputs, the pattern that split Thunder's var_mean
-    #: backward into extra kernels.
-    trim_broadcasts: bool = False
     #: Plan CPU tensors as if they were CUDA tensors. The regions then still run eagerly (nvFuser needs
     #: CUDA); explain() and CPU tests use it to show and check the plan a GPU would get.
     plan_cpu_as_cuda: bool = False
@@ -140,18 +136,6 @@ class Settings:
     #: small, 256 rows; inductor 359); step time 1.024x, 1.015x, 0.963x (within the rounds' spread);
     #: nvFuser's first-call compile of the BERT-style step 19.9 -> 15.6 s.
     segment_norm_backward: bool = True
-    #: Without CUDA graphs, a composite op (GELU, SiLU, LayerNorm and their backwards) that would be a
-    #: region on its own runs as its ATen kernel: such ops reach planning whole, and
-    #: passes/composites.py decomposes only those a region fuses with other ops. `min_region_size`
-    #: then counts a composite once, as ATen runs it, not as the 5 to 20 aten ops of its
-    #: decomposition. Under CUDA graphs, and for graphs with dynamic sizes, aot_autograd decomposes
-    #: them as before. Off by default: measured on an H100 (2026-11-24, perf backend
-    #: nvf_lone_composites), it pays in a synthetic chain of 8 bf16 matmul+GELU pairs (scripts/
-    #: lone_op_host.py: 426 -> 230 us per call, eager 199) but not on the model workloads: BERT-style
-    #: inference (2 lone GELUs) was 4% slower with it in 14 of 15 interleaved rounds, and the other
-    #: forward and training models moved within their rounds' spread, either way. Kernel counts and
-    #: GPU time were equal.
-    lone_composites_eager: bool = False
     #: Reduce the tensor a flattening view was taken of, over the dims the view merged, instead of the
     #: view (`sum(view(dy, [B*T, C]), [0])` becomes `sum(dy, [0, 1])`; passes/unflatten_reductions.py):
     #: a reshape between reductions makes nvFuser segment the region (every segmented region of a
@@ -160,7 +144,7 @@ class Settings:
     #: equal within 3% on BERT, ViT and ConvNeXt small batches; step time 0.95x (BERT large), 0.91x
     #: (ConvNeXt large), 0.98x (ConvNeXt small), 1.0x (BERT, ViT small); fewer kernels everywhere.
     #: On its own it let nvFuser compile ConvNeXt's head backward, which nvFuser 0.2.36 computes
-    #: wrongly (scripts/repros/); passes/known_bugs.py keeps that pattern in eager, and
+    #: wrongly (scripts/nvfuser_repros/wrong_reduction_of_expanded_output.py); passes/known_bugs.py keeps that pattern in eager, and
     #: perf.grad_check found ConvNeXt's, BERT's and ViT's gradients within bound with it on.
     unflatten_reductions: bool = True
     #: Sum a permute's input instead of the permute (`sum(permute(dx, [0, 3, 1, 2]), [0, 2, 3])` becomes
@@ -185,7 +169,7 @@ class Settings:
     #: Replay a static region's nvFuser kernels (every segment, with the work buffers nvFuser
     #: allocates and zeroes) through a small C launcher once the region has run, instead of calling
     #: fec.execute (runtime/direct_launch.py; read back from one captured CUDA graph, checked bit for
-    #: bit first; never under cuda_graphs). On an H100 (2026-11-24, scripts/direct_launch_cost.py) a
+    #: bit first; never under cuda_graphs). On an H100 (2026-11-24, scripts/direct_launch_cost.py at commit 2828583) a
     #: call cost 5-57 us against fec.execute's 9-100, and in one interleaved perf run (7 rounds) the
     #: small-batch model steps took 0.83x the time they took with it off on the geomean (0.71x-0.90x;
     #: faster in 68 of 70 rounds). It needs a C compiler and Python's headers (built once, cached under
@@ -251,7 +235,7 @@ class Settings:
     #: Under CUDA graphs, convert a convolution's NCHW weight to channels-last in the graph where cuDNN
     #: runs it channels-last (its input is), so the conversion is a region instead of ATen's strided
     #: copy inside every call (passes/conv_weight_layout.py): 0.7 us less for ConvNeXt's downsampling
-    #: convolution on an H100 (scripts/repros/convnext_head.py, 2026-11-25).
+    #: convolution on an H100 (scripts/repros/convnext_head.py at commit 2828583, 2026-11-25).
     channels_last_conv_weights: bool = True
     #: Convert the NCHW input of a patch-embedding convolution (kernel = stride >= 8, no padding) to
     #: channels-last in a region of its own (passes/conv_input_layout.py): cuDNN runs ViT's 16x16 patch
@@ -292,10 +276,6 @@ class Settings:
     def recomputes_saved_views(self) -> bool:
         """recompute_saved_views where it saves host time: under CUDA graphs."""
         return self.recompute_saved_views and self.cuda_graphs
-
-    def holds_composites(self) -> bool:
-        """Whether aot_autograd leaves HELD_COMPOSITES whole for passes/composites.py to decide."""
-        return self.lone_composites_eager and not self.cuda_graphs
 
     def unflattens(self) -> bool:
         """Whether the unflatten pass runs."""
@@ -382,7 +362,7 @@ AUTO_SPLIT_ROWS = 1024
 #: any row count, by default: a region of their own under CUDA graphs, a segment boundary without (see
 #: `Settings.split_norm_backward_rows`, `segment_norm_backward`). nvFuser 0.2.36's inner-outer persistent
 #: kernel runs such narrow rows with blocks of C/8 threads (12 for ConvNeXt's 96 channels): on an H100
-#: (2026-11-25, scripts/repros/convnext_norms.py) a LayerNorm forward and backward over
+#: (2026-11-25, scripts/repros/convnext_norms.py at commit 2828583) a LayerNorm forward and backward over
 #: [2, 56, 56, 96] bf16 took 47.5-47.8 us whole, 17.5 behind a segment boundary and 17.7-18.5 cut
 #: (inductor 13.9-14.1); over [2, 28, 28, 192], 19.5-19.7 whole, 11.4-11.6 segmented, 9.3 cut (inductor
 #: 8.7-8.9). ConvNeXt-style training's four such regions had taken 26-81 us each against inductor's

@@ -85,12 +85,6 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
-            "nvf_trim_broadcasts",
-            _nvf({"trim_broadcasts": True}),
-            'dynamo_nvf with options={"trim_broadcasts": True}: evidence for the leading-expand rule; opt-in',
-            nvf=True,
-        ),
-        Backend(
             "nvf_aten_embedding",
             _nvf({"fuse_embedding": False}),
             'dynamo_nvf with options={"fuse_embedding": False}: ATen\'s embedding, against the fused default; opt-in',
@@ -121,13 +115,6 @@ BACKENDS: dict[str, Backend] = {
             _nvf({"split_norm_backward_rows": 1 << 40}),
             'dynamo_nvf with split_norm_backward_rows at every size (a norm backward\'s column sums in a region '
             'of their own, not nvFuser\'s inner-outer persistent kernel); opt-in',
-            nvf=True,
-        ),
-        Backend(
-            "nvf_segment_norm_bwd",
-            _nvf({"segment_norm_backward": True}),
-            'dynamo_nvf with segment_norm_backward on (the default): without graphs, a norm '
-            'backward\'s column sums behind nvFuser\'s segment_set where graphs would cut the region',
             nvf=True,
         ),
         Backend(
@@ -163,13 +150,6 @@ BACKENDS: dict[str, Backend] = {
             _nvf({"direct_launch": False}),
             'dynamo_nvf with direct_launch off: every region call goes through fec.execute (the default '
             'relaunches a static one-kernel region\'s kernel through the driver once it has run)',
-            nvf=True,
-        ),
-        Backend(
-            "nvf_lone_composites",
-            _nvf({"lone_composites_eager": True}),
-            'dynamo_nvf with lone_composites_eager on: without graphs, a GELU, SiLU or LayerNorm alone between '
-            'matmuls runs as its ATen kernel instead of an nvFuser region of its own; opt-in',
             nvf=True,
         ),
         Backend(
@@ -221,13 +201,6 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
-            "nvf_session7",
-            _nvf({"unflatten_reductions": False, "unpermute_reductions": 0, "atomic_embedding_backward": False}),
-            "dynamo_nvf with unflatten, unpermute and atomic embedding gradients off (before those rewrites), "
-            "to compare; opt-in",
-            nvf=True,
-        ),
-        Backend(
             "nvf_repeat_kv",
             _nvf({"grouped_query_attention": False}),
             "dynamo_nvf with grouped-query K/V heads repeated before SDPA, as the model writes it, instead of "
@@ -265,7 +238,7 @@ BACKENDS: dict[str, Backend] = {
 DEFAULT_BACKENDS: tuple[str, ...] = ("eager", "inductor", "nvf_bookend", "nvf_untrimmed")
 #: Backends of a run of model workloads only (--tag model): each compiler with and without CUDA graphs.
 MODEL_BACKENDS: tuple[str, ...] = ("eager", "inductor", "inductor_ro", "nvf_bookend", "nvf_cudagraphs")
-OPTIONAL_BACKENDS: tuple[str, ...] = ("inductor_ro", "nvf_cudagraphs", "dynamo_eager", "nvf_trim_broadcasts")
+OPTIONAL_BACKENDS: tuple[str, ...] = ("inductor_ro", "nvf_cudagraphs", "dynamo_eager")
 
 
 def default_backends(model_run: bool, mixed: bool = False) -> list[str]:

@@ -170,8 +170,6 @@ MODELS = {
 #: into SDPA (which leaves it no region) is tested in test_attention.py.
 MODEL_OPTIONS = {
     "softmax_attention": {**PLAN, "fuse_attention": False},
-    # Its GELU is alone between the linears (run whole by ATen under lone_composites_eager): fused here.
-    "mlp_gelu": {**PLAN, "lone_composites_eager": False},
 }
 
 
@@ -198,6 +196,17 @@ def test_layernorm_is_decomposed_into_fused_ops():
     ops = [op for r in region_ops(plans) for op in r]
     assert "aten.var_mean.correction" in ops and "aten.rsqrt.default" in ops
     assert not any("layer_norm" in op for op in ops)
+
+
+def test_gelu_between_linears_is_decomposed_into_a_region():
+    """A transformer MLP's GELU, alone between two bf16 linears (they keep their biases): decomposed
+    into its erf form and run as a region, not as ATen's gelu."""
+    fc1, fc2 = torch.nn.Linear(32, 128), torch.nn.Linear(128, 32)
+    mlp = torch.nn.Sequential(fc1, torch.nn.GELU(), fc2).to(torch.bfloat16).requires_grad_(False)
+    (plan,) = cuda_plans(lambda x: mlp(x), (4, 8, 32), dtype=torch.bfloat16, fake=False)
+    (region,) = plan.regions
+    assert "aten.erf.default" in region.ops
+    assert not [n for n in plan.eager_nodes if n.op == "aten.gelu.default"]
 
 
 def test_softmax_backward_is_decomposed():

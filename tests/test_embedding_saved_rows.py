@@ -61,9 +61,8 @@ def _embedding_nodes(plan):
 
 
 def test_training_keeps_saved_gathers_in_aten_with_the_reason():
-    # With the LayerNorm decomposed in the joint graph, min-cut saves the gathered rows (with it held
-    # whole, under lone_composites_eager, it saves the LayerNorm's input and the gathers fuse).
-    plans = _run("cpu", True, 2, 16, 32, torch.bfloat16, lone_composites_eager=False)
+    # With the LayerNorm decomposed in the joint graph, min-cut saves the gathered rows.
+    plans = _run("cpu", True, 2, 16, 32, torch.bfloat16)
     forward = next(p for p in plans if p.kind == "forward")
     nodes = _embedding_nodes(forward)
     assert nodes and all(n.region is None and n.reason == GATHER_OUTPUT_REASON for n in nodes), nodes

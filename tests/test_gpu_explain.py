@@ -96,7 +96,7 @@ def _cast_round_trips(definition: str) -> list[str]:
 def test_channels_last_layer_norm_region_is_one_kernel_without_a_cast_round_trip():
     """ConvNeXt's LayerNorm region is one kernel, and its bf16 output is not cast bf16 -> f32 -> bf16
     on its way out: nvFuser made that chain a kernel-less host segment (27.2 against 20.0 us of host
-    time per call, H100, scripts/repros/alias_segments.py). The scenario checks values and strides."""
+    time per call, H100, scripts/nvfuser_repros/kernelless_output_segments.py). The scenario checks values and strides."""
     report = run_scenario("channels_last_layer_norm")
     (graph,) = report["graphs"]
     (region,) = graph["regions"]

@@ -84,7 +84,7 @@ class LoweringContext:
         """`value` as `dtype`. Casting an f32 upcast of a half/bfloat16 value back to that dtype gives
         the value itself: the round trip is exact, and nvFuser would see a meta-op chain where an
         output is one (an explicit cast to bf16, computed in f32, leaving as bf16), which it turns
-        into a kernel-less host segment (`scripts/repros/alias_segments.py`)."""
+        into a kernel-less host segment (`scripts/nvfuser_repros/kernelless_output_segments.py`)."""
         target = self.dtype(dtype)
         if isinstance(value, self.nvf.TensorView) and value.dtype() == target:
             return value

@@ -15,7 +15,6 @@ from torch.fx import Node
 
 from dynamo_nvf.ops.deliberate_eager import COMMUNICATION, deliberate_eager_reason  # noqa: F401 (re-exported)
 from dynamo_nvf.ops.dtypes import SUPPORTED_DTYPES
-from dynamo_nvf.decompositions import held_overloads
 
 if TYPE_CHECKING:
     from dynamo_nvf.ops.context import LoweringContext
@@ -123,40 +122,29 @@ def why_no_lowering(target: Any) -> str:
     return f" ({why})" if why else ""
 
 
-#: Why a composite op that reached planning whole (passes/composites.py) runs in ATen.
-LONE_COMPOSITE_REASON = ("composite op run whole by ATen: alone in its region it would gain nothing from "
-                         "nvFuser and cost a region call's host time (lone_composites_eager)")
-
-
-def unsupported_reason(node: Node, settings: "Settings", whole_ops: frozenset = frozenset()) -> Optional[str]:
-    """None when nvFuser can take this node, else a reason string that explain() shows.
-
-    `whole_ops` are composite overloads counted as supported (passes/composites.py's trial partition:
-    it decomposes them if their region keeps them).
-    """
+def unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
+    """None when nvFuser can take this node, else a reason string that explain() shows."""
     try:
-        return _unsupported_reason(node, settings, whole_ops)
+        return _unsupported_reason(node, settings)
     except Exception as exc:  # a check that cannot decide keeps the node in eager
         return f"unsupported: capability check failed ({type(exc).__name__}: {exc})"
 
 
-def _unsupported_reason(node: Node, settings: "Settings", whole_ops: frozenset) -> Optional[str]:
+def _unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
     if node.op != "call_function":
         return f"not an op ({node.op})"
     deliberate = deliberate_eager_reason(node.target)
     if deliberate is not None:
         return deliberate
     lowering = LOWERINGS.get(node.target)
-    if lowering is None and node.target not in whole_ops:
-        if node.target in held_overloads():
-            return LONE_COMPOSITE_REASON
+    if lowering is None:
         return f"unsupported op: {op_name(node.target)} has no nvFuser lowering{why_no_lowering(node.target)}"
-    if lowering is not None and lowering.opt_in is not None and not getattr(settings, lowering.opt_in):
+    if lowering.opt_in is not None and not getattr(settings, lowering.opt_in):
         return f"left to ATen: {op_name(node.target)} is fused only with {lowering.opt_in}=True"
     if node.target is operator.getitem:
         # Follows its producer: only results of supported ops are indexed inside a region.
         src = node.args[0]
-        if not isinstance(src, Node) or unsupported_reason(src, settings, whole_ops) is not None:
+        if not isinstance(src, Node) or unsupported_reason(src, settings) is not None:
             return "unsupported op: getitem of an op that stays in eager"
     for inp in _arg_nodes(node):
         val = inp.meta.get("val")

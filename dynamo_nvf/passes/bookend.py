@@ -10,12 +10,11 @@ Rules, in order:
   strides (the fusion builder sets them), which is the layout the alias rule was checked against.
 - A reshape that would copy in eager stays inside: nvFuser does the copy within the kernel (the
   reason Thunder gave for dropping bookending).
-- Leading broadcasts (`expand`) stay inside unless `trim_broadcasts`: nvFuser broadcasts for free,
-  while a trimmed expand hands it stride-0 inputs, the pattern that split Thunder's var_mean backward
-  into extra kernels. Measured (`python -m perf --tag train --backends
-  nvf_bookend,nvf_trim_broadcasts`, H200, nvFuser 0.2.36): the same kernel counts on all seven
-  training workloads, and rmsnorm_train_f32 took 213.1 us with the expands trimmed against 184.4 us
-  kept (1.16x slower); the others were within 1%.
+- Leading broadcasts (`expand`) stay inside: nvFuser broadcasts for free, while a trimmed expand hands
+  it stride-0 inputs, the pattern that split Thunder's var_mean backward into extra kernels. Trimming
+  them measured slower (H200, 2026-11-22, nvFuser 0.2.36, the option `trim_broadcasts` at commit
+  8d17a2a): the same kernel counts on all seven training workloads, and rmsnorm_train_f32 took 213.1
+  us with the expands trimmed against 184.4 us kept (1.16x slower); the others were within 1%.
 - Interior chains of reshapes collapse into one (seed 002's separateNestedViews).
 - A region left with fewer than `min_region_size` compute nodes (none at all for a metadata-only
   region) goes back to eager: it would only pay nvFuser's host cost (Thunder #1251). The exception
@@ -78,14 +77,14 @@ def _kept_if_copy(gm: GraphModule, node: Node, region: int, side: str, kept: set
     return bool(violation)
 
 
-def _trim_leading(gm: GraphModule, region: int, nodes: list[Node], settings: Settings, kept: set[Node]) -> bool:
+def _trim_leading(gm: GraphModule, region: int, nodes: list[Node], kept: set[Node]) -> bool:
     changed = False
     for node in _members(nodes, region):
         if node in kept or not is_metadata(node):
             continue
         if any(_in(p, region) for p in node.all_input_nodes):
             continue
-        if is_broadcast(node) and not settings.trim_broadcasts:
+        if is_broadcast(node):
             kept.add(node)
             _record(gm, node, region, "leading", "kept",
                     "broadcast stays inside: free in nvFuser, and stride-0 inputs can split kernels")
@@ -169,7 +168,7 @@ def _is_strided_broadcast(node: Node) -> bool:
     """A pointwise op that broadcasts an operand into a result not laid out row-major (a convolution's
     bias added to a channels-last output): ATen's broadcast kernel takes its slow strided path there.
     Worth a region of its own under CUDA graphs, where a replay costs no host time per region: on an
-    H100 (scripts/repros/convnext_head.py, 2026-11-25) ConvNeXt's downsampling bias add took 1.6 us
+    H100 (scripts/repros/convnext_head.py at commit 2828583, 2026-11-25) ConvNeXt's downsampling bias add took 1.6 us
     as nvFuser's kernel against ATen's 2.7. Not every lone pointwise op: same-shape ops (an optimizer
     step's, by the hundred) run as fast in ATen, and each region is a compile."""
     out = node.meta.get("val")
@@ -278,7 +277,7 @@ def bookend_regions(gm: GraphModule, settings: Settings) -> GraphModule:
     if settings.bookend:
         for region, nodes in sorted(regions_of(gm).items()):
             kept: set[Node] = set()
-            while _trim_leading(gm, region, nodes, settings, kept) | _trim_trailing(gm, region, nodes, kept):
+            while _trim_leading(gm, region, nodes, kept) | _trim_trailing(gm, region, nodes, kept):
                 pass
             _collapse_reshape_chains(gm, region, nodes)
     index = _RegionIndex(gm)

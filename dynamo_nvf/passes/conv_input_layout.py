@@ -5,7 +5,7 @@ neither converts the image itself nor converts its output back to NCHW.
 
 Why: ViT's patch embedding (16x16, stride 16, 3 -> 384 channels). For an NCHW f32 image batch cuDNN
 picks its NHWC tensor-op kernel anyway and wraps it in its own layout copies: on an H100 (2026-11-25,
-batch 64, 224 px; scripts/repros/conv_stems.py) nchwToNhwc took 144 us and nhwcToNchw 12, where
+batch 64, 224 px; scripts/repros/conv_stems.py at commit 2828583) nchwToNhwc took 144 us and nhwcToNchw 12, where
 nvFuser's copy of the image into channels-last took 27 us and cuDNN then only pads it (63 us, as under
 inductor, whose layout optimisation converts the image the same way in 58 us). The convolution kernel
 is the same one, so its values are too; the output is channels-last, which the tokens' flatten and

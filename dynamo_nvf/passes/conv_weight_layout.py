@@ -7,7 +7,7 @@ Why: ATen runs a convolution in channels-last when its input is channels-last
 (`weight.contiguous(memory_format)` in cudnn_convolution). For ConvNeXt's downsampling convolution
 ([192, 96, 2, 2], bf16) that copy was ATen's generic strided-copy kernel, 2.3-2.4 us on an H100; the
 same copy as an nvFuser region made the convolution 0.7 us faster (H100, 2026-11-25, scripts/repros/
-convnext_head.py `down`), as inductor's layout optimisation converts such weights in a Triton kernel.
+convnext_head.py `down` at commit 2828583), as inductor's layout optimisation converts such weights in a Triton kernel.
 A depthwise weight ([C, 1, k, k]) is channels-last already and is left alone.
 
 Under CUDA graphs only: without them the region's host time (7-12 us through direct launch) would

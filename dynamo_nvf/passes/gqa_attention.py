@@ -11,7 +11,7 @@ which keeps the repeats): the LLaMA-style bf16 inference step 0.884x the step ti
 (scripts/block_kernels.py); training unchanged (323.7 against 324.5 us of GPU time, step 0.98x within
 noise): cuDNN reduces dK/dV over the groups itself (fmha_reduce_head, 7 us a step), about what the
 repeat's gradient sums cost. Every training gradient within bound (perf.grad_check).
-scripts/repros/sdpa_gqa.py times single calls (events after a ~0.1 ms GPU spin, so host time past the
+scripts/repros/sdpa_gqa.py at commit 2828583 timed single calls (events after a ~0.1 ms GPU spin, so host time past the
 spin counts too): results equal, enable_gqa faster at every bf16 shape tried, and in float32 SDPA's
 math kernel (6632 against 1930 us forward at b8 h32 s1024 d128).
 

@@ -5,7 +5,7 @@ that makes those inputs row-major: `permute(x + bias.view(C, 1, 1), [0, 2, 3, 1]
 Why: ConvNeXt's LayerNorm regions take a channels-last convolution output, add the convolution's bias
 in NCHW order, then permute to NHWC and normalise over C. nvFuser schedules that fusion (input with a
 channels-last allocation domain, permute inside) at about half the speed of the same math on the NHWC
-view: on an H100 (scripts/repros/ln_shapes.py, bf16, 2026-11-24) 6.08 against 2.85 us at [2, 96, 56, 56],
+view: on an H100 (scripts/repros/ln_shapes.py at commit 2828583, bf16, 2026-11-24) 6.08 against 2.85 us at [2, 96, 56, 56],
 3.30 against 2.43 at [2, 192, 28, 28], 6.96 against 3.71 at [8, 192, 28, 28]; the NHWC form is what a
 hand-written row-major [N*H*W, C] fusion takes. Once hoisted, each permute reads a region input, so the
 bookend pass trims it to a zero-copy alias and nvFuser is handed the row-major NHWC view (or, under the
@@ -21,7 +21,7 @@ too: nvFuser then gets the permuted view with its allocation order and schedules
 channels along contiguous pixels, where a permute inside the fusion makes it read a row of C values
 3136 elements apart. On an H100 (2026-11-25, ConvNeXt-style training, bf16, [2, 96, 56, 56]): the
 stem's region took 20.1 us in-fusion against inductor's 3.1; the permuted view alone, 3.5
-(scripts/repros/convnext_norms.py). Elementwise math
+(scripts/repros/convnext_norms.py at commit 2828583). Elementwise math
 commutes with a permute, so values are unchanged; the region's outputs are the same nodes as before.
 
 Forward and inference graphs only: in ConvNeXt's training step (H100, 2026-11-24) two backward

@@ -105,11 +105,8 @@ def clear_annotations(nodes: Iterable[Node]) -> None:
         node.meta.pop(SPLIT_KEY, None)
 
 
-def partition_regions(gm: GraphModule, settings: Settings, whole_ops: frozenset = frozenset()) -> GraphModule:
-    """Annotates every node of `gm` with its region id, or with the reason it stays in eager.
-
-    `whole_ops`: composite overloads planned as if nvFuser took them (passes/composites.py's trial).
-    """
+def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
+    """Annotates every node of `gm` with its region id, or with the reason it stays in eager."""
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
     group_of: dict[Node, _Group] = {}
@@ -118,7 +115,7 @@ def partition_regions(gm: GraphModule, settings: Settings, whole_ops: frozenset 
     for node in nodes:
         if node.op in _SKIPPED_OPS:
             continue
-        reason = unsupported_reason(node, settings, whole_ops)
+        reason = unsupported_reason(node, settings)
         if reason is not None:
             node.meta[REASON_KEY] = reason
             continue

@@ -294,7 +294,7 @@ def split_norm_backward(gm: GraphModule, settings: Settings, kind: str, ask: Opt
     own with CUDA graphs or without, if it took at most TRIAL_MARGIN of the whole's time (without graphs
     counting HOST_US_PER_EXTRA_REGION for the extra call). Both answers are noted for explain().
     Why measured and not assumed: on an H100 (2026-11-25, nvfuser_direct 0.2.36, perf.interleave --gpu
-    and scripts/repros/segmenter_oracle.py, forward and backward steps over [2048, 32768], where nvFuser
+    and scripts/repros/segmenter_oracle.py at commit 2828583, forward and backward steps over [2048, 32768], where nvFuser
     has no one-kernel schedule) cutting took a bf16 LayerNorm step from 1.15x inductor's GPU time to
     0.66x (perf layernorm_wide_train_bf16), from 536.7 to 362.8 us with a random output gradient,
     and an f32 RMSNorm step with one from 942.1 to 652.0 us, but a bf16 RMSNorm whose output gradient

@@ -22,7 +22,6 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.metadata import is_metadata
-from dynamo_nvf.decompositions import held_overloads
 from dynamo_nvf.ops.lowerings import is_pointwise
 from dynamo_nvf.passes import add_note, call_like
 
@@ -35,13 +34,12 @@ UNFUSED_DTYPES = frozenset({torch.float32, torch.float64})
 
 
 def _pointwise_use(node: Node) -> bool:
-    """True when `node` is a pointwise op nvFuser lowers (or a held pointwise composite, a GELU, which the
-    bias add's region then decomposes), or a view all of whose uses are."""
+    """True when `node` is a pointwise op nvFuser lowers, or a view all of whose uses are."""
     if node.op != "call_function":
         return False
     if node.target is operator.getitem or is_metadata(node):
         return bool(node.users) and all(_pointwise_use(u) for u in node.users)
-    return is_pointwise(node) or (node.target in held_overloads() and torch.Tag.pointwise in node.target.tags)
+    return is_pointwise(node)
 
 
 def _unfusable(node: Node, on_cuda: bool) -> Optional[tuple[Node, Node, Node]]:

@@ -31,7 +31,7 @@ that is not as built declines (`last_decline` says why), and the region runs it 
 `fec.execute`, which stays the reference; a launch error drops the launcher. nvFuser's executor cache
 owns the kernels' modules, so the launcher keeps a reference to it.
 
-What it measured (H100, 2026-11-24, scripts/direct_launch_cost.py, medians in one process): per
+What it measured (H100, 2026-11-24, scripts/direct_launch_cost.py at commit 2828583, medians in one process): per
 call 5-57 us against fec.execute's 9-100 on the same inputs (one-kernel forward regions 7-12 against
 12-22; 4-6-kernel norm backward regions 29-57 against 54-100); per step, every launcher on against
 all off: 0.74-0.80x on LLaMA-style inference and BERT-style training, 0.87-0.88x on ViT and ConvNeXt
