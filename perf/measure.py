@@ -307,6 +307,12 @@ def _is_memop(evt) -> bool:
     return name.startswith("memcpy") or name.startswith("memset")
 
 
+def _device_counts(prof) -> tuple[int, int, float]:
+    """(kernels, memops, device us) of a finished torch.profiler profile."""
+    kernels, memops, dev_us = _device_counts(prof)
+    return kernels, memops, dev_us
+
+
 def profile_counts(step: Callable[[], object], iters: int) -> tuple[float, float, float]:
     """(kernels, memops, device us) per call, from CUDA activity in torch.profiler."""
     from torch.profiler import ProfilerActivity, profile
@@ -318,16 +324,7 @@ def profile_counts(step: Callable[[], object], iters: int) -> tuple[float, float
             for _ in range(iters):
                 step()
             _sync()
-    kernels = memops = 0
-    dev_us = 0.0
-    for evt in prof.events():
-        if not _is_device_event(evt):
-            continue
-        if _is_memop(evt):
-            memops += 1
-        else:
-            kernels += 1
-        dev_us += evt.time_range.elapsed_us()
+    kernels, memops, dev_us = _device_counts(prof)
     return kernels / iters, memops / iters, dev_us / iters
 
 
@@ -361,16 +358,7 @@ def profile_ops(step: Callable[[], object], iters: int, top: int = 20) -> tuple[
             for _ in range(iters):
                 step()
             _sync()
-    kernels = memops = 0
-    dev_us = 0.0
-    for evt in prof.events():
-        if not _is_device_event(evt):
-            continue
-        if _is_memop(evt):
-            memops += 1
-        else:
-            kernels += 1
-        dev_us += evt.time_range.elapsed_us()
+    kernels, memops, dev_us = _device_counts(prof)
     rows = []
     for avg in prof.key_averages():
         if not avg.key.startswith("aten::"):

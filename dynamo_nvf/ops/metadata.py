@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
-from torch.fx import Node
+from torch.fx import GraphModule, Node
 from dynamo_nvf._compat import hint_int
 
 aten = torch.ops.aten
@@ -168,3 +168,21 @@ def alias_violation(node: Node) -> Optional[str]:
 
 def is_broadcast(node: Node) -> bool:
     return node.op == "call_function" and node.target in METADATA_OPS and METADATA_OPS[node.target].broadcast
+
+
+_ABSENT = object()
+
+
+def save_vals(gm: "GraphModule") -> dict:
+    """Every node's `meta["val"]` (or its absence), for `restore_vals` after a rewrite that propagated
+    new metadata and was then undone."""
+    return {n: n.meta.get("val", _ABSENT) for n in gm.graph.nodes}
+
+
+def restore_vals(saved: dict) -> None:
+    """Puts back what `save_vals` saved, exactly: a value that was absent is removed again."""
+    for node, val in saved.items():
+        if val is _ABSENT:
+            node.meta.pop("val", None)
+        else:
+            node.meta["val"] = val

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import restore_vals, save_vals, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like
 
 log = logging.getLogger("dynamo_nvf")
@@ -47,7 +47,6 @@ MIN_ELEMENTS = 1 << 22
 
 #: Ops that read or view memory by explicit strides: a graph with any keeps its images NCHW.
 _EXPLICIT_STRIDES = (aten.as_strided.default, aten.as_strided_.default, aten.as_strided_scatter.default)
-_ABSENT = object()
 
 NOTE = ("{conv}: input {x} converted to channels-last in a region of its own (a {k}x{k} patch "
         "embedding: cuDNN runs it channels-last and would convert the image and its output itself)")
@@ -92,7 +91,7 @@ def channels_last_patch_inputs(gm: GraphModule, cuda_ok: bool = False) -> GraphM
         return gm
     if any(n.op == "call_function" and n.target in _EXPLICIT_STRIDES for n in gm.graph.nodes):
         return gm  # they read memory by explicit strides, which fake propagation cannot judge
-    saved = {n: (n.meta["val"] if "val" in n.meta else _ABSENT) for n in gm.graph.nodes}
+    saved = save_vals(gm)
     strides = _output_strides(gm)
     mode = tensor_val(convs[0].args[0]).fake_mode
     images = [(conv, conv.args[0]) for conv in convs]
@@ -115,11 +114,7 @@ def channels_last_patch_inputs(gm: GraphModule, cuda_ok: bool = False) -> GraphM
             conv.replace_input_with(made[x], x)
         for clone in made.values():
             gm.graph.erase_node(clone)
-        for node, val in saved.items():
-            if val is _ABSENT:
-                node.meta.pop("val", None)
-            else:
-                node.meta["val"] = val
+        restore_vals(saved)
         gm.recompile()
         log.debug("dynamo_nvf: patch-embedding inputs left NCHW: %s", why)
         return gm

@@ -40,7 +40,7 @@ from typing import Any, Optional, Sequence
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import is_metadata, static_layout, tensor_val
+from dynamo_nvf.ops.metadata import restore_vals, save_vals, is_metadata, static_layout, tensor_val
 from dynamo_nvf.passes import add_note, call_like
 
 log = logging.getLogger("dynamo_nvf")
@@ -59,7 +59,6 @@ NODES_PER_CONV = 300
 
 #: Ops that read or view memory by explicit strides: a graph with any keeps NCHW.
 _EXPLICIT_STRIDES = (aten.as_strided.default, aten.as_strided_.default, aten.as_strided_scatter.default)
-_ABSENT = object()
 
 NOTE = ("channels-last convolutions: {convs} convolution(s) run channels-last; {inputs} activation(s) "
         "converted, {outputs} output(s) given eager's strides back{saved}")
@@ -247,7 +246,7 @@ def channels_last_convs(gm: GraphModule, kind: str, cuda_ok: bool = False) -> Gr
     convs = [n for n in gm.graph.nodes if _is_conv(n)] if planned else []
     if not convs:
         return _restore_or_leave(gm, kind, eager_outputs)
-    saved_vals = {n: (n.meta["val"] if "val" in n.meta else _ABSENT) for n in gm.graph.nodes}
+    saved_vals = save_vals(gm)
     mode = next(v.fake_mode for n in gm.graph.nodes if (v := tensor_val(n)) is not None
                 and getattr(v, "fake_mode", None) is not None)
     made: dict[Node, Node] = {}
@@ -263,11 +262,7 @@ def channels_last_convs(gm: GraphModule, kind: str, cuda_ok: bool = False) -> Gr
     for clone in made.values():
         clone.replace_all_uses_with(clone.args[0])
         gm.graph.erase_node(clone)
-    for node, val in saved_vals.items():
-        if val is _ABSENT:
-            node.meta.pop("val", None)
-        else:
-            node.meta["val"] = val
+    restore_vals(saved_vals)
     gm.recompile()
     log.debug("dynamo_nvf: convolutions left NCHW: %s", why)
     return _restore_or_leave(gm, kind, eager_outputs)
