@@ -94,6 +94,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from .backends import Backend, get_backend, mark_step, reset_compile_state
+from .figures import geomean
 from .workloads import REGISTRY, Instance, Workload
 
 Progress = Callable[[str], None]
@@ -694,7 +695,7 @@ class Runner:
                 steps.append(self._step_timing(step).step_ms)
             rec.update(dyn_lengths=list(lengths), dyn_first_s=firsts, dyn_graphs=graphs, dyn_step_ms=steps,
                        recompiles=sum(graphs[1:]), compile_s=firsts[0],
-                       step_ms=math.exp(sum(math.log(s) for s in steps) / len(steps)))
+                       step_ms=geomean(steps))
         except Exception as exc:  # noqa: BLE001
             _fail(rec, "run", exc)
         finally:

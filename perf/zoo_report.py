@@ -5,11 +5,11 @@ the criteria of issue #42.  Only recorded numbers are used, so ``--report`` prin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from tabulate import tabulate
 
+from .acceptance import FAIL, INCOMPLETE, PASS, Criterion
 from .figures import TABLEFMT, fmt_ratio, geomean, ratio
 
 SUBJECT, GRAPHS, REF, REF_GRAPHS = "nvf_bookend", "nvf_cudagraphs", "inductor", "inductor_ro"
@@ -153,16 +153,6 @@ def dynamic_table(doc: dict) -> str:
                                       "step nvf/ind per length"], tablefmt=TABLEFMT, disable_numparse=True))
 
 
-@dataclass(frozen=True)
-class Criterion:
-    text: str
-    metric: str
-    subject: str
-    reference: str
-    aggregate: str  # "geomean" or "max"
-    limit: float
-
-
 #: Issue #42's acceptance, over the zoo's fwd and train workloads of one run.
 CRITERIA: tuple[Criterion, ...] = (
     Criterion("step time geomean <= inductor (no graphs)", "step_ms", SUBJECT, REF, "geomean", 1.0),
@@ -185,19 +175,19 @@ def evaluate(doc: dict) -> list[list[str]]:
     for c in CRITERIA:
         have = {wl: r for wl in names if (r := _ratio(doc, wl, c.metric, c.subject, c.reference)) is not None}
         value = geomean(have.values()) if c.aggregate == "geomean" else max(have.values(), default=None)
-        verdict = "INCOMPLETE" if value is None or len(have) < len(names) else ("PASS" if value <= c.limit else "FAIL")
+        verdict = INCOMPLETE if value is None or len(have) < len(names) else (PASS if value <= c.limit else FAIL)
         rows.append([c.text, fmt_ratio(value), f"{len(have)}/{len(names)}", verdict])
     for backend in (SUBJECT, GRAPHS):
         passed = sum(status(doc, wl, backend) == "pass" for wl in names)
         rows.append([f"every model runs and matches fp64 within inductor's tolerance ({backend})", "-",
-                     f"{passed}/{len(names)}", "PASS" if passed == len(names) else "FAIL"])
+                     f"{passed}/{len(names)}", PASS if passed == len(names) else FAIL])
     dyn = [wl for wl in zoo_workloads(doc, kind="dyn")]
     if dyn:
         worse = [wl for wl in dyn if (_rec(doc, wl, SUBJECT).get("recompiles") is None
                                       or _rec(doc, wl, REF).get("recompiles") is None
                                       or _rec(doc, wl, SUBJECT)["recompiles"] > _rec(doc, wl, REF)["recompiles"])]
         rows.append(["dynamic shapes: no more recompiles than inductor", "-", f"{len(dyn) - len(worse)}/{len(dyn)}",
-                     "PASS" if not worse else "FAIL"])
+                     PASS if not worse else FAIL])
     return rows
 
 
@@ -217,4 +207,4 @@ def render_zoo(doc: dict) -> str:
 
 def zoo_passed(doc: dict) -> bool:
     rows = evaluate(doc)
-    return bool(rows) and all(r[-1] == "PASS" for r in rows)
+    return bool(rows) and all(r[-1] == PASS for r in rows)
