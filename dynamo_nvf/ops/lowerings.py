@@ -793,8 +793,34 @@ def _slice(ctx, node: Node) -> Any:
     starts = [0] * rank
     ends = [int(s) for s in src.shape]
     steps = [1] * rank
+    if end - start == 1 and size != 1 and len(node.users) and _feeds_broadcast(node, dim):
+        # One element, broadcast by a later op: nvFuser keeps a slice's extent-1 dim an iteration
+        # dim, and a binary op against the full extent fails to concretize ("No potential
+        # concrete_id's", scripts/nvfuser_repros/size_one_slice_broadcast.py). select + broadcast
+        # gives the same values with a broadcast dim.
+        picked = ctx.ops.select(ctx.value(node.args[0]), ctx.index(start), dim)
+        return ctx.ops.broadcast(picked, [d == dim for d in range(rank)])
     starts[dim], ends[dim], steps[dim] = start, end, step
     return ctx.ops.slice(ctx.value(node.args[0]), starts, ends, steps)
+
+
+_RESIZE_USERS = (aten.cat.default, aten.constant_pad_nd.default, aten.slice_scatter.default)
+
+
+def _feeds_broadcast(node: Node, dim: int) -> bool:
+    """True when a user of `node` (through views that keep the dim) has a larger extent than 1 at
+    `dim`, i.e. aten broadcasts the sliced element."""
+    rank = _val(node).dim()
+    if any(user.target in _RESIZE_USERS for user in node.users):
+        return False  # cat and pad need the iteration dim (a broadcast dim does not concatenate)
+    for user in node.users:
+        out = user.meta.get("val")
+        if not isinstance(out, torch.Tensor) or out.dim() < rank:
+            continue
+        size = out.shape[out.dim() - rank + dim]
+        if not _static(size) or int(size) != 1:
+            return True
+    return False
 
 
 def _check_static_dim(node: Node, dim_index: int = 1) -> Optional[str]:
