@@ -310,7 +310,16 @@ def _is_memop(evt) -> bool:
 
 def _device_counts(prof) -> tuple[int, int, float]:
     """(kernels, memops, device us) of a finished torch.profiler profile."""
-    kernels, memops, dev_us = _device_counts(prof)
+    kernels = memops = 0
+    dev_us = 0.0
+    for evt in prof.events():
+        if not _is_device_event(evt):
+            continue
+        if _is_memop(evt):
+            memops += 1
+        else:
+            kernels += 1
+        dev_us += evt.time_range.elapsed_us()
     return kernels, memops, dev_us
 
 

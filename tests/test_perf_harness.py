@@ -683,3 +683,23 @@ def test_a_failing_cleanup_is_recorded_in_the_pair_not_raised(monkeypatch):
     measure._cleanup_into(rec)
     assert rec["device_lost"] is True
     assert "illegal instruction" in rec["errors"]["cleanup"] and rec["error"].startswith("[cleanup]")
+
+
+def test_device_counts_of_a_profile_split_kernels_memops_and_time():
+    """perf.measure counts a profile's CUDA events: kernels, memory ops (by activity or name), their
+    time; host events are left out."""
+    from types import SimpleNamespace
+
+    from perf.measure import _device_counts
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+
+    def evt(name, device, us, activity=""):
+        return SimpleNamespace(name=name, device_type=device, activity_type=activity,
+                               time_range=SimpleNamespace(elapsed_us=lambda: us))
+
+    prof = SimpleNamespace(events=lambda: [
+        evt("nvfuser_pointwise_f0_c1", cuda, 10.0), evt("Memcpy DtoD (Device -> Device)", cuda, 2.0),
+        evt("fill", cuda, 1.5, activity="gpu_memset"), evt("aten::add", cpu, 100.0),
+        evt("ampere_bf16_gemm", cuda, 20.0)])
+    assert _device_counts(prof) == (2, 2, 33.5)

@@ -775,6 +775,14 @@ def _check_slice(node: Node) -> Optional[str]:
             return "unsupported op: slice with symbolic bounds"
     if (_arg(node, 4, "step", 1) or 1) != 1:
         return "unsupported op: nvFuser slices only with step 1"
+    dim = _norm_dim(_arg(node, 1, "dim", 0), src.dim())
+    size = int(src.shape[dim])
+    if size != 1 and int(_val(node).shape[dim]) == 1 and _feeds_broadcast(node, dim):
+        # nvFuser keeps the slice's extent-1 dim an iteration dim, and a binary op against the full
+        # extent fails to compile ("No potential concrete_id's"); select + broadcast fails too
+        # (scripts/nvfuser_repros/size_one_slice_broadcast.py). As a view in PyTorch it costs nothing,
+        # and the next region takes it as a broadcast input.
+        return "nvFuser: a one-element slice that a later op broadcasts does not compile; it runs as a view"
     return None
 
 
@@ -793,13 +801,6 @@ def _slice(ctx, node: Node) -> Any:
     starts = [0] * rank
     ends = [int(s) for s in src.shape]
     steps = [1] * rank
-    if end - start == 1 and size != 1 and len(node.users) and _feeds_broadcast(node, dim):
-        # One element, broadcast by a later op: nvFuser keeps a slice's extent-1 dim an iteration
-        # dim, and a binary op against the full extent fails to concretize ("No potential
-        # concrete_id's", scripts/nvfuser_repros/size_one_slice_broadcast.py). select + broadcast
-        # gives the same values with a broadcast dim.
-        picked = ctx.ops.select(ctx.value(node.args[0]), ctx.index(start), dim)
-        return ctx.ops.broadcast(picked, [d == dim for d in range(rank)])
     starts[dim], ends[dim], steps[dim] = start, end, step
     return ctx.ops.slice(ctx.value(node.args[0]), starts, ends, steps)
 
@@ -807,19 +808,28 @@ def _slice(ctx, node: Node) -> Any:
 _RESIZE_USERS = (aten.cat.default, aten.constant_pad_nd.default, aten.slice_scatter.default)
 
 
-def _feeds_broadcast(node: Node, dim: int) -> bool:
-    """True when a user of `node` (through views that keep the dim) has a larger extent than 1 at
-    `dim`, i.e. aten broadcasts the sliced element."""
+def _feeds_broadcast(node: Node, dim: int, depth: int = 8) -> bool:
+    """True when a value computed from `node` (elementwise, keeping the extent-1 `dim`, up to
+    `depth` ops on) meets an op whose output is larger there: aten broadcasts the sliced element.
+    False when a cat or pad takes it (they need the iteration dim)."""
     rank = _val(node).dim()
-    if any(user.target in _RESIZE_USERS for user in node.users):
-        return False  # cat and pad need the iteration dim (a broadcast dim does not concatenate)
-    for user in node.users:
-        out = user.meta.get("val")
-        if not isinstance(out, torch.Tensor) or out.dim() < rank:
-            continue
-        size = out.shape[out.dim() - rank + dim]
-        if not _static(size) or int(size) != 1:
-            return True
+    frontier = [node]
+    for _ in range(depth):
+        nxt = []
+        for cur in frontier:
+            for user in cur.users:
+                if user.target in _RESIZE_USERS:
+                    return False
+                out = user.meta.get("val")
+                if not isinstance(out, torch.Tensor) or out.dim() < rank:
+                    continue
+                size = out.shape[out.dim() - rank + dim]
+                if not _static(size) or int(size) != 1:
+                    return True
+                nxt.append(user)
+        if not nxt:
+            return False
+        frontier = nxt
     return False
 
 

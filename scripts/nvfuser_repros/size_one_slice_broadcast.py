@@ -8,9 +8,11 @@ broadcast it against the full dim.
 **Expected:** the fusion compiles and returns eager's values, or `define` rejects the mismatched
 extents.
 
-**Actual (`as_found`):** the definition is accepted and execution raises "No potential
-concrete_id's" (compute_at_map.cpp). `select_broadcast` (the element taken with `fd.ops.select`,
-the dim put back with `fd.ops.broadcast`) runs and matches eager.
+**Actual:** `as_found`: the definition is accepted and execution raises "No potential
+concrete_id's" (compute_at_map.cpp:1239). `select_broadcast` (the element taken with
+`fd.ops.select`, the dim put back with `fd.ops.broadcast`) raises an internal assert in
+compiled_kernel.cpp:1394. `slice_as_input` (the `[rows, 1]` slice handed in as a second input, a
+broadcast dim) runs and matches eager.
 
 **Versions:** nvfuser_direct 0.2.36 (nvfuser-cu130-torch210 0.2.36.dev20260301), torch 2.11.0+cu130,
 CUDA 13.0, H100 80GB HBM3 (2026-11-26).
@@ -18,8 +20,9 @@ CUDA 13.0, H100 80GB HBM3 (2026-11-26).
     python scripts/nvfuser_repros/size_one_slice_broadcast.py
 
 Prints each variant's outcome and whether it matches eager; exits 1 when `as_found`
-fails. dynamo_nvf lowers a one-element slice that a later op broadcasts as `select` + `broadcast`
-(`dynamo_nvf/ops/lowerings.py`, `_slice`).
+fails. dynamo_nvf leaves a one-element slice that a later op broadcasts out of its fusions
+(`dynamo_nvf/ops/lowerings.py`, `_check_slice`) as `slice_as_input` does: the slice runs as a
+PyTorch view and the next fusion takes it as a broadcast input.
 """
 
 import argparse
@@ -34,7 +37,9 @@ ROWS, COLS = 6, 12
 def build(variant: str) -> FusionDefinition:
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)
-        if variant == "as_found":
+        if variant == "slice_as_input":
+            first = fd.define_tensor(shape=[-1, 1], contiguity=[False, None], dtype=DataType.Float, is_cpu=False)
+        elif variant == "as_found":
             first = fd.ops.slice(x, [0, 0], [ROWS, 1], [1, 1])
         else:
             first = fd.ops.broadcast(fd.ops.select(x, fd.define_scalar(0, dtype=DataType.Int), 1), [False, True])
@@ -50,9 +55,9 @@ def main() -> int:
     x = torch.randn(ROWS, COLS, device="cuda")
     expected = x.masked_fill(x[..., :1] < 0, float("-inf"))
     failed = False
-    for variant in ("as_found", "select_broadcast"):
+    for variant in ("as_found", "select_broadcast", "slice_as_input"):
         try:
-            (out,) = build(variant).execute([x])
+            (out,) = build(variant).execute([x, x[..., :1]] if variant == "slice_as_input" else [x])
             same = torch.equal(out, expected)
             print(f"{variant}: ran, {'matches eager' if same else 'DIFFERS from eager'}")
             failed |= variant == "as_found" and not same
