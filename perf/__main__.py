@@ -47,6 +47,7 @@ the zoo (timm + transformers from perf/zoo_models.txt; --tag zoo, never in a pla
   python -m perf --report z*.json --json zoo.json --acceptance
   --isolate S: each workload in its own process, killed after S s (a crash or hang is its error);
   --gpus N: N such processes at once, one per GPU.
+  --per-gpu K: K processes per GPU; their compiles overlap, their timings take turns.
 
 baseline check (GPU time per call):
   a (workload, backend) regresses when new > baseline * (1 + THRESHOLD).  In a live
@@ -110,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "becomes that workload's error (default 900 with --gpus)")
     sel.add_argument("--gpus", type=int, metavar="N",
                      help="with --isolate: N workload processes at once, one per GPU (CUDA_VISIBLE_DEVICES)")
+    sel.add_argument("--per-gpu", type=int, metavar="K",
+                     help="with --isolate: K workload processes per GPU; compiles overlap, timings take turns")
 
     m = p.add_argument_group("measurement")
     m.add_argument("--iters", type=int, metavar="N", help="timed calls for GPU time (default 50, quick 20)")
@@ -302,7 +305,7 @@ def run_mode(args: argparse.Namespace) -> int:
     base = _load(args.baseline) if args.baseline else None
     pairs = _pairs(backends, base, args) if base is not None else None
 
-    if args.isolate or args.gpus:
+    if args.isolate or args.gpus or args.per_gpu:
         return isolated_mode(args, selected, workloads, backends, base, pairs)
 
     import torch
@@ -427,9 +430,10 @@ def isolated_mode(args: argparse.Namespace, selected: list, workloads: list, bac
     config = {"quick": args.quick, "all": args.all, "only": args.only, "tags": args.tag, "backends": backends,
               "shard": list(parse_shard(args.shard)) if args.shard else None,
               "run_workloads": [w.name for w in selected], "time_budget_s": args.time_budget,
-              "isolate_s": args.isolate or 900.0, "gpus": args.gpus or 1}
+              "isolate_s": args.isolate or 900.0, "gpus": args.gpus or 1, "per_gpu": args.per_gpu or 1}
     _stderr(f"perf: {len(workloads)} workload(s) x {len(backends)} backend(s), one process each"
-            f"{f', {args.gpus} at a time (one per GPU)' if args.gpus and args.gpus > 1 else ''}")
+            f"{f', {args.gpus} at a time (one per GPU)' if args.gpus and args.gpus > 1 else ''}"
+            f"{f', {args.per_gpu} per GPU' if args.per_gpu and args.per_gpu > 1 else ''}")
 
     def checkpoint(doc: dict) -> None:
         if args.json:
@@ -438,7 +442,7 @@ def isolated_mode(args: argparse.Namespace, selected: list, workloads: list, bac
 
     deadline = _STARTED + args.time_budget if args.time_budget else None
     doc = run_isolated(args, workloads, backends, config, timeout_s=args.isolate or 900.0, gpus=args.gpus or 1,
-                       deadline=deadline, progress=_stderr, on_update=checkpoint)
+                       per_gpu=args.per_gpu or 1, deadline=deadline, progress=_stderr, on_update=checkpoint)
     # the children's measurement settings (all equal: the same flags)
     print(render_report(doc), flush=True)
     code = EXIT_OK
@@ -475,6 +479,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise UsageError("--isolate must be > 0 seconds")
         if args.gpus is not None and args.gpus < 1:
             raise UsageError("--gpus must be >= 1")
+        if args.per_gpu is not None and args.per_gpu < 1:
+            raise UsageError("--per-gpu must be >= 1")
         if args.remeasure is not None and args.remeasure < 0:
             raise UsageError("--remeasure must be >= 0")
         if args.list:

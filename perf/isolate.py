@@ -8,8 +8,10 @@ says why: ``[process] killed by SIGSEGV``, ``[process] timed out after 900 s``, 
 Each child gets an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR``, unless set), so inductor's
 first call is a cold compile, as nvFuser's is (dynamo_nvf's kernel cache is off by default).
 With ``--gpus N`` N workers take workloads from one queue, each child seeing one GPU
-(``CUDA_VISIBLE_DEVICES``), so a 4-GPU machine runs four models at a time.  The children's files are
-joined into one document, as ``--report`` joins shards.
+(``CUDA_VISIBLE_DEVICES``), so a 4-GPU machine runs four models at a time.  ``--per-gpu K`` runs K
+workers per GPU: their compiles (CPU) overlap, while their timings, profiles and references take
+turns on the GPU (perf/gpu_turn.py); each child's inductor gets its share of the CPUs for compile
+workers.  The children's files are joined into one document, as ``--report`` joins shards.
 """
 
 from __future__ import annotations
@@ -102,12 +104,33 @@ def merge(docs: Sequence[dict], failures: dict[str, str], workloads: Sequence, b
                          results=results, roofline=roofline)
 
 
+def worker_slots(gpus: int, per_gpu: int) -> list[tuple[Optional[int], int]]:
+    """(GPU index or None: the visible GPUs as they are, worker number on it) of every worker."""
+    gpu_ids: list[Optional[int]] = list(range(gpus)) if gpus > 1 else [None]
+    return [(g, k) for k in range(per_gpu) for g in gpu_ids]
+
+
+def slot_env(base: dict, gpu: Optional[int], per_gpu: int, workers: int, lock_dir: Path) -> dict:
+    """A worker's environment: its GPU, and with several workers per GPU that GPU's turn lock and
+    an even share of the CPUs for inductor's compile workers (unless set)."""
+    from .gpu_turn import LOCK_ENV
+
+    env = dict(base)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if per_gpu > 1:
+        env[LOCK_ENV] = str(lock_dir / f"gpu{0 if gpu is None else gpu}.lock")
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+    return env
+
+
 def run_isolated(args, workloads: Sequence, backends: Sequence[str], config: dict, *, timeout_s: float, gpus: int,
-                 deadline: Optional[float] = None, progress: Callable[[str], None] = print,
+                 per_gpu: int = 1, deadline: Optional[float] = None, progress: Callable[[str], None] = print,
                  on_update: Optional[Callable[[dict], None]] = None) -> dict:
-    """Measures ``workloads`` one process each, ``gpus`` at a time (1: the visible GPUs as they are);
-    returns the joined document.  With a ``deadline`` (time.monotonic()) a workload starts only if
-    the seconds per unit of cost so far predict it ends in time; those left are absent."""
+    """Measures ``workloads`` one process each, ``gpus`` x ``per_gpu`` at a time (gpus 1: the visible
+    GPUs as they are); returns the joined document.  With a ``deadline`` (time.monotonic()) a
+    workload starts only if the seconds per unit of cost so far predict it ends in time; those left
+    are absent."""
     from .report import load_document
 
     todo: "queue.Queue" = queue.Queue()
@@ -122,10 +145,9 @@ def run_isolated(args, workloads: Sequence, backends: Sequence[str], config: dic
     def snapshot() -> dict:
         return merge(docs, failures, workloads, backends, config)
 
-    def worker(gpu: Optional[int]) -> None:
-        env = dict(os.environ)
-        if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    slots = worker_slots(gpus, per_gpu)
+
+    def worker(gpu: Optional[int], env: dict) -> None:
         while True:
             try:
                 wl = todo.get_nowait()
@@ -166,8 +188,8 @@ def run_isolated(args, workloads: Sequence, backends: Sequence[str], config: dic
                 if on_update is not None:
                     on_update(snapshot())
 
-    slots = list(range(gpus)) if gpus > 1 else [None]
-    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in slots]
+    threads = [threading.Thread(target=worker, args=(g, slot_env(dict(os.environ), g, per_gpu, len(slots), tmp)),
+                                daemon=True) for g, _ in slots]
     for t in threads:
         t.start()
     for t in threads:

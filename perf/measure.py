@@ -95,6 +95,7 @@ import torch
 
 from .backends import Backend, get_backend, mark_step, reset_compile_state
 from .figures import geomean
+from .gpu_turn import gpu_turn
 from .workloads import REGISTRY, Instance, Workload
 
 Progress = Callable[[str], None]
@@ -626,7 +627,8 @@ class Runner:
             try:
                 inst, step = self._compiled(wl, be, tiny=False)
                 rec["compile_s"] = first_call_then_warmup(step, cfg.warmup)
-                times = event_times_us(step, cfg.iters, self._flush_buffer(), self._sleep_for(step))
+                with gpu_turn():
+                    times = event_times_us(step, cfg.iters, self._flush_buffer(), self._sleep_for(step))
                 rec["gpu_us"] = statistics.median(times)
                 rec["gpu_us_min"] = min(times)
             except Exception as exc:  # noqa: BLE001
@@ -644,13 +646,13 @@ class Runner:
                 except Exception as exc:  # noqa: BLE001
                     _fail(rec, "bandwidth", exc)
 
-            if cfg.profile:
-                try:
-                    rec["kernels"], rec["memops"], rec["kernel_us"] = profile_counts(step, cfg.profile_iters)
-                except Exception as exc:  # noqa: BLE001
-                    _fail(rec, "profile", exc)
-
-            self._peak_memory(step, rec)
+            with gpu_turn():
+                if cfg.profile:
+                    try:
+                        rec["kernels"], rec["memops"], rec["kernel_us"] = profile_counts(step, cfg.profile_iters)
+                    except Exception as exc:  # noqa: BLE001
+                        _fail(rec, "profile", exc)
+                self._peak_memory(step, rec)
         finally:
             del inst, step
             if rec["error"] or not cfg.host:
@@ -701,7 +703,8 @@ class Runner:
                 before = int(counters["stats"]["unique_graphs"])
                 firsts.append(first_call_then_warmup(step, self.config.model_warmup))
                 graphs.append(int(counters["stats"]["unique_graphs"]) - before)
-                steps.append(self._step_timing(step).step_ms)
+                with gpu_turn():
+                    steps.append(self._step_timing(step).step_ms)
             rec.update(dyn_lengths=list(lengths), dyn_first_s=firsts, dyn_graphs=graphs, dyn_step_ms=steps,
                        recompiles=sum(graphs[1:]), compile_s=firsts[0],
                        step_ms=geomean(steps))
@@ -717,6 +720,40 @@ class Runner:
         one = wall_us_per_call(step, calls=2) * 1e-6
         n = steps_per_batch(one, cfg.model_batch_s, cfg.model_min_steps, cfg.model_max_steps)
         return step_timing(step, batches=cfg.model_batches, steps=n)
+
+    def _time_steps(self, wl: Workload, be: Backend, step: Callable[[], object], rec: dict) -> None:
+        """Step timing with nvFuser calls counted, peak memory, then (last, so no host timing of the
+        pair runs after it) torch.profiler; one GPU turn (perf/gpu_turn.py)."""
+        cfg = self.config
+        try:
+            before = nvfuser_call_count() if be.nvf else None
+            timing = self._step_timing(step)
+            after = nvfuser_call_count() if be.nvf else None
+        except Exception as exc:  # noqa: BLE001
+            _fail(rec, "run", exc)
+            return
+        rec.update(
+            step_ms=timing.step_ms,
+            step_ms_median=timing.step_ms_median,
+            enqueue_ms=timing.enqueue_ms,
+            enqueue_ms_median=timing.enqueue_ms_median,
+            steps_per_batch=timing.steps_per_batch,
+        )
+        if before is not None and after is not None:
+            rec["nvfuser_calls"] = (after - before) / (timing.batches * timing.steps_per_batch)
+
+        self._peak_memory(step, rec)
+
+        if cfg.profile:
+            try:
+                if wl.aten_ops:
+                    kernels, memops, dev_us, ops = profile_ops(step, cfg.model_profile_steps)
+                    rec.update(ops)
+                else:
+                    kernels, memops, dev_us = profile_counts(step, cfg.model_profile_steps)
+                rec.update(kernels=kernels, memops=memops, kernel_ms=dev_us / 1e3)
+            except Exception as exc:  # noqa: BLE001
+                _fail(rec, "profile", exc)
 
     def measure_steps(self, wl: Workload, be: Backend) -> dict:
         """A model pair: first call, warm-up, step/enqueue timing with nvFuser calls counted, peak
@@ -734,34 +771,11 @@ class Runner:
                         step()
                 else:
                     rec["compile_s"] = first_call_then_warmup(step, cfg.model_warmup)
-                before = nvfuser_call_count() if be.nvf else None
-                timing = self._step_timing(step)
-                after = nvfuser_call_count() if be.nvf else None
             except Exception as exc:  # noqa: BLE001
                 _fail(rec, "run", exc)
                 return rec
-            rec.update(
-                step_ms=timing.step_ms,
-                step_ms_median=timing.step_ms_median,
-                enqueue_ms=timing.enqueue_ms,
-                enqueue_ms_median=timing.enqueue_ms_median,
-                steps_per_batch=timing.steps_per_batch,
-            )
-            if before is not None and after is not None:
-                rec["nvfuser_calls"] = (after - before) / (timing.batches * timing.steps_per_batch)
-
-            self._peak_memory(step, rec)
-
-            if cfg.profile:
-                try:
-                    if wl.aten_ops:
-                        kernels, memops, dev_us, ops = profile_ops(step, cfg.model_profile_steps)
-                        rec.update(ops)
-                    else:
-                        kernels, memops, dev_us = profile_counts(step, cfg.model_profile_steps)
-                    rec.update(kernels=kernels, memops=memops, kernel_ms=dev_us / 1e3)
-                except Exception as exc:  # noqa: BLE001
-                    _fail(rec, "profile", exc)
+            with gpu_turn():
+                self._time_steps(wl, be, step, rec)
         finally:
             del inst, step
             _cleanup_into(rec)

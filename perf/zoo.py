@@ -36,6 +36,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
+from perf.gpu_turn import gpu_turn
+
 LIST_FILE = Path(__file__).with_name("zoo_models.txt")
 SUITES = {"timm": "timm", "hf": "transformers"}  # suite -> the library it needs
 DTYPE = torch.bfloat16
@@ -458,14 +460,24 @@ def references(inst: Any, module: nn.Module, train: bool, key: Optional[str]) ->
     if key is not None and _REFERENCES and _REFERENCES[0][0] == key:
         return _REFERENCES[0][1:]
     try:
-        ref = _cpu(_eager_results(copy.deepcopy(module), inst.inputs, train))
-        ref64 = _cpu(_eager_results(copy.deepcopy(module).to(torch.float64),
-                                    tuple(_floating(t, torch.float64) for t in inst.inputs), train))
-        found = (ref, ref64, None)
+        with gpu_turn():  # the fp64 copy fills the GPU: one process at a time
+            ref, ref64 = _eager_pair(module, inst, train)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()  # give the copies' memory back to the GPU's other processes
     except Exception as exc:  # noqa: BLE001  (no reference: the pair is still timed)
         found = (None, None, f"{type(exc).__name__}: {exc}".replace("\n", " ")[:200])
+    else:
+        found = (ref, ref64, None)
     _REFERENCES[:] = [(key, *found)] if key is not None else []
     return found
+
+
+def _eager_pair(module: nn.Module, inst: Any, train: bool) -> tuple[list, list]:
+    """(bf16 eager results, fp64 eager results) of copies of ``module`` on the host."""
+    ref = _cpu(_eager_results(copy.deepcopy(module), inst.inputs, train))
+    ref64 = _cpu(_eager_results(copy.deepcopy(module).to(torch.float64),
+                                tuple(_floating(t, torch.float64) for t in inst.inputs), train))
+    return ref, ref64
 
 
 def checked_first_call(inst: Any, step: Callable[[], Any], kind: str, key: Optional[str] = None) -> tuple[float, dict]:

@@ -329,7 +329,7 @@ def test_crash_and_timeout_become_errors(tmp_path):
     assert doc["results"][wl.name]["nvf_bookend"]["error"] == "[process] killed by SIGSEGV"
 
 
-@pytest.mark.parametrize("gpus", [[], ["--gpus", "2"]], ids=["one", "two-gpus"])
+@pytest.mark.parametrize("gpus", [[], ["--gpus", "2"], ["--per-gpu", "2"]], ids=["one", "two-gpus", "two-per-gpu"])
 def test_isolated_run_records_children_without_a_gpu(tmp_path, gpus):
     """Without CUDA every child exits 2 (no device); each pair then holds why, and the file is written."""
     if torch.cuda.is_available():
@@ -344,8 +344,51 @@ def test_isolated_run_records_children_without_a_gpu(tmp_path, gpus):
     doc = json.loads(out.read_text())
     for wl in ("gelu_views", "lone_reshape"):
         assert doc["results"][wl]["eager"]["error"] == "[process] exited with status 2 before this pair"
-    if gpus:
+    if gpus and gpus[0] == "--gpus":
         assert "GPU 0: " in done.stderr and "GPU 1: " in done.stderr
+    assert doc["config"]["per_gpu"] == (2 if "--per-gpu" in gpus else 1)
+
+
+def test_workers_per_gpu_share_one_turn_lock_and_the_cpus(tmp_path):
+    from perf.gpu_turn import LOCK_ENV
+    from perf.isolate import slot_env, worker_slots
+
+    assert worker_slots(2, 1) == [(0, 0), (1, 0)]
+    assert worker_slots(1, 3) == [(None, 0), (None, 1), (None, 2)]
+    assert worker_slots(2, 2) == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    env = slot_env({}, 1, 2, 4, tmp_path)
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and env[LOCK_ENV] == str(tmp_path / "gpu1.lock")
+    assert int(env["TORCHINDUCTOR_COMPILE_THREADS"]) == max(1, (__import__("os").cpu_count() or 1) // 4)
+    assert LOCK_ENV not in slot_env({}, 0, 1, 2, tmp_path)  # one worker per GPU: no turns
+    assert slot_env({"TORCHINDUCTOR_COMPILE_THREADS": "7"}, None, 2, 2, tmp_path)["TORCHINDUCTOR_COMPILE_THREADS"] == "7"
+
+
+def test_gpu_turn_holds_the_lock_exclusively_and_nests(tmp_path, monkeypatch):
+    import fcntl
+
+    from perf.gpu_turn import LOCK_ENV, gpu_turn
+
+    path = tmp_path / "gpu0.lock"
+    monkeypatch.setenv(LOCK_ENV, str(path))
+
+    def free() -> bool:
+        with open(path, "a") as other:  # a second open file: flock conflicts with it as with another process
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(other, fcntl.LOCK_UN)
+            return True
+
+    with gpu_turn():
+        assert not free()
+        with gpu_turn():  # nested: no second lock, no deadlock
+            assert not free()
+        assert not free()
+    assert free()
+    monkeypatch.delenv(LOCK_ENV)
+    with gpu_turn():  # no lock file: nothing to take
+        assert not path.with_name("other").exists()
 
 
 # ----------------------------------------------------------------------------- every model, one tiny step
