@@ -2,6 +2,8 @@
 
 The definition depends on the inputs' dtypes, ranks, size-1 (broadcast) dims and layouts, not on
 their sizes: sizes are symbolic (-1), so one definition serves every size with that description.
+A region that resizes may instead be defined with concrete sizes (`static_sizes`,
+ops/static_sizes.py); that definition then serves those sizes only.
 Outputs are given the strides eager would produce (the traced node.meta["val"]).
 """
 
@@ -47,13 +49,15 @@ def _stride_order(val: torch.Tensor) -> list[int]:
     return result
 
 
-def _define_input(ctx: LoweringContext, arg: Any) -> tuple[Any, Any]:
-    """Defines a fusion input; returns (the input, the value computations read)."""
+def _define_input(ctx: LoweringContext, arg: Any, static_sizes: bool = False) -> tuple[Any, Any]:
+    """Defines a fusion input; returns (the input, the value computations read). A tensor's extents
+    are symbolic (size-1 dims broadcast), or its concrete sizes with `static_sizes`."""
     if isinstance(arg, torch.Tensor):
         tv = ctx.fd.define_tensor(
             sizes=list(arg.shape),
             strides=list(arg.stride()),
             dtype=ctx.dtype(arg.dtype),
+            static_sizes=static_sizes,
             is_cpu=arg.device.type == "cpu",
         )
         if arg.dtype in LOW_PRECISION_FLOATS:
@@ -66,8 +70,10 @@ def _define_input(ctx: LoweringContext, arg: Any) -> tuple[Any, Any]:
 
 
 def build_fusion(nvf: ModuleType, region: GraphModule, args: Sequence[Any],
-                 materialize: frozenset[int] = frozenset(), pin: frozenset[int] = frozenset()) -> BuiltFusion:
-    """Defines the fusion of `region` for these actual inputs.
+                 materialize: frozenset[int] = frozenset(), pin: frozenset[int] = frozenset(),
+                 static_sizes: bool = False) -> BuiltFusion:
+    """Defines the fusion of `region` for these actual inputs (their concrete sizes with
+    `static_sizes`: the definition then serves only inputs of these sizes).
 
     `materialize` lists outputs the kernel must compute into fresh, dense storage although nvFuser
     would return them otherwise (see `LoweringContext.times_ones`), `pin` those whose layout is set explicitly;
@@ -78,7 +84,7 @@ def build_fusion(nvf: ModuleType, region: GraphModule, args: Sequence[Any],
     failure: Optional[BaseException] = None
     with fd:
         try:
-            built = _define(nvf, fd, region, args, materialize, pin)
+            built = _define(nvf, fd, region, args, materialize, pin, static_sizes)
         except BaseException as exc:  # re-raised outside: FusionDefinition.__exit__ prints exceptions
             failure = exc
     if failure is not None:
@@ -87,14 +93,15 @@ def build_fusion(nvf: ModuleType, region: GraphModule, args: Sequence[Any],
 
 
 def _define(nvf: ModuleType, fd: Any, region: GraphModule, args: Sequence[Any],
-            materialize: frozenset[int] = frozenset(), pin: frozenset[int] = frozenset()) -> BuiltFusion:
+            materialize: frozenset[int] = frozenset(), pin: frozenset[int] = frozenset(),
+            static_sizes: bool = False) -> BuiltFusion:
     """Lowers every node of `region` into the open FusionDefinition `fd`."""
     ctx = LoweringContext(nvf, fd)
     placeholders = [n for n in region.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(args):
         raise LoweringError(f"region takes {len(placeholders)} inputs, got {len(args)}")
     for node, arg in zip(placeholders, args):
-        ctx.raw_inputs[node], ctx.values[node] = _define_input(ctx, arg)
+        ctx.raw_inputs[node], ctx.values[node] = _define_input(ctx, arg, static_sizes)
     inputs = {id(defined) for defined in ctx.raw_inputs.values()}
     output_node = None
     for node in region.graph.nodes:

@@ -98,6 +98,10 @@ class RegionPlan:
     #: Compiled with nvFuser's fast math (settings.fast_math, ops/fast_math.py), and why or why not.
     fast_math: bool = False
     math: str = ""
+    #: Its tensor inputs are defined with concrete sizes (settings.static_resize_sizes,
+    #: ops/static_sizes.py), and why; "" for symbolic sizes.
+    static_sizes: bool = False
+    sizes: str = ""
 
     @property
     def launched_kernels(self) -> list["KernelInfo"]:

@@ -94,6 +94,8 @@ def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
             lines.extend(f"  {b}" for b in region.boundary)
         if region.math:
             lines.append(f"math: {region.math}")
+        if region.sizes:
+            lines.append(f"sizes: {region.sizes}")
         if region.launch:
             lines.append(f"launch: {region.launch}")
         if region.kernels:

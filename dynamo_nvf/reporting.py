@@ -205,6 +205,8 @@ def render_html(report: Report) -> str:
                 parts.append("<ul>" + "".join(f"<li>{esc(b)}</li>" for b in region.boundary) + "</ul>")
             if region.math:
                 parts.append(f"<p>math: {esc(region.math)}</p>")
+            if region.sizes:
+                parts.append(f"<p>sizes: {esc(region.sizes)}</p>")
             if region.kernels:
                 parts.append(_html_table(kernel_rows(region), ["segment", "scheduler", "kernel", "time ms", "compile ms"]))
             for title, text in (("FX graph", region.fx_code), ("fusion definition", region.definition),

@@ -260,6 +260,11 @@ class Settings:
     #: (sine, cosine, tanh, power), "on" for every region without such an op, "off" for none
     #: (ops/fast_math.py). On an H100, LLaMA's SwiGLU forward took 1.54 us with it against 2.28.
     fast_math: str = "auto"
+    #: Define the tensor inputs of a region that resizes (pad, slice, cat) with their concrete sizes
+    #: instead of symbolic ones (ops/static_sizes.py): nvFuser's resize scheduler fails to compile some
+    #: such fusions with symbolic extents (an f32 RoPE backward: "Invalid domains to map"). Such a
+    #: definition serves one set of input sizes; each new size compiles another.
+    static_resize_sizes: bool = False
 
     def atomic_embedding_min_indices(self) -> int:
         """The fewest indices of an atomic embedding gradient (the option, or ATen's threshold for -1)."""

@@ -32,6 +32,7 @@ from dynamo_nvf.lowering import build_fusion, views_an_input
 from dynamo_nvf.ops.metadata import static_layout
 from dynamo_nvf.plan import KernelInfo, RegionPlan
 from dynamo_nvf.ops import fast_math
+from dynamo_nvf.ops.static_sizes import region_static_sizes
 from dynamo_nvf.runtime import direct_launch, kernel_cache
 from dynamo_nvf.runtime.fusion_cache import SHARED_FUSIONS
 from dynamo_nvf.runtime.stats import STATS
@@ -85,11 +86,13 @@ def tensor_descriptor(sizes: Sequence[int], strides: Sequence[int]) -> tuple[tup
     return tuple(contiguity), tuple(stride_order)
 
 
-def _descriptor(arg: Any) -> Any:
-    """What a fusion definition depends on: dtype, device, size-1 dims and layout, never sizes."""
+def _descriptor(arg: Any, static_sizes: bool = False) -> Any:
+    """What a fusion definition depends on: dtype, device, size-1 dims and layout; the sizes too where
+    the definition has them (`static_sizes`), so it never serves inputs of other sizes."""
     if isinstance(arg, torch.Tensor):
         sizes, strides = tuple(arg.shape), arg.stride()
-        return (arg.dtype, arg.device, tuple(s == 1 for s in sizes)) + tensor_descriptor(sizes, strides)
+        described = (arg.dtype, arg.device, tuple(s == 1 for s in sizes)) + tensor_descriptor(sizes, strides)
+        return described + (sizes,) if static_sizes else described
     return type(arg)
 
 
@@ -395,6 +398,9 @@ class RegionRuntime:
         self._nvf = nvf_env.nvfuser_module() if nvf_env.nvfuser_available() else None
         self._static = static_region(eager)
         self._enable_options = [fast_math.ENABLE_OPTION] if plan.fast_math else []
+        plan.static_sizes, plan.sizes = region_static_sizes(eager, settings.static_resize_sizes)
+        #: build_fusion's options beyond its defaults (concrete input sizes).
+        self._lowering_options: dict[str, Any] = {"static_sizes": True} if plan.static_sizes else {}
         random = has_random_ops(eager)
         self._random = settings.verify_regions and random
         #: The one entry a static region runs without a cache key, once it has run on nvFuser.
@@ -528,7 +534,7 @@ class RegionRuntime:
 
     def _lookup(self, args: Sequence[Any]) -> _Entry:
         exact = _exact_key(args)
-        descriptor = tuple(_descriptor(a) for a in args)
+        descriptor = tuple(_descriptor(a, self.plan.static_sizes) for a in args)
         entry = self._by_descriptor.get(descriptor)
         if entry is None:
             STATS.cache_misses += 1
@@ -551,7 +557,8 @@ class RegionRuntime:
     def _shared_or_built(self, args: Sequence[Any], descriptor: tuple) -> _Entry:
         """The definition of an equal region (same fusion key and inputs) if one exists, else a new one,
         which is then offered to later equal regions."""
-        key = (self.plan.fusion_key, self.plan.fast_math, descriptor) if self.plan.fusion_key else None
+        key = ((self.plan.fusion_key, self.plan.fast_math, self.plan.static_sizes, descriptor)
+               if self.plan.fusion_key else None)
         entry = SHARED_FUSIONS.get(key) if key is not None else None
         if entry is not None:
             self.plan.fusion_reused = True
@@ -565,7 +572,7 @@ class RegionRuntime:
     def _build(self, args: Sequence[Any]) -> _Entry:
         start = time.perf_counter()
         try:
-            built = build_fusion(self._nvf, self.eager, args)
+            built = build_fusion(self._nvf, self.eager, args, **self._lowering_options)
         except Exception as exc:
             if self.settings.strict:
                 raise NvFuserRegionError(f"{self.plan.name}: building the fusion failed: {exc}") from exc
@@ -667,7 +674,8 @@ class RegionRuntime:
         pinned = frozenset(index for index, _ in entry.fixups)
         wanted = pinned | aliased
         try:
-            built = build_fusion(self._nvf, self.eager, args, materialize=wanted, pin=pinned)
+            built = build_fusion(self._nvf, self.eager, args, materialize=wanted, pin=pinned,
+                                 **self._lowering_options)
             rebuilt = self._compiling_execute(built.fd, args, entry.enable_options)
             _validate_outputs(rebuilt, self._expected)
             remaining = layout_fixups(rebuilt, built.output_orders)
