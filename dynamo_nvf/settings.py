@@ -262,9 +262,10 @@ class Settings:
     fast_math: str = "auto"
     #: Define the tensor inputs of a region that resizes (pad, slice, cat) with their concrete sizes
     #: instead of symbolic ones (ops/static_sizes.py): nvFuser's resize scheduler fails to compile some
-    #: such fusions with symbolic extents (an f32 RoPE backward: "Invalid domains to map"). Such a
-    #: definition serves one set of input sizes; each new size compiles another.
-    static_resize_sizes: bool = False
+    #: such fusions with symbolic extents (an f32 RoPE backward: "Invalid domains to map"; a bf16
+    #: reduction-resize-join: SIGSEGV). Such a definition serves one set of input sizes; each new size
+    #: compiles another.
+    static_resize_sizes: bool = True
 
     def atomic_embedding_min_indices(self) -> int:
         """The fewest indices of an atomic embedding gradient (the option, or ATen's threshold for -1)."""

@@ -77,9 +77,9 @@ def test_only_regions_that_resize_get_concrete_sizes():
     assert all("static_sizes" in r for p in plans for r in p.to_dict()["regions"])
 
 
-def test_off_by_default_every_region_symbolic():
-    assert Settings().static_resize_sizes is False
-    _, regions = _regions({})
+def test_off_every_region_symbolic():
+    assert Settings().static_resize_sizes is True  # on by default: nvFuser fails some symbolic resizes
+    _, regions = _regions({"static_resize_sizes": False})
     assert any(RESIZE_NAMES & set(r.ops) for r in regions)
     assert all(not r.static_sizes and r.sizes == "" for r in regions)
 
