@@ -205,3 +205,27 @@ def test_reduction_resize_join_is_cut_after_the_reduction_and_matches_eager():
     (sums,) = [r for r in plan.regions if "aten.sum.dim_IntList" in r.ops]
     assert "aten.cat.default" not in sums.ops and "aten.cat.default" in cut[0].ops, (sums.ops, cut[0].ops)
     check_training(_grouped_key_rope, list(_rope_inputs()), {"plan_cpu_as_cuda": True, "min_region_size": 1})
+
+
+def _norm_roll_join(x):
+    """A bf16 LayerNorm computed through var_mean (a reduction with two outputs), rounded, rolled
+    (slices and a cat) and joined with the mean: Swin's shifted-window step has this region."""
+    xf = x.float()
+    var, mean = torch.var_mean(xf, -1, keepdim=True, correction=0)
+    normed = ((xf - mean) * torch.rsqrt(var + 1e-5)).to(torch.bfloat16)
+    return torch.roll(normed, 3, 1) + mean.to(torch.bfloat16)
+
+
+def test_cut_after_a_two_output_reduction_keeps_its_getitems():
+    """The cut after var_mean leaves both getitems with it: a region takes and returns tensors, never
+    the reduction's tuple (nvFuser regions with a tuple input or output failed to build)."""
+    from dynamo_nvf.passes.known_bugs import REDUCTION_RESIZE_JOIN
+    from helpers import check_inference, cuda_plans
+
+    (plan,) = cuda_plans(_norm_roll_join, (4, 16, 8), options={"min_region_size": 1}, fake=False, dtype=torch.bfloat16)
+    assert [r for r in plan.regions if any(REDUCTION_RESIZE_JOIN in b for b in r.boundary)]
+    (reducing,) = [r for r in plan.regions if "aten.var_mean.correction" in r.ops]
+    assert reducing.ops.count("operator.getitem") == 2 and "aten.cat.default" not in reducing.ops, reducing.ops
+    assert not [r for r in plan.regions if "operator.getitem" in r.ops and "aten.var_mean.correction" not in r.ops]
+    check_inference(_norm_roll_join, [torch.randn(4, 16, 8, dtype=torch.bfloat16)],
+                    {"plan_cpu_as_cuda": True, "min_region_size": 1})

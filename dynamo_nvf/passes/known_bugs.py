@@ -43,6 +43,8 @@ Pure on annotations: GraphModule in (partitioned), GraphModule out.
 
 from __future__ import annotations
 
+import operator
+
 import logging
 from typing import Optional
 
@@ -193,7 +195,8 @@ def _cut_after_reductions(gm: GraphModule, members: list[Node], next_id: int) ->
     part = members
     while (found := reduction_resize_join(part)) is not None:
         inside = set(part)
-        moved = reach(found, inside)
+        # a multi-output reduction (var_mean) keeps its getitems: a region passes tensors, not tuples
+        moved = {n for n in reach(found, inside) if not (n.target is operator.getitem and n.args[0] is found)}
         kept = [n for n in part if n not in moved]
         if not moved or reduction_resize_join(kept) is not None:
             return None
