@@ -126,12 +126,14 @@ def _is_view(node: torch.fx.Node) -> bool:
                 and not schema.returns[0].alias_info.is_write)
 
 
-def graph_peak(gm: torch.fx.GraphModule, kind: str) -> tuple[int, str]:
+def graph_peak(gm: torch.fx.GraphModule, kind: str, region_copies: int = 0) -> tuple[int, str]:
     """The most bytes live at once while the graph runs, at the granularity of its nodes (a region or
     an ATen op allocates its outputs; a buffer dies after its last reader unless the graph returns it),
     and the node where that happens. A backward's saved inputs are live from the start and die after
     their last reader (aot_autograd frees them as the backward runs); a forward's inputs are not
-    counted. nvFuser's own intermediates inside a region are not seen here."""
+    counted. nvFuser's own intermediates inside a region are not seen here. `region_copies`: that
+    many more copies of a region's outputs live while it runs (the direct launcher's build runs a
+    region twice more, a captured call and a checked one, while its first outputs are live)."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     owner: dict[torch.fx.Node, torch.fx.Node] = {}  # node -> the node whose buffer it reads
     size: dict[torch.fx.Node, int] = {}
@@ -177,8 +179,9 @@ def graph_peak(gm: torch.fx.GraphModule, kind: str) -> tuple[int, str]:
     for n in gm.graph.nodes:
         i = order[n]
         live += sum(size[b] for b in starts[i])
-        if live > peak:
-            peak, where = live, n.name
+        extra = region_copies * sum(size[b] for b in starts[i]) if "nvf_region" in n.name else 0
+        if live + extra > peak:
+            peak, where = live + extra, n.name
         live -= sum(size[b] for b in ends[i])
     return peak, where
 
@@ -338,9 +341,11 @@ def main() -> None:
         b = _report_saved("inductor partition", [s for g in theirs["backward"] for s in _saved(g["gm"])], args.top)
         print(f"  saved bytes nvf / inductor: {a / max(b, 1):.2f}")
         for kind in ("forward", "backward"):
-            peaks = [graph_peak(g["gm"], kind) for g in ours[kind]]
-            print(f"  nvf {kind} graph peak (graph-level, regions as units): "
-                  + ", ".join(f"{pk / 2**20:.1f} MiB at {at}" for pk, at in peaks))
+            for copies in (0, 2):
+                peaks = [graph_peak(g["gm"], kind, copies) for g in ours[kind]]
+                print(f"  nvf {kind} graph peak (graph-level, regions as units"
+                      f"{', each region output x3 as in a direct-launch build' if copies else ''}): "
+                      + ", ".join(f"{pk / 2**20:.1f} MiB at {at}" for pk, at in peaks))
         for kind in ("forward", "backward"):
             print(f"  {kind}: nvf conversions {_total([g['all'] for g in ours[kind]])} "
                   f"(in regions {_total([g['regions'] for g in ours[kind]])}); "
