@@ -117,6 +117,7 @@ METRIC_KEYS = (
     "steps_per_batch",
     "kernel_ms",
     "nvfuser_calls",
+    "fallbacks",
     "peak_mem_mb",
     "peak_extra_mb",
     "bytes_moved",
@@ -517,11 +518,12 @@ def step_timing(
     return summarize_steps(timed_batches(step, batches, steps, sync, clock), steps)
 
 
-def nvfuser_call_count() -> Optional[int]:
-    """dynamo_nvf.STATS.nvfuser_calls, or None when dynamo_nvf was never imported (no nvf backend)."""
+def nvfuser_call_count(field: str = "nvfuser_calls") -> Optional[int]:
+    """dynamo_nvf.STATS.<field> (nvfuser_calls, fallbacks), or None when dynamo_nvf was never
+    imported (no nvf backend)."""
     mod = sys.modules.get("dynamo_nvf")
     stats = getattr(mod, "STATS", None) if mod is not None else None
-    return getattr(stats, "nvfuser_calls", None)
+    return getattr(stats, field, None)
 
 
 def copy_roofline(mib: int, iters: int = 20) -> dict:
@@ -761,6 +763,7 @@ class Runner:
         cfg = self.config
         rec = empty_record()
         inst = step = None
+        fell_back = (nvfuser_call_count("fallbacks") or 0) if be.nvf else None
         try:
             try:
                 inst, step = self._compiled(wl, be, tiny=False)
@@ -776,6 +779,8 @@ class Runner:
                 return rec
             with gpu_turn():
                 self._time_steps(wl, be, step, rec)
+            if fell_back is not None:  # regions that went to eager for good (an nvFuser error)
+                rec["fallbacks"] = (nvfuser_call_count("fallbacks") or 0) - fell_back
         finally:
             del inst, step
             _cleanup_into(rec)

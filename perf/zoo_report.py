@@ -38,7 +38,8 @@ def _ratio(doc: dict, wl: str, metric: str, subject: str, reference: str) -> Opt
 
 
 def status(doc: dict, wl: str, backend: str = SUBJECT) -> str:
-    """"pass", or why not: the error, a failed accuracy check, or "not run"."""
+    """"pass" (with the regions that fell back to eager, if any), or why not: the error, a failed
+    accuracy check, or "not run"."""
     rec = _rec(doc, wl, backend)
     if not rec:
         return "not run"
@@ -48,6 +49,8 @@ def status(doc: dict, wl: str, backend: str = SUBJECT) -> str:
         return f"accuracy (rmse {rec.get('acc_rmse_ratio', 0):.2f}x eager's)"
     if rec.get("accuracy") == "no reference":
         return "unchecked (no fp64 reference)"
+    if rec.get("fallbacks"):
+        return f"pass, {rec['fallbacks']} region(s) fell back to eager"
     return "pass"
 
 

@@ -252,6 +252,15 @@ def _zoo_doc() -> dict:
                          results=results, roofline=None)
 
 
+def test_status_names_regions_that_fell_back():
+    doc = _zoo_doc()
+    wl = "zoo_timm_a_fwd_bf16"
+    assert zr.status(doc, wl) == "pass"
+    doc["results"][wl]["nvf_bookend"]["fallbacks"] = 3
+    assert zr.status(doc, wl) == "pass, 3 region(s) fell back to eager"
+    assert "3 region(s) fell back" in zr.render_zoo(doc)
+
+
 def test_zoo_tables_and_criteria():
     doc = _zoo_doc()
     assert doc["acceptance"] == [], "the zoo is not judged by the model tier's criteria"
