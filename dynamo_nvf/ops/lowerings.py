@@ -766,6 +766,11 @@ def _expand(ctx, node: Node) -> Any:
     return ctx.broadcast_to(value, src, out_shape)
 
 
+#: Ops whose lowerings are nvFuser's resize ops (slice, pad, cat).
+RESIZE_OPS = frozenset({aten.slice.Tensor, aten.constant_pad_nd.default, aten.cat.default, aten.split.Tensor,
+                        aten.split_with_sizes.default})
+
+
 def _check_slice(node: Node) -> Optional[str]:
     src = _val(node.args[0])
     if not all(_static(s) for s in src.shape):

@@ -13,18 +13,10 @@ another (the region's cache holds `fusion_cache_size` of them), where a symbolic
 
 from __future__ import annotations
 
-import torch
 from torch.fx import GraphModule
 
+from dynamo_nvf.ops.lowerings import RESIZE_OPS
 from dynamo_nvf.ops.registry import op_name
-
-aten = torch.ops.aten
-
-#: Aten overloads whose lowerings resize (nvFuser's slice, pad and cat).
-RESIZE_OPS = frozenset({
-    aten.constant_pad_nd.default, aten.cat.default, aten.slice.Tensor, aten.split.Tensor,
-    aten.split_with_sizes.default,
-})
 
 
 def resizing_ops(region: GraphModule) -> list[str]:

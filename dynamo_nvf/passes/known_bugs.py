@@ -52,7 +52,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS
-from dynamo_nvf.ops.lowerings import is_reduction
+from dynamo_nvf.ops.lowerings import RESIZE_OPS, is_reduction
 from dynamo_nvf.ops.metadata import alias_violation, is_metadata, tensor_val
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of, set_eager
 from dynamo_nvf.passes.split_reductions import recompute_in, recomputable_feeders
@@ -75,10 +75,6 @@ REDUCTION_RESIZE_JOIN = (
     "nvFuser 0.2.36 crashes (SIGSEGV) compiling a fusion that resizes what a reduction feeds and joins it "
     "with another value the reduction feeds (scripts/nvfuser_repros/reduction_resize_join_segfault.py)"
 )
-
-#: Ops nvFuser lowers to its resize ops (slice, pad, cat).
-RESIZES = frozenset({aten.slice.Tensor, aten.constant_pad_nd.default, aten.cat.default, aten.split.Tensor,
-                     aten.split_with_sizes.default})
 
 #: Ops nvFuser lowers to its `permute` (ops/lowerings.py).
 PERMUTES = frozenset({aten.permute.default, aten.transpose.int, aten.t.default})
@@ -177,7 +173,7 @@ def reduction_resize_join(members: list[Node]) -> Optional[Node]:
             continue
         below = reach(node, inside)
         fed = below | {node}
-        for resize in (n for n in below if n.op == "call_function" and n.target in RESIZES):
+        for resize in (n for n in below if n.op == "call_function" and n.target in RESIZE_OPS):
             if not _rounded_between(node, resize, fed, inside):
                 continue
             after = reach(resize, inside) | {resize}
