@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import pytest
@@ -12,6 +16,23 @@ from torch._prims_common import check_significant_strides
 import dynamo_nvf  # noqa: F401  (registers the backend)
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.backend import recording
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def env_with_repo() -> dict[str, str]:
+    """The environment with the repository on PYTHONPATH: a child process imports this checkout's
+    dynamo_nvf whether or not the package is installed."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+
+
+def assert_child_prints_ok(code: str, timeout: float) -> None:
+    """Runs `code` in a fresh Python (a crash ends only the child) and asserts it printed "ok" last."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env_with_repo(), capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), \
+        f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+
 
 #: Run a test on the CPU (regions planned as for CUDA, run eagerly) and, where CUDA and nvFuser
 #: exist, on the GPU (marked `gpu`).

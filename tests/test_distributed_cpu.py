@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from torch import nn
 import dynamo_nvf
 from dynamo_nvf.ops.registry import COMMUNICATION, deliberate_eager_reason
 from dynamo_nvf.plan import GraphPlan
-from helpers import check_training
+from helpers import check_training, env_with_repo
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -230,8 +229,7 @@ def _check_nvf_run(run: dict, eager: dict, rtol: float) -> None:
 
 def test_launcher_two_processes_ddp_and_fsdp2_over_gloo(tmp_path):
     out = tmp_path / "distributed.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-               OMP_NUM_THREADS="1")
+    env = dict(env_with_repo(), OMP_NUM_THREADS="1")
     # vocab 8192 makes the embedding and the head 1 MiB each, so DDP's 1 MiB buckets split the graph.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "perf.distributed", "--device", "cpu", "--tiny", "--model", "llama", "--config", "vocab=8192",

@@ -9,17 +9,14 @@ inside a region. No timing is asserted (the launcher prints step times; see READ
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from dynamo_nvf import nvf as nvf_env
-
-REPO = Path(__file__).resolve().parents[1]
+from helpers import REPO, env_with_repo
 
 pytestmark = [
     pytest.mark.gpu,
@@ -33,7 +30,7 @@ WRAPPERS = ("ddp", "fsdp2", "fsdp2-model")
 def test_ddp_and_fsdp2_training_matches_eager_on_nvfuser(tmp_path):
     out = tmp_path / "distributed.json"
     # The machine's NCCL settings (NCCL_NVLS_ENABLE=0 and the like) are passed on unchanged.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = env_with_repo()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "perf.distributed", "--model", "llama", "--wrappers", ",".join(WRAPPERS),
            "--backends", "eager,nvf_bookend", "--steps", "8", "--warmup", "3", "--dtype", "f32",

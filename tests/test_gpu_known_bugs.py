@@ -3,17 +3,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from dynamo_nvf import nvf as nvf_env
-
-REPO = Path(__file__).resolve().parents[1]
+from helpers import assert_child_prints_ok
 
 pytestmark = [
     pytest.mark.gpu,
@@ -51,8 +46,4 @@ GROUPED_KEY_ROPE = textwrap.dedent("""
 
 
 def test_grouped_key_rope_is_cut_and_runs_on_nvfuser():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-c", GROUPED_KEY_ROPE], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), \
-        f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    assert_child_prints_ok(GROUPED_KEY_ROPE, timeout=300)

@@ -6,17 +6,12 @@ the suite."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from dynamo_nvf import nvf as nvf_env
-
-REPO = Path(__file__).resolve().parents[1]
+from helpers import assert_child_prints_ok
 
 pytestmark = [
     pytest.mark.gpu,
@@ -92,8 +87,4 @@ ROPE_ATTENTION_TRAINING = textwrap.dedent("""
 
 
 def test_rope_attention_trains_on_nvfuser_with_concrete_sizes():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-c", ROPE_ATTENTION_TRAINING], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), \
-        f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    assert_child_prints_ok(ROPE_ATTENTION_TRAINING, timeout=600)

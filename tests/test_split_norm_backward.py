@@ -4,8 +4,6 @@ their own, with recomputed copies of what feeds them; the row part (dx) keeps th
 from __future__ import annotations
 
 import copy
-import os
-import sys
 
 import pytest
 import torch
@@ -14,7 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.passes import split_reductions
-from helpers import DEVICES, check_training, cuda_plans, device_options
+from helpers import DEVICES, check_training, cuda_plans, device_options, env_with_repo
 
 ALWAYS = 1 << 40
 #: Rows wider than NARROW_NORM_COLS, where the row rules apply (narrow rows are cut at any size).
@@ -293,13 +291,6 @@ def test_segment_boundary_lowers_to_segment_set():
     assert SEGMENT_INPUTS_KEY == "nvf_segment_inputs"
 
 
-def _env_with_repo() -> dict:
-    """The environment with the repository on PYTHONPATH: a child imports this checkout's dynamo_nvf
-    whether or not the package is installed."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
-
-
 _SEGMENT_KERNELS = r'''
 import json, sys, torch
 sys.path.insert(0, sys.argv[1])
@@ -331,7 +322,7 @@ def test_gpu_segment_boundary_gives_the_column_sums_a_kernel_of_their_own():
 
     here = os.path.dirname(os.path.abspath(__file__))
     proc = subprocess.run([sys.executable, "-c", _SEGMENT_KERNELS, here], capture_output=True, text=True,
-                          timeout=300, cwd=here, env=_env_with_repo())
+                          timeout=300, cwd=here, env=env_with_repo())
     assert proc.returncode == 0, proc.stderr[-3000:]
     kernels = json.loads(proc.stdout.strip().splitlines()[-1])
     (plain,) = kernels["plain"]
@@ -514,7 +505,7 @@ def test_gpu_segmenter_answers_for_wide_and_narrow_norm_backwards():
 
     here = os.path.dirname(os.path.abspath(__file__))
     proc = subprocess.run([sys.executable, "-c", _WIDE_NORM, here], capture_output=True, text=True,
-                          timeout=300, cwd=here, env=_env_with_repo())
+                          timeout=300, cwd=here, env=env_with_repo())
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     wide, square = result["2048x32768"], result["4096x4096"]
