@@ -13,13 +13,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import time
 from typing import Iterator
 
 LOCK_ENV = "PERF_GPU_LOCK"
 
-#: Seconds this process waited for its turns (reported in the record as ``turn_wait_s``).
-waited = {"s": 0.0}
+#: Whether this process holds its turn now.
+_holding = {"now": False}
 
 
 @contextlib.contextmanager
@@ -27,23 +26,14 @@ def gpu_turn() -> Iterator[None]:
     """Holds this process's GPU exclusively while the block runs (no-op without ``PERF_GPU_LOCK``);
     re-entrant within a process."""
     path = os.environ.get(LOCK_ENV)
-    if not path or _held["depth"]:
-        _held["depth"] += 1
-        try:
-            yield
-        finally:
-            _held["depth"] -= 1
+    if not path or _holding["now"]:
+        yield
         return
     with open(path, "a") as handle:
-        t0 = time.monotonic()
         fcntl.flock(handle, fcntl.LOCK_EX)
-        waited["s"] += time.monotonic() - t0
-        _held["depth"] += 1
+        _holding["now"] = True
         try:
             yield
         finally:
-            _held["depth"] -= 1
+            _holding["now"] = False
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-_held = {"depth": 0}
