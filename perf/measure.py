@@ -518,7 +518,7 @@ def step_timing(
     return summarize_steps(timed_batches(step, batches, steps, sync, clock), steps)
 
 
-def nvfuser_call_count(field: str = "nvfuser_calls") -> Optional[int]:
+def dynamo_nvf_stat(field: str) -> Optional[int]:
     """dynamo_nvf.STATS.<field> (nvfuser_calls, fallbacks), or None when dynamo_nvf was never
     imported (no nvf backend)."""
     mod = sys.modules.get("dynamo_nvf")
@@ -728,9 +728,9 @@ class Runner:
         pair runs after it) torch.profiler; one GPU turn (perf/gpu_turn.py)."""
         cfg = self.config
         try:
-            before = nvfuser_call_count() if be.nvf else None
+            before = dynamo_nvf_stat("nvfuser_calls") if be.nvf else None
             timing = self._step_timing(step)
-            after = nvfuser_call_count() if be.nvf else None
+            after = dynamo_nvf_stat("nvfuser_calls") if be.nvf else None
         except Exception as exc:  # noqa: BLE001
             _fail(rec, "run", exc)
             return
@@ -763,7 +763,7 @@ class Runner:
         cfg = self.config
         rec = empty_record()
         inst = step = None
-        fell_back = (nvfuser_call_count("fallbacks") or 0) if be.nvf else None
+        fell_back = (dynamo_nvf_stat("fallbacks") or 0) if be.nvf else None
         try:
             try:
                 inst, step = self._compiled(wl, be, tiny=False)
@@ -780,7 +780,7 @@ class Runner:
             with gpu_turn():
                 self._time_steps(wl, be, step, rec)
             if fell_back is not None:  # regions that went to eager for good (an nvFuser error)
-                rec["fallbacks"] = (nvfuser_call_count("fallbacks") or 0) - fell_back
+                rec["fallbacks"] = (dynamo_nvf_stat("fallbacks") or 0) - fell_back
         finally:
             del inst, step
             _cleanup_into(rec)

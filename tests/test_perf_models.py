@@ -33,7 +33,7 @@ from perf.measure import (
     empty_record,
     ensure_cupti_teardown,
     host_time,
-    nvfuser_call_count,
+    dynamo_nvf_stat,
     step_timing,
     steps_per_batch,
     summarize_steps,
@@ -263,12 +263,12 @@ def test_new_record_keys():
         assert key in METRIC_KEYS and rec[key] is None
 
 
-def test_nvfuser_call_count(monkeypatch):
+def test_dynamo_nvf_stat(monkeypatch):
     import dynamo_nvf
 
-    assert nvfuser_call_count() == dynamo_nvf.STATS.nvfuser_calls
+    assert dynamo_nvf_stat("nvfuser_calls") == dynamo_nvf.STATS.nvfuser_calls
     monkeypatch.delitem(sys.modules, "dynamo_nvf")
-    assert nvfuser_call_count() is None  # no nvf backend ran: nothing to count
+    assert dynamo_nvf_stat("nvfuser_calls") is None  # no nvf backend ran: nothing to count
 
 
 def test_cupti_teardown_is_set_unless_the_caller_chose(monkeypatch):
