@@ -100,7 +100,7 @@ def stand_in_nvfuser(monkeypatch):
     """Regions behave as on a GPU, with definitions that run their eager graph; builds are counted."""
     builds = []
 
-    def build(nvf, eager, args, materialize=frozenset(), pin=frozenset()):
+    def build(nvf, eager, args, materialize=frozenset(), pin=frozenset(), static_sizes=False):
         builds.append(eager)
         return BuiltFusion(_StandIn(eager), "stand-in", [None] * len(_StandIn(eager).eager.graph.find_nodes(op="output")[0].args[0]))
 

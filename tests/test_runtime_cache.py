@@ -58,7 +58,7 @@ def _runtime(monkeypatch, cache_size=2, f=_sigmoid_affine, stand_in_validation=T
     # dynamic-shape graph would), so the static no-key path is off here (tested on its own below).
     runtime._static = False
     monkeypatch.setattr(region_mod, "build_fusion",
-                        lambda nvf, eager, args: BuiltFusion(_StandInDefinition(eager), "stand-in", [None]))
+                        lambda nvf, eager, args, static_sizes=False: BuiltFusion(_StandInDefinition(eager), "stand-in", [None]))
     monkeypatch.setattr(region_mod, "_runs_on_nvfuser", lambda args, home=None: "")
     if stand_in_validation:
         monkeypatch.setattr(region_mod, "_validate_outputs", lambda outputs, expected: None)
@@ -121,7 +121,7 @@ class _LayoutStrictDefinition(_StandInDefinition):
 def test_static_region_skips_the_key_and_recovers_from_a_new_layout(monkeypatch):
     runtime = _runtime(monkeypatch)
     runtime._static = True
-    monkeypatch.setattr(region_mod, "build_fusion", lambda nvf, eager, args: BuiltFusion(
+    monkeypatch.setattr(region_mod, "build_fusion", lambda nvf, eager, args, static_sizes=False: BuiltFusion(
         _LayoutStrictDefinition(eager, args[0].stride()), "stand-in", [None]))
     keys = []
     real_key = region_mod._exact_key
@@ -168,7 +168,7 @@ def test_expanded_outputs_are_rebuilt_dense_or_copied(monkeypatch, rebuild_works
     runtime = _runtime(monkeypatch)
     builds = []
 
-    def build(nvf, eager, args, materialize=frozenset(), pin=frozenset()):
+    def build(nvf, eager, args, materialize=frozenset(), pin=frozenset(), static_sizes=False):
         builds.append(materialize)
         if materialize and not rebuild_works:
             raise RuntimeError("cannot materialize")
@@ -203,7 +203,7 @@ def test_a_definition_failing_its_first_run_is_never_shared(monkeypatch):
         def execute(self, args, _enable_options=()):
             return [out.double() for out in super().execute(args)]
 
-    monkeypatch.setattr(region_mod, "build_fusion", lambda nvf, eager, args: BuiltFusion(WrongDtype(eager), "bad", [None]))
+    monkeypatch.setattr(region_mod, "build_fusion", lambda nvf, eager, args, static_sizes=False: BuiltFusion(WrongDtype(eager), "bad", [None]))
     x = torch.randn(4, 4)
     with pytest.warns(RuntimeWarning) as caught:
         for runtime in (first, second):
@@ -230,7 +230,7 @@ def test_an_output_aliasing_an_input_is_rebuilt_fresh_or_the_region_goes_eager(m
 
     builds = []
 
-    def build(nvf, eager, args, materialize=frozenset(), pin=frozenset()):
+    def build(nvf, eager, args, materialize=frozenset(), pin=frozenset(), static_sizes=False):
         builds.append(materialize)
         return BuiltFusion(Forwarding(eager, fresh=bool(materialize) and rebuild_fixes_it), "stand-in", [[1, 0]])
 

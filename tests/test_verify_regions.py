@@ -90,7 +90,7 @@ def test_a_wrong_definition_warns_runs_eager_and_is_never_shared(monkeypatch):
     runtime = _runtime(monkeypatch)
     runtime.settings = Settings(plan_cpu_as_cuda=True, verify_regions=True)
     monkeypatch.setattr(region_mod, "build_fusion",
-                        lambda nvf, eager, args: BuiltFusion(OffByTenPercent(eager), "off", [None]))
+                        lambda nvf, eager, args, static_sizes=False: BuiltFusion(OffByTenPercent(eager), "off", [None]))
     x = torch.randn(4, 4)
     with pytest.warns(RuntimeWarning, match="verify_regions: nvFuser's result differs from eager's: output 0"):
         (out,) = runtime(x)

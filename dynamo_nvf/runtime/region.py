@@ -399,8 +399,6 @@ class RegionRuntime:
         self._static = static_region(eager)
         self._enable_options = [fast_math.ENABLE_OPTION] if plan.fast_math else []
         plan.static_sizes, plan.sizes = region_static_sizes(eager, settings.static_resize_sizes)
-        #: build_fusion's options beyond its defaults (concrete input sizes).
-        self._lowering_options: dict[str, Any] = {"static_sizes": True} if plan.static_sizes else {}
         random = has_random_ops(eager)
         self._random = settings.verify_regions and random
         #: The one entry a static region runs without a cache key, once it has run on nvFuser.
@@ -572,7 +570,7 @@ class RegionRuntime:
     def _build(self, args: Sequence[Any]) -> _Entry:
         start = time.perf_counter()
         try:
-            built = build_fusion(self._nvf, self.eager, args, **self._lowering_options)
+            built = build_fusion(self._nvf, self.eager, args, static_sizes=self.plan.static_sizes)
         except Exception as exc:
             if self.settings.strict:
                 raise NvFuserRegionError(f"{self.plan.name}: building the fusion failed: {exc}") from exc
@@ -675,7 +673,7 @@ class RegionRuntime:
         wanted = pinned | aliased
         try:
             built = build_fusion(self._nvf, self.eager, args, materialize=wanted, pin=pinned,
-                                 **self._lowering_options)
+                                 static_sizes=self.plan.static_sizes)
             rebuilt = self._compiling_execute(built.fd, args, entry.enable_options)
             _validate_outputs(rebuilt, self._expected)
             remaining = layout_fixups(rebuilt, built.output_orders)
