@@ -40,6 +40,7 @@ from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager
 from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.memory_order_reductions import reduce_in_memory_order
 from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
+from dynamo_nvf.passes.pad_matmuls import pad_matmuls
 from dynamo_nvf.passes.partition import REASON_KEY, REGION_KEY, partition_regions
 from dynamo_nvf.passes.reinplace import reinplace_fresh_accumulations
 from dynamo_nvf.passes.saved_views import recompute_saved_views
@@ -112,6 +113,10 @@ def _read_grouped_heads(gm: GraphModule, ctx: PassContext) -> GraphModule:
 
 def _unfuse_addmm_bias(gm: GraphModule, ctx: PassContext) -> GraphModule:
     return unfuse_addmm_bias(gm, ctx.settings.plan_cpu_as_cuda)
+
+
+def _pad_matmuls(gm: GraphModule, ctx: PassContext) -> GraphModule:
+    return pad_matmuls(gm, ctx.settings.plan_cpu_as_cuda)
 
 
 def _channels_last_patch_inputs(gm: GraphModule, ctx: PassContext) -> GraphModule:
@@ -194,6 +199,7 @@ JOINT_PASSES: tuple[Pass, ...] = (
 #: On each aten graph: rewrites, partition, more rewrites on the regions, bookend, fuse.
 GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("unfuse_addmm_bias", _unfuse_addmm_bias, option="unfuse_addmm_bias"),
+    Pass("pad_matmuls", _pad_matmuls, option="pad_matmuls"),
     # conv_input_layout says why inference graphs only
     Pass("channels_last_patch_inputs", _channels_last_patch_inputs, frozenset({"inference"}),
          option="channels_last_patch_inputs"),

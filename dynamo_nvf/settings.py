@@ -212,6 +212,11 @@ class Settings:
     #: pointwise region after it (inductor's unfuse_bias_add_to_pointwise, with its rule that half and
     #: bfloat16 addmms stay fused; passes/unfuse_addmm.py says why). False keeps cuBLAS's bias epilogue.
     unfuse_addmm_bias: bool = True
+    #: Pad a half-precision matmul's dims that are not multiples of 8 (a vocabulary of 50257) with
+    #: zeros and slice the result back, where cuBLAS's misaligned kernels lose more than the copies
+    #: cost (inductor's pad_mm; passes/pad_matmuls.py has the cost model and measurements: GPT-2's
+    #: head 3.34 -> 0.46 ms forward on an H100). False keeps every matmul as written (less memory).
+    pad_matmuls: bool = True
     #: Move a permute inside a region above the pointwise ops that feed it, onto the region's inputs,
     #: where that hands nvFuser row-major inputs (passes/hoist_permutes.py): ConvNeXt's channels-last
     #: LayerNorms then run at about twice the speed (H100, bf16: 6.08 -> 2.85 us at [2, 96, 56, 56]).

@@ -1,0 +1,221 @@
+"""Pad a half-precision matmul's misaligned dims: `mm(a, b)` whose M, K or N is not a multiple of 8
+becomes `mm(pad(a), pad(b))[:M, :N]` with zero padding (inductor's pad_mm, torch/_inductor/fx_passes/
+pad_mm.py).
+
+Why: cuBLAS runs bf16/fp16 tensor-core GEMMs fast only on 16-byte aligned rows. A language model's
+head has the vocabulary as a dim (GPT-2 50257, RoBERTa 50265, Whisper 51865): its logits, their
+gradient and the embedding gradient are matmuls with a leading dimension that is not a multiple of 8.
+On an H100 (bf16, 4096 tokens x 768 x 50257; `python scripts/matmul_alignment.py`, 2026-11-26) the
+forward product took 3.34 ms and 0.46 ms with N padded to a multiple of 64; the input gradient 2.44 ms
+and 0.40 ms with K padded; the weight gradient 2.21 ms and 0.41 ms. Copying the 412 MB logits took
+0.27 ms. Eager PyTorch runs the slow kernels; inductor pads, which was most of its 3x lead over this
+backend on GPT-2 and RoBERTa training (issue 42's zoo).
+
+Where the operand is a transpose (`t`, `transpose`, a 2-D `permute`) the pad goes on the tensor under
+it, so the padded tensor is written once, in its own layout, and shared by every matmul that reads it
+(a logits gradient feeds both the input and the weight gradient); a pad that reads a region's output
+then joins that region (nvFuser's `pad`). The result is sliced back to `[M, N]`. Where that slice has
+other strides than the matmul's result had and it reaches the graph's output through views (a
+forward's logits, saved for the backward or returned), one contiguous copy restores eager's strides:
+outputs keep eager's layout, and the backward graph sees the strides it was traced with.
+
+Which matmuls: CUDA (or planned as CUDA), float16 or bfloat16, static sizes, and only where the
+measured slowdown pays for the copies: the aligned product's time (FLOPs at `ALIGNED_TFLOPS`) times
+`MISALIGNED_SLOWDOWN - 1` must exceed the time to copy the padded operands and the restoring copy
+at `COPY_BYTES_PER_S`, twice over. Small misaligned matmuls (a classifier's 1000 classes at batch 64)
+are left alone: their padding costs more than they lose.
+
+Pure: GraphModule in (aot_autograd's aten graph, before partitioning), GraphModule out.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch.fx import GraphModule, Node
+
+from dynamo_nvf.ops.metadata import is_metadata, static_sizes, tensor_val
+from dynamo_nvf.passes import add_note, call_like
+
+aten = torch.ops.aten
+
+#: Elements per 16 bytes: the row alignment cuBLAS's fast half-precision kernels want.
+ALIGNMENT = 8
+PADDED_DTYPES = frozenset({torch.float16, torch.bfloat16})
+#: An aligned bf16 GEMM's throughput on an H100 (dense, large shapes), for the cost model only.
+ALIGNED_TFLOPS = 600.0
+#: Misaligned against aligned GEMM time, at least (measured 5.4x to 7.3x; module docstring).
+MISALIGNED_SLOWDOWN = 4.0
+#: Device memory bandwidth a copy reaches (read plus write counted as bytes moved).
+COPY_BYTES_PER_S = 2.5e12
+#: Transposes the pad moves under.
+TRANSPOSES = frozenset({aten.t.default, aten.transpose.int, aten.permute.default})
+
+NOTE = "matmul {name}: {dims} padded to a multiple of {align} for cuBLAS (pad_matmuls)"
+
+
+def _padded(n: int) -> int:
+    return 0 if n % ALIGNMENT == 0 or n == 1 else ALIGNMENT - n % ALIGNMENT
+
+
+def _is_2d_transpose(node: Node) -> bool:
+    if not isinstance(node, Node) or node.op != "call_function" or node.target not in TRANSPOSES:
+        return False
+    src = tensor_val(node.args[0])
+    if src is None or src.dim() != 2:
+        return False
+    if node.target is aten.permute.default:
+        return list(node.args[1]) == [1, 0]
+    return True
+
+
+def _worth_it(batch: int, m: int, k: int, n: int, pads: tuple[int, int, int], itemsize: int,
+              copies: int) -> bool:
+    """The cost model: the misaligned GEMM's loss against the copies padding adds."""
+    pm, pk, pn = pads
+    flops = 2.0 * batch * m * k * n
+    loss_s = flops / (ALIGNED_TFLOPS * 1e12) * (MISALIGNED_SLOWDOWN - 1.0)
+    moved = 0
+    if pm or pk:
+        moved += 2 * batch * (m + pm) * (k + pk)
+    if pk or pn:
+        moved += 2 * batch * (k + pk) * (n + pn)
+    moved += copies * 2 * batch * m * n
+    return loss_s > 2.0 * moved * itemsize / COPY_BYTES_PER_S
+
+
+class _Padder:
+    """Makes (and shares) the padded operands of one graph."""
+
+    def __init__(self, gm: GraphModule, mode: object) -> None:
+        self.gm = gm
+        self.mode = mode
+        self.cache: dict[tuple[Node, tuple[int, ...]], Node] = {}
+
+    def pad(self, x: Node, rows: int, cols: int, like: Node) -> Node:
+        """`x` (the last two dims [R, C]) with `rows` zero rows and `cols` zero columns appended."""
+        if not rows and not cols:
+            return x
+        if _is_2d_transpose(x):  # pad the tensor under the transpose, then transpose again
+            inner = self.pad(x.args[0], cols, rows, like)
+            with self.gm.graph.inserting_before(like):
+                return call_like(self.gm, aten.t.default, (inner,), like, self.mode)
+        key = (x, (rows, cols))
+        if key not in self.cache:  # before the first matmul that reads it: the later ones come after
+            with self.gm.graph.inserting_before(like):
+                self.cache[key] = call_like(self.gm, aten.constant_pad_nd.default, (x, [0, cols, 0, rows], 0.0),
+                                            like, self.mode)
+        return self.cache[key]
+
+
+def _reaches_output(node: Node) -> bool:
+    """True when `node`, or a view of it, is an output of the graph."""
+    for user in node.users:
+        if user.op == "output":
+            return True
+        if user.op == "call_function" and is_metadata(user) and _reaches_output(user):
+            return True
+    return False
+
+
+def _refresh_views(node: Node, mode: object) -> bool:
+    """Recomputes the fake values of the views of `node` (its strides changed); False where a view
+    cannot be taken of them (a reshape that needs a copy)."""
+    for user in node.users:
+        if user.op != "call_function" or not is_metadata(user):
+            continue
+        args = [a.meta["val"] if isinstance(a, Node) else a for a in user.args]
+        try:
+            with mode:
+                user.meta["val"] = user.target(*args, **user.kwargs)
+        except Exception:  # noqa: BLE001  (a view of the padded strides does not exist)
+            return False
+        if not _refresh_views(user, mode):
+            return False
+    return True
+
+
+def _matmul_shape(node: Node) -> Optional[tuple[int, int, int, int, Node, Node, Optional[Node]]]:
+    """(batch, M, K, N, a, b, bias) of an mm, addmm (1-D bias) or bmm this pass may pad."""
+    if node.op != "call_function":
+        return None
+    bias = None
+    if node.target is aten.mm.default and len(node.args) == 2:
+        a, b = node.args
+    elif node.target is aten.bmm.default and len(node.args) == 2:
+        a, b = node.args
+    elif node.target is aten.addmm.default and len(node.args) == 3 \
+            and node.kwargs.get("beta", 1) == 1 and node.kwargs.get("alpha", 1) == 1:
+        bias, a, b = node.args
+        bias_val = tensor_val(bias)
+        if bias_val is None or bias_val.dim() != 1:
+            return None
+    else:
+        return None
+    a_val, b_val, out = tensor_val(a), tensor_val(b), tensor_val(node)
+    if a_val is None or b_val is None or out is None or out.dtype not in PADDED_DTYPES:
+        return None
+    sizes = [static_sizes(t) for t in (a_val, b_val)]
+    if sizes[0] is None or sizes[1] is None:
+        return None
+    batch = sizes[0][0] if len(sizes[0]) == 3 else 1
+    m, k = sizes[0][-2:]
+    n = sizes[1][-1]
+    return batch, m, k, n, a, b, bias
+
+
+def pad_matmuls(gm: GraphModule, plan_cpu_as_cuda: bool = False) -> GraphModule:
+    """Pads each half-precision matmul whose misaligned dims cost more than the padding; notes each."""
+    padders: dict[int, _Padder] = {}
+    rewritten = 0
+    for node in list(gm.graph.nodes):
+        found = _matmul_shape(node)
+        if found is None:
+            continue
+        val = node.meta["val"]
+        mode = getattr(val, "fake_mode", None)
+        if mode is None or not (val.device.type == "cuda" or plan_cpu_as_cuda):
+            continue
+        batch, m, k, n, a, b, bias = found
+        pads = (_padded(m), _padded(k), _padded(n))
+        if not any(pads):
+            continue
+        pm, pk, pn = pads
+        if (pm or pn) and node.target is aten.bmm.default:
+            pm = pn = 0  # a batched slice is a strided view the next region must read; K alone is enough
+            if not pk:
+                continue
+        restore = bool(pm or pn) and _reaches_output(node)
+        if not _worth_it(batch, m, k, n, (pm, pk, pn), val.element_size(), int(restore)):
+            continue
+        padder = padders.setdefault(id(mode), _Padder(gm, mode))
+        new_a = padder.pad(a, pm, pk, node)
+        new_b = padder.pad(b, pk, pn, node)
+        with gm.graph.inserting_before(node):
+            if bias is not None:
+                new_bias = call_like(gm, aten.constant_pad_nd.default, (bias, [0, pn], 0.0), node, mode) if pn else bias
+                product = call_like(gm, node.target, (new_bias, new_a, new_b), node, mode, dict(node.kwargs))
+            else:
+                product = call_like(gm, node.target, (new_a, new_b), node, mode)
+            result = product
+            if pm:
+                result = call_like(gm, aten.slice.Tensor, (result, 0, 0, m), node, mode)
+            if pn:
+                result = call_like(gm, aten.slice.Tensor, (result, -1, 0, n), node, mode)
+        node.replace_all_uses_with(result)
+        gm.graph.erase_node(node)
+        if result.meta["val"].stride() != val.stride() and (restore or not _refresh_views(result, mode)):
+            with gm.graph.inserting_after(result):
+                dense = call_like(gm, aten.clone.default, (result,), result, mode,
+                                  {"memory_format": torch.contiguous_format})
+            result.replace_all_uses_with(dense, delete_user_cb=lambda user: user is not dense)
+            _refresh_views(dense, mode)
+        dims = ", ".join(f"{d}={s}" for d, s, p in (("M", m, pm), ("K", k, pk), ("N", n, pn)) if p)
+        add_note(gm, NOTE.format(name=node.name, dims=dims, align=ALIGNMENT))
+        rewritten += 1
+    if rewritten:
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return gm

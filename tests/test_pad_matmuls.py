@@ -1,0 +1,107 @@
+"""pad_matmuls: a half-precision matmul with a dim that is not a multiple of 8 (a vocabulary of 50) is
+padded with zeros and sliced back, where the cost model says it pays; the padded gradient is shared by
+the input and weight gradients; outputs keep eager's strides; values and gradients match eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dynamo_nvf.passes import pad_matmuls as pad_module
+from helpers import assert_same_layout, check_inference, check_training, cuda_plans
+
+PLAN = {"plan_cpu_as_cuda": True}
+VOCAB, HIDDEN, TOKENS = 50, 32, 64
+
+
+@pytest.fixture
+def always_pays(monkeypatch):
+    """Small shapes stand in for a language model's head: the cost model is told GEMMs are slow."""
+    monkeypatch.setattr(pad_module, "ALIGNED_TFLOPS", 1e-9)
+
+
+class Head(torch.nn.Module):
+    def __init__(self, dtype: torch.dtype = torch.bfloat16) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.weight = torch.nn.Parameter(torch.randn(VOCAB, HIDDEN, dtype=dtype) * 0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.weight)
+
+
+def _ops(plans, kind: str) -> list[str]:
+    return [n.op for p in plans if p.kind == kind for n in p.nodes]
+
+
+def _notes(plans) -> list[str]:
+    return [note for p in plans for note in p.rewrites if "pad_matmuls" in note]
+
+
+def test_vocabulary_dim_is_padded_forward_and_backward(always_pays):
+    head = Head()
+
+    def loss_fn(x, labels):
+        return torch.nn.functional.cross_entropy(head(x).float(), labels)
+
+    x = torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16)
+    labels = torch.randint(0, VOCAB, (TOKENS,))
+    reference = Head(torch.float32)
+    reference.weight.data.copy_(head.weight.data.float())
+    plans = check_training(loss_fn, [x, labels], PLAN, params=[head.weight])
+    forward, backward = _ops(plans, "forward"), _ops(plans, "backward")
+    assert forward.count("aten.constant_pad_nd.default") == 1, forward  # the weight, once
+    # the logits gradient is padded once and read by both matmuls; the weight once more for dgrad
+    assert backward.count("aten.constant_pad_nd.default") == 2, backward
+    assert backward.count("aten.mm.default") == 2
+    notes = _notes(plans)
+    assert any("N=50" in n for n in notes) and any("K=50" in n for n in notes) and any("M=50" in n for n in notes), notes
+
+
+def test_logits_returned_keep_eager_strides(always_pays):
+    head = Head()
+    x = torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16)
+    with torch.no_grad():
+        plans = check_inference(head, [x], PLAN)
+        out = torch.compile(head, backend="nvf_bookend", options=PLAN)(x)
+        assert_same_layout(out, head(x))
+    assert _notes(plans)
+    assert "aten.clone.default" in _ops(plans, "inference")
+
+
+def test_fresh_inputs_of_a_batched_head_match_eager(always_pays):
+    head = Head()
+    compiled = torch.compile(head, backend="nvf_bookend", options=PLAN)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, TOKENS // 2, HIDDEN, dtype=torch.bfloat16)
+            out, expected = compiled(x), head(x)
+            assert_same_layout(out, expected)
+            torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=1e-2)
+
+
+def _linear(x, w):
+    return torch.nn.functional.linear(x, w)
+
+
+def test_the_cost_model_pads_a_language_model_head_and_not_a_small_product():
+    """GPT-2's head (4096 tokens x 768 x 50257) pays for its copies; a 64 x 32 x 50 product does not."""
+    assert pad_module._worth_it(1, 4096, 768, 50257, (0, 0, 7), 2, copies=1)
+    assert pad_module._worth_it(1, 4096, 50257, 768, (0, 7, 0), 2, copies=0)
+    assert not pad_module._worth_it(1, TOKENS, HIDDEN, VOCAB, (0, 0, 6), 2, copies=1)
+
+
+def test_language_model_head_is_padded_by_default():
+    """From the plan alone, on fake CUDA tensors (a CPU build cannot run their backward)."""
+    plans = cuda_plans(_linear, (4096, 768), (50257, 768), dtype=torch.bfloat16)
+    assert any("N=50257" in n for n in _notes(plans)), _notes(plans)
+    assert not _notes(cuda_plans(_linear, (TOKENS, HIDDEN), (VOCAB, HIDDEN), dtype=torch.bfloat16))
+
+
+def test_float32_and_the_option_off_keep_the_matmul(always_pays):
+    f32 = cuda_plans(_linear, (TOKENS, HIDDEN), (VOCAB, HIDDEN), train=True, fake=False)
+    off = cuda_plans(_linear, (TOKENS, HIDDEN), (VOCAB, HIDDEN), dtype=torch.bfloat16, train=True, fake=False,
+                     options={"pad_matmuls": False})
+    on = cuda_plans(_linear, (TOKENS, HIDDEN), (VOCAB, HIDDEN), dtype=torch.bfloat16, train=True, fake=False)
+    assert not _notes(f32) and not _notes(off) and _notes(on)
+    assert not _notes(f32) and not _notes(off)
