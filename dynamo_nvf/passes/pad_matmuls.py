@@ -21,9 +21,9 @@ outputs keep eager's layout, and the backward graph sees the strides it was trac
 
 Which matmuls: CUDA (or planned as CUDA), float16 or bfloat16, static sizes, and only where the
 measured slowdown pays for the copies: the aligned product's time (FLOPs at `ALIGNED_TFLOPS`) times
-`MISALIGNED_SLOWDOWN - 1` must exceed the time to copy the padded operands and the restoring copy
-at `COPY_BYTES_PER_S`, twice over. Small misaligned matmuls (a classifier's 1000 classes at batch 64)
-are left alone: their padding costs more than they lose.
+`MISALIGNED_SLOWDOWN - 1` must exceed, twice over, the time to copy the padded operands and the
+restoring copy (bytes at `COPY_BYTES_PER_S`, plus `COPY_LAUNCH_S` per copy). Small misaligned matmuls
+(a classifier's weight gradient at a batch of 2) are left alone: padding costs more than they lose.
 
 Pure: GraphModule in (aot_autograd's aten graph, before partitioning), GraphModule out.
 """
@@ -49,6 +49,9 @@ ALIGNED_TFLOPS = 600.0
 MISALIGNED_SLOWDOWN = 4.0
 #: Device memory bandwidth a copy reaches (read plus write counted as bytes moved).
 COPY_BYTES_PER_S = 2.5e12
+#: Time of one more copy kernel regardless of its size (launch and tail; an H100 runs a small copy
+#: in about 2 us and the host spends about as long issuing it).
+COPY_LAUNCH_S = 4e-6
 #: Transposes the pad moves under.
 TRANSPOSES = frozenset({aten.t.default, aten.transpose.int, aten.permute.default})
 
@@ -76,13 +79,15 @@ def _worth_it(batch: int, m: int, k: int, n: int, pads: tuple[int, int, int], it
     pm, pk, pn = pads
     flops = 2.0 * batch * m * k * n
     loss_s = flops / (ALIGNED_TFLOPS * 1e12) * (MISALIGNED_SLOWDOWN - 1.0)
-    moved = 0
+    moved, kernels = 0, copies
     if pm or pk:
         moved += 2 * batch * (m + pm) * (k + pk)
+        kernels += 1
     if pk or pn:
         moved += 2 * batch * (k + pk) * (n + pn)
+        kernels += 1
     moved += copies * 2 * batch * m * n
-    return loss_s > 2.0 * moved * itemsize / COPY_BYTES_PER_S
+    return loss_s > 2.0 * (moved * itemsize / COPY_BYTES_PER_S + kernels * COPY_LAUNCH_S)
 
 
 class _Padder:
