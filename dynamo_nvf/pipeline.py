@@ -29,6 +29,7 @@ from dynamo_nvf.ops.fast_math import region_fast_math
 from dynamo_nvf.passes import NOTES_KEY, add_note
 from dynamo_nvf.passes.attention import fuse_attention
 from dynamo_nvf.passes.bookend import bookend_regions
+from dynamo_nvf.passes.channels_last_regions import channels_last_regions
 from dynamo_nvf.passes.conv_input_layout import channels_last_patch_inputs
 from dynamo_nvf.passes.conv_layout import channels_last_convs
 from dynamo_nvf.passes.conv_weight_layout import channels_last_conv_weights
@@ -208,6 +209,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
          option="channels_last_conv_weights"),
     Pass("partition_regions", _settings_only(partition_regions)),
     Pass("keep_known_bugs_eager", _graph_only(keep_known_bugs_eager)),
+    Pass("channels_last_regions", _graph_only(channels_last_regions), option="channels_last_regions"),
     Pass("unflatten_reductions", _graph_only(unflatten_reductions), option="unflatten_reductions",
          enabled=Settings.unflattens),
     Pass("unpermute_reductions", _unpermute_reductions, option="unpermute_reductions",

@@ -1,0 +1,87 @@
+"""channels_last_regions (opt-in): a region reading channels-last activations computes in NHWC order.
+BatchNorm + ReLU forward and backward: the region's 4-D inputs are row-major NHWC views, its reductions
+run over [0, 1, 2], values, gradients and output strides match eager; NCHW activations, small tensors and
+views the rewrite does not know leave the region as it was; the option off leaves every region alone."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from helpers import assert_same_layout, check_inference, check_training
+
+ON = {"plan_cpu_as_cuda": True, "channels_last_regions": True}
+
+
+def _conv_bn_relu() -> torch.nn.Module:
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),
+                            torch.nn.ReLU())
+    return m.to(memory_format=torch.channels_last)
+
+
+def _notes(plans, kind=None):
+    return [n for p in plans if kind in (None, p.kind) for n in p.rewrites if "NHWC order" in n]
+
+
+def _activation_inputs(region):
+    return [t for t in region.inputs if len(t.shape) == 4 and t.shape[1] * t.shape[2] > 1 and t.shape[3] > 1]
+
+
+def test_batch_norm_training_regions_compute_in_nhwc_order():
+    m = _conv_bn_relu()
+    x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
+    plans = check_training(m, [x], ON, params=list(m.parameters()))
+    assert _notes(plans, "forward") and _notes(plans, "backward"), [p.rewrites for p in plans]
+    for plan in plans:
+        for region in plan.regions:
+            acts = _activation_inputs(region)
+            assert acts, region.fx_code
+            for t in acts:  # [N, H, W, C] row-major: the permuted view the bookend trimmed
+                assert list(t.shape)[-1] == 16 and list(t.stride)[-1] == 1, (t.shape, t.stride)
+            assert "[0, 2, 3]" not in region.fx_code and "[0, 1, 2]" in region.fx_code, region.fx_code
+
+
+def test_fresh_inputs_outputs_and_strides_match_eager():
+    m = _conv_bn_relu().eval()
+    compiled = torch.compile(m, backend="nvf_bookend", options=ON)
+    with torch.no_grad():
+        plans = check_inference(m, [torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)], ON)
+        assert _notes(plans)
+        for _ in range(2):
+            x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
+            out, expected = compiled(x), m(x)
+            assert_same_layout(out, expected)
+            torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_squeeze_excite_gate_and_mean_keep_eager_layout():
+    """A mean over H and W with keepdim (an SE block's squeeze) and a gate broadcast over H and W."""
+    def se(x, w):
+        s = x.mean((2, 3), keepdim=True)
+        return x * torch.sigmoid(s * w.unsqueeze(-1).unsqueeze(-1)), s
+
+    x = torch.randn(4, 16, 32, 32).to(memory_format=torch.channels_last)
+    plans = check_inference(se, [x, torch.randn(16)], ON)
+    assert _notes(plans)
+
+
+def test_nchw_small_and_unknown_regions_stay_as_written():
+    def norm_relu(x):
+        return torch.relu(F.batch_norm(x, None, None, training=True))
+
+    big = torch.randn(8, 16, 32, 32)
+    assert not _notes(check_inference(norm_relu, [big], ON))  # NCHW: nothing to gain
+    small = torch.randn(2, 4, 4, 4).to(memory_format=torch.channels_last)
+    assert not _notes(check_inference(norm_relu, [small], ON))  # under MIN_ELEMENTS
+
+    def flattened(x):  # a view of a 4-D value inside the region: not rewritten
+        return (torch.relu(x) * 2).flatten(2).sum(-1)
+
+    assert not _notes(check_inference(flattened, [big.to(memory_format=torch.channels_last)], ON))
+
+
+def test_off_by_default():
+    m = _conv_bn_relu()
+    x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
+    assert not _notes(check_training(m, [x], {"plan_cpu_as_cuda": True}, params=list(m.parameters())))
