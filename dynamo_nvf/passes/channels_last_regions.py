@@ -46,7 +46,7 @@ from torch.fx import GraphModule, Node
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_pointwise, keeps_reduced_dims, reduced_dims
 from dynamo_nvf.ops.metadata import memory_order, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like
-from dynamo_nvf.passes.partition import REGION_KEY, regions_of
+from dynamo_nvf.passes.partition import regions_of
 
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
@@ -98,7 +98,7 @@ def _elementwise(node: Node) -> bool:
     return node.target in ELEMENTWISE or is_pointwise(node)
 
 
-def _node_ok(node: Node, members: set[Node]) -> bool:
+def _node_ok(node: Node) -> bool:
     """Whether the rewrite knows `node` (a region member)."""
     rank4_args = [a for a in node.args if isinstance(a, Node) and _rank(a) == 4]
     if any(isinstance(v, Node) for v in node.kwargs.values()):
@@ -150,7 +150,7 @@ def _eligible(nodes: list[Node]) -> bool:
         return False  # a row-major NCHW activation would become a strided read
     if any(_rank(n) == 4 and static_sizes(tensor_val(n)) is None for n in nodes):
         return False
-    return all(_node_ok(n, members) for n in nodes)
+    return all(_node_ok(n) for n in nodes)
 
 
 class _Rewriter:
