@@ -46,6 +46,7 @@ from torch.fx import GraphModule, Node
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_pointwise, keeps_reduced_dims, reduced_dims
 from dynamo_nvf.ops.metadata import memory_order, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like
+from dynamo_nvf.passes.hoist_permutes import permute_operand
 from dynamo_nvf.passes.partition import regions_of
 
 log = logging.getLogger("dynamo_nvf")
@@ -171,22 +172,13 @@ class _Rewriter:
             self.nhwc[value] = self._new(aten.permute.default, (value, TO_NHWC), like)
         return self.nhwc[value]
 
-    def broadcast_operand(self, value: Node, like: Node) -> Node:
-        """A tensor of lower rank that broadcasts against 4-D values, made 4-D and permuted."""
-        shaped = value
-        for _ in range(4 - tensor_val(value).dim()):  # unsqueeze, not view: nvFuser broadcasts its new dims
-            shaped = self._new(aten.unsqueeze.default, (shaped, 0), like)
-        return self._new(aten.permute.default, (shaped, TO_NHWC), like)
-
     def operand(self, arg: Any, like: Node, four_d: bool) -> Any:
         if not isinstance(arg, Node):
             return arg
         if _rank(arg) == 4:
             return self.nhwc_of(arg, like)
         arg = self.plain.get(arg, arg)
-        if four_d and _rank(arg) >= 0:
-            return self.broadcast_operand(arg, like) if _rank(arg) > 0 else arg
-        return arg
+        return permute_operand(self.gm, arg, TO_NHWC, like, self.mode) if four_d and _rank(arg) >= 0 else arg
 
     def rewrite(self, node: Node) -> None:
         four_d = _rank(node) == 4

@@ -129,7 +129,9 @@ def _normalised_over_last_dim(permute: Node, region: Any) -> bool:
 
 def permute_operand(gm: GraphModule, arg: Any, perm: list[int], like: Node, mode: Any) -> Any:
     """An operand of a pointwise op of rank len(perm), permuted by `perm` at the insertion point: a
-    smaller operand gets leading size-1 dims first (it broadcasts); a 0-d tensor stays as it is (ranked
+    smaller operand gets leading size-1 dims first (it broadcasts; by unsqueeze: a view of a value
+    computed in the region made ResNet-50's inference head region fail nvFuser 0.2.36's compile,
+    "conflict ... 7 vs 1", H100, 2026-11-26); a 0-d tensor stays as it is (ranked
     up, a bf16 op with an f32 scalar tensor would compute in f32, and a CPU scalar would stop being
     one), as does anything not a node. hoist_permutes and sink_permutes both move permutes this way."""
     if not isinstance(arg, Node):
@@ -137,10 +139,9 @@ def permute_operand(gm: GraphModule, arg: Any, perm: list[int], like: Node, mode
     val = tensor_val(arg)
     if val.dim() == 0:
         return arg
-    rank = len(perm)
     src = arg
-    if val.dim() < rank:
-        src = call_like(gm, aten.view.default, (arg, [1] * (rank - val.dim()) + list(val.shape)), like, mode)
+    for _ in range(len(perm) - val.dim()):  # unsqueeze, not view: nvFuser's reshape makes size-1 dims
+        src = call_like(gm, aten.unsqueeze.default, (src, 0), like, mode)  # that do not broadcast
     return call_like(gm, aten.permute.default, (src, list(perm)), like, mode)
 
 
