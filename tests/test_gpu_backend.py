@@ -531,3 +531,15 @@ def test_bias_gradient_of_a_cast_expanded_loss_gradient():
     check_training(lambda x: linear(x).float().sum(), [x], STRICT, params=list(linear.parameters()),
                    rtol=2e-2, atol=2e-1)
     _ran_on_nvfuser()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_view_that_inserts_size_one_dims_broadcasts(dtype):
+    """A view of a value computed in the region that only inserts size-1 dims (GroupNorm's backward
+    views its weight as [1, 1, C]) broadcasts against full dims, as an unsqueeze does: the region
+    runs on nvFuser (strict) and matches eager."""
+    def f(x, w):
+        scale = (w * 2 + 1).view(1, 1, w.shape[0])
+        return torch.relu(x * scale + x.sum(-1, keepdim=True))
+
+    check_inference(f, [_r(4, 5, 8, dtype=dtype), _r(8, dtype=dtype)], STRICT)

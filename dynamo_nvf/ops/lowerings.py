@@ -682,12 +682,33 @@ def _check_reshape(node: Node) -> Optional[str]:
     return None
 
 
+def _inserted_ones(src: Any, target: Any) -> Optional[list[bool]]:
+    """Per target dim, whether a view from `src` sizes to `target` sizes inserted it (a static 1),
+    where that is all the view does (src has no size-1 dims, and target without its 1s is src);
+    else None."""
+    src, target = list(src), list(target)
+    if len(target) <= len(src) or any(_static(s) and s == 1 for s in src):
+        return None
+    inserted = [_static(t) and t == 1 for t in target]
+    kept = [t for t, new in zip(target, inserted) if not new]
+    if len(kept) != len(src) or any(not (_static(a) and _static(b) and a == b) for a, b in zip(kept, src)):
+        return None
+    return inserted
+
+
 @register_lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default, check=_check_reshape)
 def _reshape(ctx, node: Node) -> Any:
     shape = node.args[1]
     if any(isinstance(s, int) and s == -1 for s in shape):
         shape = list(node.meta["val"].shape)
     value = ctx.value(node.args[0])
+    inserted = _inserted_ones(_val(node.args[0]).shape, shape)
+    if inserted is not None and not any(u.target in DIM_REDUCTIONS for u in node.users):
+        # A view that only inserts size-1 dims is an unsqueeze: lowered as one (broadcast dims). The
+        # size-1 dims nvFuser's reshape makes do not broadcast, and a binary op of one against a full
+        # dim failed to compile ("Expected sizes to match: 1 vs 64": a GroupNorm backward's weight
+        # viewed as [1, 1, C], PoolFormer training, H100, 2026-11-26).
+        return ctx.ops.broadcast(value, inserted)
     if ctx.is_expanded(value) and all(_static(s) for s in _val(node.args[0]).shape):
         # Dense in eager (a cast of an expand) but expanded in the fusion: nvFuser 0.2.36 lost the
         # extents of such a reshape (an internal assert binding 1024 as 1, perf gpt_mlp_train_bf16's
