@@ -113,9 +113,7 @@ def _node_ok(node: Node) -> bool:
     if node.target in REDUCTIONS:
         if _rank(node.args[0]) != 4:
             return True
-        keepdim = keeps_reduced_dims(node) if node.target is not aten.var_mean.correction \
-            else bool(node.kwargs.get("keepdim", False))
-        return keepdim or _nhwc_dims(reduced_dims(node)) is not None
+        return keeps_reduced_dims(node) or _nhwc_dims(reduced_dims(node)) is not None
     if node.target is aten.sum.default:
         return True  # a full sum: any order
     if node.target in SQUEEZES:
@@ -157,7 +155,6 @@ def _eligible(nodes: list[Node]) -> bool:
 class _Rewriter:
     def __init__(self, gm: GraphModule, nodes: list[Node]) -> None:
         self.gm = gm
-        self.members = set(nodes)
         self.nodes = nodes
         self.mode = next(tensor_val(n).fake_mode for n in nodes if tensor_val(n) is not None)
         self.nhwc: dict[Node, Node] = {}  # a 4-D value -> the node computing its NHWC permute
