@@ -85,3 +85,16 @@ def test_off_by_default():
     m = _conv_bn_relu()
     x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
     assert not _notes(check_training(m, [x], {"plan_cpu_as_cuda": True}, params=list(m.parameters())))
+
+
+def test_a_region_whose_outputs_eager_lays_out_otherwise_stays_as_written():
+    """Two keepdim reductions broadcast together: eager's TensorIterator lays the product out in
+    logical (NCHW) order, which a channels-last result would not match."""
+    def fn(x):
+        return (x.amax(1, keepdim=True) * x.mean(2, keepdim=True)).relu()
+
+    x = torch.randn(4, 16, 32, 32).to(memory_format=torch.channels_last)
+    compiled = torch.compile(fn, backend="nvf_bookend", options=ON)
+    with torch.no_grad():
+        assert not _notes(check_inference(fn, [x], ON))
+        assert_same_layout(compiled(x), fn(x))

@@ -104,4 +104,30 @@ def test_float32_and_the_option_off_keep_the_matmul(always_pays):
                      options={"pad_matmuls": False})
     on = cuda_plans(_linear, (TOKENS, HIDDEN), (VOCAB, HIDDEN), dtype=torch.bfloat16, train=True, fake=False)
     assert not _notes(f32) and not _notes(off) and _notes(on)
-    assert not _notes(f32) and not _notes(off)
+
+
+def test_a_product_read_through_as_strided_keeps_eager_strides(always_pays):
+    """`as_strided` reads storage by eager's strides: the padded product is copied back dense first."""
+    head = Head()
+
+    def fn(x):  # the second output is a region: a graph without one runs as traced
+        logits = head(x)
+        return logits.as_strided((TOKENS // 2, VOCAB), (2 * VOCAB, 1), VOCAB) * 2, x.sin().cos()
+
+    with torch.no_grad():
+        plans = check_inference(fn, [torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16)], PLAN)
+    assert _notes(plans)
+    assert "aten.clone.default" in _ops(plans, "inference")
+
+
+def test_a_size_one_bias_and_an_identity_transpose_are_padded_correctly(always_pays):
+    """addmm broadcasts a one-element bias (it is not padded to N); transpose(0, 0) is no transpose."""
+    weight = torch.randn(HIDDEN, VOCAB, dtype=torch.bfloat16)
+    bias = torch.randn(1, dtype=torch.bfloat16)
+
+    def fn(x):
+        return torch.addmm(bias, x.transpose(0, 0), weight).relu(), x.sin().cos()
+
+    with torch.no_grad():
+        plans = check_inference(fn, [torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16)], PLAN)
+    assert _notes(plans)

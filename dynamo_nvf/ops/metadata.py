@@ -98,6 +98,15 @@ MULTI_OUTPUT_METADATA_OPS = frozenset(
 #: View-like ops whose chains collapse into one reshape inside a region (seed 002's separateNestedViews).
 RESHAPE_OPS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
 
+#: Ops that read or view memory by explicit strides: a pass that changes a tensor's strides (or the
+#: layout fake propagation predicts) cannot judge what they read, so it leaves their graph alone.
+EXPLICIT_STRIDES = frozenset({aten.as_strided.default, aten.as_strided_.default, aten.as_strided_scatter.default})
+
+
+def reads_explicit_strides(gm: "GraphModule") -> bool:
+    """True when any node of `gm` reads or views memory by explicit strides (EXPLICIT_STRIDES)."""
+    return any(n.op == "call_function" and n.target in EXPLICIT_STRIDES for n in gm.graph.nodes)
+
 
 def static_layout(t: torch.Tensor) -> bool:
     """True when a (fake) tensor's sizes, strides and storage offset are all plain ints."""

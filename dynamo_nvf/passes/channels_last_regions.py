@@ -21,7 +21,8 @@ nodes are all pointwise ops (a dtype-only `_to_copy` included), sums, means, ama
 getitems, squeezes of the 4-D values (the same condition) and views or unsqueezes of smaller tensors
 (a BatchNorm's [C, 1, 1] weight: made 4-D, then permuted, to broadcast). Any other node leaves the
 region as it is. Values are those of the same math in another order of summation; outputs keep the
-strides eager gives them (the permute back of a row-major NHWC tensor is channels-last).
+strides eager gives them (the permute back of a row-major NHWC tensor is channels-last), and a region
+with an output eager lays out otherwise (a broadcast of two keepdim reductions) is left as it is.
 
 Off by default (`channels_last_regions`): with it, timm's regnety_016 training step faulted on an H100
 with an illegal memory access (2026-11-26, `python -m perf --only zoo_timm_regnety_016_train_bf16`;
@@ -41,6 +42,7 @@ import operator
 from typing import Any, Optional
 
 import torch
+from torch._prims_common import check_significant_strides
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_pointwise, keeps_reduced_dims, reduced_dims
@@ -210,20 +212,30 @@ class _Rewriter:
     def nhwc_or_plain(self, node: Node, new: Node) -> None:
         (self.nhwc if _rank(node) == 4 else self.plain)[node] = new
 
-    def finish(self) -> int:
+    def finish(self) -> Optional[int]:
         """Points every user of a rewritten value at its new node (a 4-D value through a permute back
-        to NCHW) and erases what is left unused; returns the number of 4-D values rewritten."""
+        to NCHW) and erases what is left unused; returns the number of 4-D values rewritten, or None
+        (the graph's old nodes untouched) where a value read outside the region would get other
+        strides than eager's: TensorIterator lays out a broadcast of two keepdim reductions in logical
+        order, which a channels-last result does not match."""
+        members = set(self.nodes)
+        backs: dict[Node, Node] = {}
+        for node in self.nodes:
+            if node in self.nhwc and self.nhwc[node].args[0] is not node \
+                    and node.target is not aten.var_mean.correction and node.users:
+                with self.gm.graph.inserting_after(self.nhwc[node]):
+                    backs[node] = self._new(aten.permute.default, (self.nhwc[node], TO_NCHW), node)
+                read_outside = any(u not in members for u in node.users)
+                if read_outside and not check_significant_strides(backs[node].meta["val"], tensor_val(node),
+                                                                  only_cuda=False)[0]:
+                    return None  # the new nodes have no users: dead code
         count = 0
         for node in reversed(self.nodes):
             if node in self.plain:
                 node.replace_all_uses_with(self.plain[node])
             elif node in self.nhwc and self.nhwc[node].args[0] is not node:
-                if node.target is aten.var_mean.correction:
-                    pass  # only its getitems read it, and they were rewritten
-                elif node.users:
-                    with self.gm.graph.inserting_after(self.nhwc[node]):
-                        back = self._new(aten.permute.default, (self.nhwc[node], TO_NCHW), node)
-                    node.replace_all_uses_with(back)
+                if node in backs:
+                    node.replace_all_uses_with(backs[node])
                 count += _rank(node) == 4
         for node in reversed(self.nodes):
             if not node.users and node.op == "call_function":
@@ -233,7 +245,7 @@ class _Rewriter:
 
 def channels_last_regions(gm: GraphModule) -> GraphModule:
     """Rewrites each eligible region to compute in NHWC order (module docstring)."""
-    changed = 0
+    changed, declined = 0, False
     for region, nodes in regions_of(gm).items():
         if not _eligible(nodes):
             continue
@@ -241,9 +253,12 @@ def channels_last_regions(gm: GraphModule) -> GraphModule:
         for node in nodes:
             rewriter.rewrite(node)
         count = rewriter.finish()
+        if count is None:
+            declined = True
+            continue
         add_note(gm, NOTE.format(region=region, count=count))
         changed += 1
-    if changed:
+    if changed or declined:
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
         gm.recompile()

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import restore_vals, save_vals, static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import reads_explicit_strides, restore_vals, save_vals, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like
 
 log = logging.getLogger("dynamo_nvf")
@@ -45,8 +45,6 @@ MIN_PATCH = 8
 #: (H100, 2026-11-25, vit_fwd_bf16_small).
 MIN_ELEMENTS = 1 << 22
 
-#: Ops that read or view memory by explicit strides: a graph with any keeps its images NCHW.
-_EXPLICIT_STRIDES = (aten.as_strided.default, aten.as_strided_.default, aten.as_strided_scatter.default)
 
 NOTE = ("{conv}: input {x} converted to channels-last in a region of its own (a {k}x{k} patch "
         "embedding: cuDNN runs it channels-last and would convert the image and its output itself)")
@@ -89,7 +87,7 @@ def channels_last_patch_inputs(gm: GraphModule, cuda_ok: bool = False) -> GraphM
     convs = [n for n in convs if cuda_ok or tensor_val(n.args[0]).device.type == "cuda"]
     if not convs or not torch.backends.cudnn.enabled:
         return gm
-    if any(n.op == "call_function" and n.target in _EXPLICIT_STRIDES for n in gm.graph.nodes):
+    if reads_explicit_strides(gm):
         return gm  # they read memory by explicit strides, which fake propagation cannot judge
     saved = save_vals(gm)
     strides = _output_strides(gm)

@@ -40,7 +40,8 @@ from typing import Any, Optional, Sequence
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import restore_vals, save_vals, is_metadata, static_layout, tensor_val
+from dynamo_nvf.ops.metadata import (is_metadata, reads_explicit_strides, restore_vals, save_vals, static_layout,
+                                     tensor_val)
 from dynamo_nvf.passes import add_note, call_like
 
 log = logging.getLogger("dynamo_nvf")
@@ -57,8 +58,6 @@ MULTIPLIERS = {"grouped": 1.358, "default": 0.823, "in_out": 0.725, "small": 0.7
 #: Inductor's rule: a graph of more than this many nodes per convolution keeps NCHW (few convolutions).
 NODES_PER_CONV = 300
 
-#: Ops that read or view memory by explicit strides: a graph with any keeps NCHW.
-_EXPLICIT_STRIDES = (aten.as_strided.default, aten.as_strided_.default, aten.as_strided_scatter.default)
 
 NOTE = ("channels-last convolutions: {convs} convolution(s) run channels-last; {inputs} activation(s) "
         "converted, {outputs} output(s) given eager's strides back{saved}")
@@ -241,7 +240,7 @@ def channels_last_convs(gm: GraphModule, kind: str, cuda_ok: bool = False) -> Gr
     if eager_outputs is None:
         eager_outputs = [tensor_val(a) for a in _output_args(gm)]
     planned = runs_channels_last(gm, kind, cuda_ok)
-    if planned and any(n.op == "call_function" and n.target in _EXPLICIT_STRIDES for n in gm.graph.nodes):
+    if planned and reads_explicit_strides(gm):
         planned = False  # they read memory by explicit strides, which fake propagation cannot judge
     convs = [n for n in gm.graph.nodes if _is_conv(n)] if planned else []
     if not convs:

@@ -16,8 +16,9 @@ it, so the padded tensor is written once, in its own layout, and shared by every
 (a logits gradient feeds both the input and the weight gradient); a pad that reads a region's output
 then joins that region (nvFuser's `pad`). The result is sliced back to `[M, N]`. Where that slice has
 other strides than the matmul's result had and it reaches the graph's output through views (a
-forward's logits, saved for the backward or returned), one contiguous copy restores eager's strides:
-outputs keep eager's layout, and the backward graph sees the strides it was traced with.
+forward's logits, saved for the backward or returned) or is read by explicit strides (`as_strided`),
+one contiguous copy restores eager's strides: outputs keep eager's layout, the backward graph sees the
+strides it was traced with, and `as_strided` reads the storage it was written for.
 
 Which matmuls: CUDA (or planned as CUDA), float16 or bfloat16, static sizes, and only where the
 measured slowdown pays for the copies: the aligned product's time (FLOPs at `ALIGNED_TFLOPS`) times
@@ -35,7 +36,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import is_metadata, static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import EXPLICIT_STRIDES, is_metadata, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like
 
 aten = torch.ops.aten
@@ -70,6 +71,8 @@ def _is_2d_transpose(node: Node) -> bool:
         return False
     if node.target is aten.permute.default:
         return list(node.args[1]) == [1, 0]
+    if node.target is aten.transpose.int:
+        return node.args[1] % 2 != node.args[2] % 2  # transpose(0, 0) is no transpose
     return True
 
 
@@ -114,12 +117,17 @@ class _Padder:
         return self.cache[key]
 
 
-def _reaches_output(node: Node) -> bool:
-    """True when `node`, or a view of it, is an output of the graph."""
+def _needs_eager_strides(node: Node) -> bool:
+    """True when `node`, or a view of it, is an output of the graph or is read by explicit strides
+    (`as_strided` reads storage as eager laid it out)."""
     for user in node.users:
         if user.op == "output":
             return True
-        if user.op == "call_function" and is_metadata(user) and _reaches_output(user):
+        if user.op != "call_function":
+            continue
+        if user.target in EXPLICIT_STRIDES:
+            return True
+        if is_metadata(user) and _needs_eager_strides(user):
             return True
     return False
 
@@ -154,7 +162,7 @@ def _matmul_shape(node: Node) -> Optional[tuple[int, int, int, int, Node, Node, 
             and node.kwargs.get("beta", 1) == 1 and node.kwargs.get("alpha", 1) == 1:
         bias, a, b = node.args
         bias_val = tensor_val(bias)
-        if bias_val is None or bias_val.dim() != 1:
+        if bias_val is None or bias_val.dim() != 1 or static_sizes(bias_val) is None:
             return None
     else:
         return None
@@ -191,7 +199,7 @@ def pad_matmuls(gm: GraphModule, plan_cpu_as_cuda: bool = False) -> GraphModule:
             pm = pn = 0  # a batched slice is a strided view the next region must read; K alone is enough
             if not pk:
                 continue
-        restore = bool(pm or pn) and _reaches_output(node)
+        restore = bool(pm or pn) and _needs_eager_strides(node)
         if not _worth_it(batch, m, k, n, (pm, pk, pn), val.element_size(), int(restore)):
             continue
         padder = padders.setdefault(id(mode), _Padder(gm, mode))
@@ -199,7 +207,8 @@ def pad_matmuls(gm: GraphModule, plan_cpu_as_cuda: bool = False) -> GraphModule:
         new_b = padder.pad(b, pk, pn, node)
         with gm.graph.inserting_before(node):
             if bias is not None:
-                new_bias = call_like(gm, aten.constant_pad_nd.default, (bias, [0, pn], 0.0), node, mode) if pn else bias
+                padded = pn and tensor_val(bias).shape[0] != 1  # a one-element bias broadcasts to any N
+                new_bias = call_like(gm, aten.constant_pad_nd.default, (bias, [0, pn], 0.0), node, mode) if padded else bias
                 product = call_like(gm, node.target, (new_bias, new_a, new_b), node, mode, dict(node.kwargs))
             else:
                 product = call_like(gm, node.target, (new_a, new_b), node, mode)
