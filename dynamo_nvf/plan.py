@@ -102,6 +102,9 @@ class RegionPlan:
     #: ops/static_sizes.py), and why; "" for symbolic sizes.
     static_sizes: bool = False
     sizes: str = ""
+    #: After an nvFuser error on the whole region: the plans of the pieces it runs as
+    #: (runtime/split_region.py), each with its own executor.
+    pieces: list["RegionPlan"] = field(default_factory=list)
 
     @property
     def launched_kernels(self) -> list["KernelInfo"]:

@@ -98,6 +98,10 @@ def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
             lines.append(f"sizes: {region.sizes}")
         if region.launch:
             lines.append(f"launch: {region.launch}")
+        if region.pieces:
+            lines.append("pieces:")
+            lines.extend(f"  {p.name}: {len(p.compute_ops)} compute, executor {region_status(p)}"
+                         for p in region.pieces)
         if region.kernels:
             first = "" if region.first_run_ms is None else f"; first run with compile {region.first_run_ms:.1f} ms"
             counted = (f"nvFuser segments: {region.segments}" if region.segments is not None

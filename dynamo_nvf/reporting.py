@@ -67,6 +67,7 @@ class Report:
             "nodes_fused": fused,
             "nodes_eager": eager,
             "regions_on_nvfuser": sum(r.executor == "nvfuser" for r in regions),
+            "regions_as_pieces": sum(r.executor == "pieces" for r in regions),
             "kernels_nvfuser_profiled": nvf_kernels if any(r.kernels for r in regions) else None,
             "kernels_nvfuser_torch_profiler": self.kernels_nvfuser,
             "kernels_eager": None if self.kernels_total is None else self.kernels_total - (self.kernels_nvfuser or 0),
@@ -207,6 +208,9 @@ def render_html(report: Report) -> str:
                 parts.append(f"<p>math: {esc(region.math)}</p>")
             if region.sizes:
                 parts.append(f"<p>sizes: {esc(region.sizes)}</p>")
+            if region.pieces:
+                parts.append("<p>pieces:</p><ul>" + "".join(
+                    f"<li>{esc(p.name)}: executor {esc(region_status(p))}</li>" for p in region.pieces) + "</ul>")
             if region.kernels:
                 parts.append(_html_table(kernel_rows(region), ["segment", "scheduler", "kernel", "time ms", "compile ms"]))
             for title, text in (("FX graph", region.fx_code), ("fusion definition", region.definition),

@@ -1,8 +1,10 @@
-"""Why regions of a perf workload fell back to eager on the GPU: for each one, the error, its inputs
+"""Why regions of a perf workload fell back on the GPU (to eager, or to pieces after nvFuser failed the
+whole region: runtime/split_region.py): for each one, the error, its inputs
 (shape, stride, dtype), its FX code and nvFuser's definition, for a bug report or a fix.
 
-Usage: python scripts/fallback_repro.py WORKLOAD [WORKLOAD ...] [--option NAME=JSON ...]
-(perf workload names; options go to the backend, e.g. --option lean_views=false)
+Usage: python scripts/fallback_repro.py WORKLOAD [WORKLOAD ...] [--option NAME=JSON ...] [--calls N]
+(perf workload names; options go to the backend, e.g. --option lean_views=false; --calls past warm-up
+reaches what only steady calls do, such as direct launch)
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import dynamo_nvf  # noqa: E402
 from perf.workloads import REGISTRY  # noqa: E402
 
 
-def main(names: list[str], options: dict) -> None:
+def main(names: list[str], options: dict, calls: int = 2) -> None:
     for name in names:
         torch._dynamo.reset()
         inst = REGISTRY[name].instantiate("cuda")
@@ -31,7 +33,7 @@ def main(names: list[str], options: dict) -> None:
             warnings.simplefilter("always")
             fn = torch.compile(inst.fn, backend="nvf_bookend", options=options)
             try:
-                for _ in range(2):
+                for _ in range(calls):
                     inst.call(fn)
                 torch.cuda.synchronize()
             except Exception as exc:  # noqa: BLE001  (a kernel fault: report what led to it)
@@ -49,10 +51,14 @@ def main(names: list[str], options: dict) -> None:
                     outs = ", ".join(f"{t.name}{t.shape}/{t.stride}" for t in region.outputs)
                     ins = ", ".join(f"{t.name}{t.shape}/{t.stride}" for t in region.inputs)
                     print(f"  {region.name} [{region.executor}] in: {ins}\n      out: {outs}")
-        failed = [(p, r) for p in rec.plans for r in p.regions if r.executor == "eager"]
-        print(f"## {name}: {sum(len(p.regions) for p in rec.plans)} regions, {len(failed)} in eager")
+        failed = [(p, r) for p in rec.plans for r in p.regions if r.executor in ("eager", "pieces")]
+        split = sum(r.executor == "pieces" for _, r in failed)
+        print(f"## {name}: {sum(len(p.regions) for p in rec.plans)} regions, {len(failed) - split} in eager, "
+              f"{split} as pieces")
         for plan, region in failed:
             print(f"\n### {plan.kind} graph {plan.graph_id}, {region.name}: {region.executor_reason}")
+            for piece in region.pieces:
+                print(f"  piece {piece.name}: {piece.executor} {piece.executor_reason[:200]}")
             for t in region.inputs:
                 print(f"  in  {t.name}: {t.dtype}{t.shape} stride {t.stride}")
             for t in region.outputs:
@@ -66,5 +72,6 @@ if __name__ == "__main__":
     parser.add_argument("workloads", nargs="+", help="perf workload names")
     parser.add_argument("--option", action="append", default=[], metavar="NAME=JSON",
                         help="a backend option, e.g. lean_views=false (repeatable)")
+    parser.add_argument("--calls", type=int, default=2, help="calls of each workload (default 2)")
     args = parser.parse_args()
-    main(args.workloads, {k: json.loads(v) for k, _, v in (o.partition("=") for o in args.option)})
+    main(args.workloads, {k: json.loads(v) for k, _, v in (o.partition("=") for o in args.option)}, args.calls)

@@ -1,8 +1,10 @@
 """Runs one region: on nvFuser when it can, else its eager FX submodule, with the same results.
 
 Per call it only builds a cache key and executes; definitions are built and compiled once per input
-description (dtype, rank, broadcast dims, layout, device) and kept in a bounded LRU. Any nvFuser error
-(build, compile or run) makes the region eager from then on, with one warning naming the region.
+description (dtype, rank, broadcast dims, layout, device) and kept in a bounded LRU. An nvFuser error
+(build, compile or run) makes the region run as pieces from then on (runtime/split_region.py), each
+a region of its own that runs in eager if nvFuser fails it too; a region that cannot be split runs in
+eager. Either way one warning names the region.
 
 Where a steady call's time goes inside ``fec.execute`` (nvFuser's own trace, NVFUSER_TRACE, read by
 scripts/nvf_trace.py; H100, nvfuser_direct 0.2.36, 2026-11-23; traced calls run slower by ~1-3 us
@@ -30,11 +32,13 @@ from torch.fx import GraphModule
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.lowering import build_fusion, views_an_input
 from dynamo_nvf.ops.metadata import static_layout
+from dynamo_nvf.ops.registry import op_name
 from dynamo_nvf.plan import KernelInfo, RegionPlan
 from dynamo_nvf.ops import fast_math
 from dynamo_nvf.ops.static_sizes import region_static_sizes
 from dynamo_nvf.runtime import direct_launch, kernel_cache
 from dynamo_nvf.runtime.fusion_cache import SHARED_FUSIONS
+from dynamo_nvf.runtime.split_region import Piece, computes, run_pieces, split_region
 from dynamo_nvf.runtime.stats import STATS
 from dynamo_nvf.settings import Settings
 
@@ -397,6 +401,8 @@ class RegionRuntime:
         self._home = home_device(eager)
         self._nvf = nvf_env.nvfuser_module() if nvf_env.nvfuser_available() else None
         self._static = static_region(eager)
+        #: After an nvFuser error on the whole region: its pieces, run in order (split_region).
+        self._pieces: Optional[Callable[..., tuple]] = None
         self._enable_options = [fast_math.ENABLE_OPTION] if plan.fast_math else []
         plan.static_sizes, plan.sizes = region_static_sizes(eager, settings.static_resize_sizes)
         random = has_random_ops(eager)
@@ -452,13 +458,15 @@ class RegionRuntime:
         return self._keyed_call(args)
 
     def _keyed_call(self, args: Sequence[Any]) -> Any:
+        if self._pieces is not None:
+            return self._pieces(*args)
         if self._nvf is None or self.failed is not None:
             return self._run_eager(args)
         entry = self._by_exact.get(_exact_key(args))
         if entry is None:
             entry = self._lookup(args)
         if entry.eager_reason:
-            return self._run_eager(args)
+            return self._pieces(*args) if self._pieces is not None else self._run_eager(args)
         try:
             if entry.fec is not None and not PROFILING.enabled:
                 outputs = entry.execute(args)
@@ -574,7 +582,7 @@ class RegionRuntime:
         except Exception as exc:
             if self.settings.strict:
                 raise NvFuserRegionError(f"{self.plan.name}: building the fusion failed: {exc}") from exc
-            self._warn(f"building the fusion failed: {_short_error(exc)}")
+            self._split_or_warn(f"building the fusion failed: {_short_error(exc)}")
             return _Entry(eager_reason=self.failed or "build failed")
         STATS.fusions_built += 1
         self.plan.definition = built.definition
@@ -755,8 +763,39 @@ class RegionRuntime:
             # During CUDA-graph capture the failed launch has likely invalidated the capture: let
             # the capture fail as it is, and keep the region as it was for later calls.
             raise NvFuserRegionError(f"{self.plan.name}: {message} (during CUDA-graph capture)")
-        self._warn(message)
+        if self._split_or_warn(message):
+            return self._pieces(*args)
         return self._run_eager(args)
+
+    def _split_or_warn(self, message: str) -> bool:
+        """After an nvFuser error on the whole region: its pieces from now on, each a RegionRuntime of
+        its own (split_region), with one warning; where it cannot be split, eager (`_warn`)."""
+        pieces = split_region(self.eager) if not message.startswith("verify_regions") else None
+        if pieces is None:
+            self._warn(message)
+            return False
+        runners = [self._piece_runtime(i, piece) for i, piece in enumerate(pieces)]
+        self._pieces = run_pieces(self.eager, pieces, runners)
+        self.failed = message
+        self._fast = None
+        self._direct = None
+        self.plan.executor = "pieces"
+        self.plan.executor_reason = f"{len(pieces)} pieces after an nvFuser error on the whole region: {message}"
+        self.plan.pieces = [r.plan for r in runners if isinstance(r, RegionRuntime)]
+        STATS.split_regions += 1
+        warnings.warn(f"dynamo_nvf: {self.plan.name} runs as {len(pieces)} pieces from now on (each on nvFuser, "
+                      f"or in eager where it fails too): {message}", RuntimeWarning, stacklevel=4)
+        return True
+
+    def _piece_runtime(self, index: int, piece: Piece) -> Callable[..., Any]:
+        """A piece as a region of its own; a piece of views only runs as its FX module."""
+        nodes = [n for n in piece.module.graph.nodes if n.op == "call_function"]
+        if not computes(piece.module):
+            return piece.module
+        plan = RegionPlan(id=self.plan.id, name=f"{self.plan.name}.piece{index}",
+                          ops=[op_name(n.target) for n in nodes], nodes=[n.name for n in nodes],
+                          fx_code=piece.module.code, fast_math=self.plan.fast_math, math=self.plan.math)
+        return RegionRuntime(piece.module, plan, self.settings, f"{self.profile_label}.piece{index}")
 
     def _warn(self, message: str) -> None:
         self.failed = message

@@ -16,6 +16,8 @@ class RuntimeStats:
     cache_misses: int = 0
     evictions: int = 0
     fallbacks: int = 0
+    #: regions that run as pieces after an nvFuser error on the whole (runtime/split_region.py)
+    split_regions: int = 0
     #: nvFuser calls launched by runtime/direct_launch.py instead of fec.execute (part of nvfuser_calls)
     direct_launches: int = 0
 

@@ -1,0 +1,153 @@
+"""A region nvFuser failed to compile runs as pieces, one reduction (or other non-pointwise op) each,
+before it runs in eager.
+
+Why: nvFuser 0.2.36 fails to compile some whole regions whose parts it compiles: a cross-entropy over a
+vocabulary of 50257 (GPT-2, RoBERTa: validation.cpp:1559, "Vectorized accesses cannot be inline with
+computation"), an MLP-Mixer LayerNorm backward of a transposed input (validation.cpp:1266); see
+`scripts/nvfuser_repros/`. Such a region used to run wholly in eager PyTorch, each of its pointwise ops
+one ATen kernel.
+
+Each piece computes one cut point (a node that is not pointwise, a view or a factory: a reduction, a
+gather, a pad) from the region's inputs and the cut points before it, recomputing the pointwise ops
+that lead to it; a last piece computes the region's other outputs. So only the cut points' results go
+through memory, and those are mostly small (a reduction's): a cross-entropy's pieces each read the
+logits once, where eager writes and reads them in f32 several times. Each piece is one of nVFuser's
+simplest schedules; a piece that still fails runs in eager on its own. Results are the region's: the
+same ops on the same values.
+
+Regions that draw random numbers (a recomputed dropout would draw others) or mutate a tensor are not
+split.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from dynamo_nvf.ops.metadata import is_metadata, tensor_val
+
+#: Ops recomputed in each piece that reads them besides torch's pointwise ones.
+ELEMENTWISE = frozenset({torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default,
+                         torch.ops.aten.clone.default, torch.ops.prims.where.default})
+
+
+@dataclass
+class Piece:
+    """One fusion of a split region: its FX graph and which region values it reads and writes."""
+    module: GraphModule
+    reads: list[Node]
+    writes: list[Node]
+
+
+def _schema_mutates(node: Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and schema.is_mutable
+
+
+def splittable(region: GraphModule) -> bool:
+    """False for a region that draws random numbers or mutates a tensor (module docstring)."""
+    for node in region.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()) or _schema_mutates(node):
+            return False
+    return True
+
+
+def recomputed(node: Node) -> bool:
+    """Whether a piece recomputes `node` rather than read it: a pointwise op, a view, a getitem or a
+    factory (a node with no tensor input)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem or is_metadata(node) or node.target in ELEMENTWISE:
+        return True
+    if torch.Tag.pointwise in getattr(node.target, "tags", ()):
+        return True
+    return not node.all_input_nodes
+
+
+def _written(node: Node) -> list[Node]:
+    """What a cut point hands on: itself, or the getitems of its tuple (a var_mean's two results)."""
+    if tensor_val(node) is not None:
+        return [node]
+    return [u for u in node.users if u.op == "call_function" and u.target is operator.getitem]
+
+
+def _piece(region: GraphModule, targets: Sequence[Node], available: set[Node]) -> Piece:
+    """The piece computing `targets` from `available` values, recomputing what `recomputed` allows."""
+    needed: list[Node] = []
+    seen: set[Node] = set()
+
+    def visit(node: Node, root: bool) -> None:
+        if node in seen:
+            return
+        seen.add(node)
+        if node in available and not root:
+            return
+        for arg in node.all_input_nodes:
+            visit(arg, False)
+        needed.append(node)
+
+    for target in targets:
+        visit(target, True)
+    order = {n: i for i, n in enumerate(region.graph.nodes)}
+    graph = Graph()
+    env: dict[Node, Node] = {}
+    reads = sorted({a for n in needed for a in n.all_input_nodes if a not in needed}, key=order.__getitem__)
+    for value in reads:
+        env[value] = graph.placeholder(value.name)
+        env[value].meta = dict(value.meta)
+    for node in sorted(needed, key=order.__getitem__):
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output(tuple(env[t] for t in targets))
+    return Piece(GraphModule(region, graph), reads, list(targets))
+
+
+def computes(module: GraphModule) -> bool:
+    """Whether `module` has a node that is not a view or a getitem (work for nvFuser)."""
+    return any(n.op == "call_function" and n.target is not operator.getitem and not is_metadata(n)
+               for n in module.graph.nodes)
+
+
+def split_region(region: GraphModule) -> Optional[list[Piece]]:
+    """`region`'s pieces in order (module docstring), or None where it has fewer than two or must
+    not be split."""
+    if not splittable(region):
+        return None
+    placeholders = [n for n in region.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in region.graph.nodes if n.op == "output")
+    available: set[Node] = set(placeholders)
+    pieces: list[Piece] = []
+    for node in region.graph.nodes:
+        if node.op != "call_function" or recomputed(node):
+            continue
+        written = _written(node)
+        if not written:
+            return None  # a tuple read other than by getitem
+        pieces.append(_piece(region, written, available))
+        available.update(written)
+    rest = [n for n in output.all_input_nodes if n not in available]
+    if rest:
+        pieces.append(_piece(region, rest, available))
+    return pieces if len(pieces) > 1 else None
+
+
+def run_pieces(region: GraphModule, pieces: Sequence[Piece],
+               runners: Sequence[Callable[..., Any]]) -> Callable[..., tuple]:
+    """A callable running `runners` (one per piece) in order on the region's inputs; it returns the
+    region's outputs."""
+    placeholders = [n for n in region.graph.nodes if n.op == "placeholder"]
+    outputs = list(next(n for n in region.graph.nodes if n.op == "output").args[0])
+    steps = [(runner, piece.reads, piece.writes) for runner, piece in zip(runners, pieces)]
+
+    def run(*args: Any) -> tuple:
+        env: dict[Node, Any] = dict(zip(placeholders, args))
+        for runner, reads, writes in steps:
+            env.update(zip(writes, runner(*[env[r] for r in reads])))
+        return tuple(env[o] if isinstance(o, Node) else o for o in outputs)
+
+    return run
