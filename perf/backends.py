@@ -188,6 +188,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_nhwc_regions",
+            _nvf({"channels_last_regions": True}),
+            "dynamo_nvf with channels_last_regions on (regions reading channels-last activations compute in "
+            "NHWC order), against the default; opt-in",
+            nvf=True,
+        ),
+        Backend(
             "nvf_reduce_logical_cudagraphs",
             _nvf({"memory_order_reductions": False, "cuda_graphs": True}),
             "nvf_cudagraphs with memory_order_reductions off; opt-in",

@@ -14,9 +14,8 @@ segment's reduction is vectorised over a tensor computed in the same loop). The 
 which part matters: `flat` hands in the logits as a 2-D tensor (no reshape), `aligned_vocab` takes a
 vocabulary of 50264 (a multiple of 8).
 
-**Status:** the failure was observed by executing the dumped definition verbatim with
-nvfuser_direct alone (H100, 2026-11-26); this script transcribes it and has not itself run on a GPU
-yet (the session's device time ran out).
+**Status:** reproduces. The script ran on an H100 (2026-11-26): `as_found` failed with the assert
+above; `flat` and `aligned_vocab` ran and matched eager (rc 1).
 
 **Versions:** nvfuser_direct 0.2.36 (nvfuser-cu130-torch210 0.2.36.dev20260301), torch 2.11.0+cu130,
 CUDA 13.0, H100 80GB HBM3 (2026-11-26).
@@ -24,8 +23,7 @@ CUDA 13.0, H100 80GB HBM3 (2026-11-26).
     python scripts/nvfuser_repros/cross_entropy_vectorized_reduction.py
 
 Prints each variant's outcome and whether it matches eager; exits 1 when `as_found` fails. dynamo_nvf
-runs the region in eager PyTorch after the error (one warning), so GPT-2 and RoBERTa training steps
-keep ATen's cross-entropy kernels.
+runs the region as pieces after the error (runtime/split_region.py, one warning).
 """
 
 import argparse

@@ -14,9 +14,8 @@ vec_alloc_id. Vectorized dim for producer has to be from an inner most position"
 vectorises x along C, its logical innermost dim, though C is not innermost in its allocation).
 `row_major` passes the same x copied row-major.
 
-**Status:** the failure was observed by executing the dumped definition verbatim with
-nvfuser_direct alone (H100, 2026-11-26); this script transcribes it and has not itself run on a GPU
-yet (the session's device time ran out).
+**Status:** reproduces. The script ran on an H100 (2026-11-26): `as_found` failed ("Vectorized dim
+for producer has to be from an inner most position"); `row_major` ran and matched eager (rc 1).
 
 **Versions:** nvfuser_direct 0.2.36 (nvfuser-cu130-torch210 0.2.36.dev20260301), torch 2.11.0+cu130,
 CUDA 13.0, H100 80GB HBM3 (2026-11-26).
@@ -24,7 +23,7 @@ CUDA 13.0, H100 80GB HBM3 (2026-11-26).
     python scripts/nvfuser_repros/transposed_input_norm_backward.py
 
 Prints each variant's outcome and whether it matches eager; exits 1 when `as_found` fails. dynamo_nvf
-runs such a region in eager PyTorch after the error (one warning): six regions per Mixer training step.
+runs such a region as pieces after the error (runtime/split_region.py): six regions per Mixer training step.
 """
 
 import argparse
