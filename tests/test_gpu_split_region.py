@@ -1,6 +1,6 @@
 """On the GPU: a region nvFuser 0.2.36 fails to compile whole (a bf16 cross-entropy over a 50257-word
 vocabulary, scripts/nvfuser_repros/cross_entropy_vectorized_reduction.py) runs as pieces, every piece
-on nvFuser, with eager's loss and logits gradient. Should nVFuser compile the whole region, it runs
+on nvFuser, with eager's loss and logits gradient. Should nvFuser compile the whole region, it runs
 whole and the test still holds; it fails where any region or piece runs in eager."""
 
 from __future__ import annotations

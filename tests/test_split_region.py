@@ -90,3 +90,20 @@ def test_a_region_that_draws_random_numbers_is_not_split():
                                         for n in r.graph.nodes if n.op == "call_function")]
     assert random
     assert all(split_region(r) is None for r in random)
+
+
+def test_a_region_thousands_of_nodes_deep_splits_without_recursion():
+    """The walk back from a cut point is a loop: a 1200-op pointwise chain before two reductions."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def chain(x):
+        for _ in range(600):
+            x = x * 1.0001 + 0.001
+        return x.sum(1) + x.amax(1)
+
+    x = torch.randn(4, 8)
+    region = make_fx(chain, tracing_mode="fake")(x)
+    pieces = split_region(region)
+    assert pieces is not None and len(pieces) == 3  # sum, amax, and the add of the two
+    torch.testing.assert_close(run_pieces(region, pieces, [p.module for p in pieces])(x), chain(x),
+                               rtol=0, atol=0)

@@ -33,6 +33,7 @@ from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.lowering import build_fusion, views_an_input
 from dynamo_nvf.ops.metadata import static_layout
 from dynamo_nvf.ops.registry import op_name
+from dynamo_nvf.passes.fusion_key import region_fusion_key
 from dynamo_nvf.plan import KernelInfo, RegionPlan
 from dynamo_nvf.ops import fast_math
 from dynamo_nvf.ops.static_sizes import region_static_sizes
@@ -386,8 +387,11 @@ def _runs_on_nvfuser(args: Sequence[Any], home: Optional[torch.device] = None) -
 class RegionRuntime:
     """The callable that replaces a region's submodule in the compiled graph."""
 
-    def __init__(self, eager: GraphModule, plan: RegionPlan, settings: Settings, profile_label: str = "") -> None:
+    def __init__(self, eager: GraphModule, plan: RegionPlan, settings: Settings, profile_label: str = "",
+                 parent: Optional["RegionRuntime"] = None) -> None:
         self.eager = eager
+        #: The region this one is a piece of (split_region): it warns and counts for its pieces.
+        self.parent = parent
         #: The name of its calls in a torch.profiler trace while explain() profiles (plan.region_label).
         self.profile_label = profile_label or plan.name
         self._eager_forward: Callable[..., Any] = eager.forward
@@ -401,8 +405,11 @@ class RegionRuntime:
         self._home = home_device(eager)
         self._nvf = nvf_env.nvfuser_module() if nvf_env.nvfuser_available() else None
         self._static = static_region(eager)
-        #: After an nvFuser error on the whole region: its pieces, run in order (split_region).
+        #: After an nvFuser error on the whole region: its pieces, run in order (split_region), and
+        #: the runtimes of those with compute.
         self._pieces: Optional[Callable[..., tuple]] = None
+        self._piece_runtimes: list[RegionRuntime] = []
+        self._piece_warned = False
         self._enable_options = [fast_math.ENABLE_OPTION] if plan.fast_math else []
         plan.static_sizes, plan.sizes = region_static_sizes(eager, settings.static_resize_sizes)
         random = has_random_ops(eager)
@@ -769,13 +776,21 @@ class RegionRuntime:
 
     def _split_or_warn(self, message: str) -> bool:
         """After an nvFuser error on the whole region: its pieces from now on, each a RegionRuntime of
-        its own (split_region), with one warning; where it cannot be split, eager (`_warn`)."""
-        pieces = split_region(self.eager) if not message.startswith("verify_regions") else None
+        its own (split_region), with one warning; where it cannot be split (a piece, a wrong value,
+        inside a CUDA-graph capture, a region split_region declines), eager (`_warn`)."""
+        pieces = None
+        if self.parent is None and not message.startswith("verify_regions") and not _capturing():
+            try:
+                pieces = split_region(self.eager)
+                runners = [self._piece_runtime(i, piece) for i, piece in enumerate(pieces or ())]
+            except Exception as exc:  # never let the fallback's fallback cost the call
+                log.info("%s: not split: %s", self.plan.name, _short_error(exc))
+                pieces = None
         if pieces is None:
             self._warn(message)
             return False
-        runners = [self._piece_runtime(i, piece) for i, piece in enumerate(pieces)]
         self._pieces = run_pieces(self.eager, pieces, runners)
+        self._piece_runtimes = [r for r in runners if isinstance(r, RegionRuntime)]
         self.failed = message
         self._fast = None
         self._direct = None
@@ -794,8 +809,23 @@ class RegionRuntime:
             return piece.module
         plan = RegionPlan(id=self.plan.id, name=f"{self.plan.name}.piece{index}",
                           ops=[op_name(n.target) for n in nodes], nodes=[n.name for n in nodes],
-                          fx_code=piece.module.code, fast_math=self.plan.fast_math, math=self.plan.math)
-        return RegionRuntime(piece.module, plan, self.settings, f"{self.profile_label}.piece{index}")
+                          fx_code=piece.module.code, fast_math=self.plan.fast_math, math=self.plan.math,
+                          fusion_key=region_fusion_key(piece.module))  # equal regions' pieces: one compile
+        return RegionRuntime(piece.module, plan, self.settings, f"{self.profile_label}.piece{index}", parent=self)
+
+    def _piece_failed(self, piece: "RegionRuntime", message: str) -> None:
+        """A piece fell back to eager: the region warns and counts once; once every piece has, the
+        whole region runs in eager (its pieces would recompute their pointwise ops there)."""
+        if all(r.failed is not None and r._pieces is None for r in self._piece_runtimes):
+            self._pieces = None
+            self.plan.executor = "eager"
+            self.plan.executor_reason = f"fallback after nvFuser errors on the region and on each of its pieces: {message}"
+        if self._piece_warned:
+            return
+        self._piece_warned = True
+        STATS.fallbacks += 1
+        warnings.warn(f"dynamo_nvf: {piece.plan.name}, a piece of {self.plan.name}, runs in eager from now on: "
+                      f"{message}", RuntimeWarning, stacklevel=4)
 
     def _warn(self, message: str) -> None:
         self.failed = message
@@ -803,6 +833,9 @@ class RegionRuntime:
         self._direct = None
         self.plan.executor = "eager"
         self.plan.executor_reason = f"fallback after nvFuser error: {message}"
+        if self.parent is not None:
+            self.parent._piece_failed(self, message)
+            return
         STATS.fallbacks += 1
         # A region of views only (bookend=False keeps them) has no compute op: name its views then.
         ops = self.plan.compute_ops or self.plan.ops

@@ -11,9 +11,9 @@ Each piece computes one cut point (a node that is not pointwise, a view or a fac
 gather, a pad) from the region's inputs and the cut points before it, recomputing the pointwise ops
 that lead to it; a last piece computes the region's other outputs. So only the cut points' results go
 through memory, and those are mostly small (a reduction's): a cross-entropy's pieces each read the
-logits once, where eager writes and reads them in f32 several times. Each piece is one of nVFuser's
-simplest schedules; a piece that still fails runs in eager on its own. Results are the region's: the
-same ops on the same values.
+logits once, where eager writes and reads them in f32 several times. Each piece is one of nvFuser's
+simplest schedules; a piece that still fails runs in eager on its own (and once all have, the whole
+region does: RegionRuntime). Results are the region's: the same ops on the same values.
 
 Regions that draw random numbers (a recomputed dropout would draw others) or mutate a tensor are not
 split.
@@ -77,23 +77,23 @@ def _written(node: Node) -> list[Node]:
     return [u for u in node.users if u.op == "call_function" and u.target is operator.getitem]
 
 
+def _needed(targets: Sequence[Node], available: set[Node]) -> set[Node]:
+    """The nodes a piece computes for `targets`: each target and, walking back, every node not
+    `available` (a loop, not recursion: a region may be thousands of nodes deep)."""
+    needed: set[Node] = set()
+    stack = list(targets)
+    while stack:
+        node = stack.pop()
+        if node in needed:
+            continue
+        needed.add(node)
+        stack.extend(a for a in node.all_input_nodes if a not in available and a not in needed)
+    return needed
+
+
 def _piece(region: GraphModule, targets: Sequence[Node], available: set[Node]) -> Piece:
     """The piece computing `targets` from `available` values, recomputing what `recomputed` allows."""
-    needed: list[Node] = []
-    seen: set[Node] = set()
-
-    def visit(node: Node, root: bool) -> None:
-        if node in seen:
-            return
-        seen.add(node)
-        if node in available and not root:
-            return
-        for arg in node.all_input_nodes:
-            visit(arg, False)
-        needed.append(node)
-
-    for target in targets:
-        visit(target, True)
+    needed = _needed(targets, available)
     order = {n: i for i, n in enumerate(region.graph.nodes)}
     graph = Graph()
     env: dict[Node, Node] = {}
@@ -137,17 +137,32 @@ def split_region(region: GraphModule) -> Optional[list[Piece]]:
 
 
 def run_pieces(region: GraphModule, pieces: Sequence[Piece],
-               runners: Sequence[Callable[..., Any]]) -> Callable[..., tuple]:
+               runners: Sequence[Callable[..., Any]]) -> Callable[..., Any]:
     """A callable running `runners` (one per piece) in order on the region's inputs; it returns the
-    region's outputs."""
+    region's outputs. A value is dropped after its last reader, as eager frees it."""
     placeholders = [n for n in region.graph.nodes if n.op == "placeholder"]
-    outputs = list(next(n for n in region.graph.nodes if n.op == "output").args[0])
-    steps = [(runner, piece.reads, piece.writes) for runner, piece in zip(runners, pieces)]
+    returned = next(n for n in region.graph.nodes if n.op == "output").args[0]
+    single = isinstance(returned, Node)  # a graph may return one value, not a tuple
+    outputs = [returned] if single else list(returned)
+    kept = {o for o in outputs if isinstance(o, Node)}
+    last_read: dict[Node, int] = {}
+    for index, piece in enumerate(pieces):
+        for value in piece.reads:
+            last_read[value] = index
+    steps = []
+    for index, (runner, piece) in enumerate(zip(runners, pieces)):
+        done = [v for v in piece.reads if last_read[v] == index and v not in kept]
+        steps.append((runner, piece.reads, piece.writes, done))
 
     def run(*args: Any) -> tuple:
         env: dict[Node, Any] = dict(zip(placeholders, args))
-        for runner, reads, writes in steps:
-            env.update(zip(writes, runner(*[env[r] for r in reads])))
+        for runner, reads, writes, done in steps:
+            results = runner(*[env[r] for r in reads])
+            for value in done:
+                del env[value]
+            env.update(zip(writes, results))
+        if single:
+            return env[returned]
         return tuple(env[o] if isinstance(o, Node) else o for o in outputs)
 
     return run
