@@ -200,3 +200,15 @@ class GraphPlan:
 def region_label(graph: "GraphPlan", region: RegionPlan) -> str:
     """A region's name in a torch.profiler trace, unique in the process (graph ids are)."""
     return f"dynamo_nvf {graph.kind} graph {graph.graph_id} {region.name}"
+
+
+def profile_labels(graph: "GraphPlan") -> dict[str, RegionPlan]:
+    """Every region of `graph` and every piece of a split one (runtime/split_region.py) by its
+    torch.profiler range name; a piece's label is its region's with the piece's suffix."""
+    labels = {}
+    for region in graph.regions:
+        label = region_label(graph, region)
+        labels[label] = region
+        for piece in region.pieces:
+            labels[label + piece.name[len(region.name):]] = piece
+    return labels

@@ -24,7 +24,7 @@ from tabulate import tabulate
 
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.backend import nvf_bookend, recording
-from dynamo_nvf.plan import GraphPlan, KernelInfo, RegionPlan, region_label
+from dynamo_nvf.plan import GraphPlan, KernelInfo, RegionPlan, profile_labels
 from dynamo_nvf.plan_svg import region_color, render_plan_svg
 from dynamo_nvf.plan_text import (PASS_HEADERS, decision_rows, fusion_note, io_rows, kernel_rows, pass_rows,
                                   region_status, render_plan_text)
@@ -60,7 +60,7 @@ class Report:
         regions = [r for g in self.graphs for r in g.regions]
         fused = sum(len(r.nodes) for r in regions)
         eager = sum(len(g.eager_nodes) for g in self.graphs)
-        nvf_kernels = sum(len(r.launched_kernels) for r in regions)
+        nvf_kernels = sum(len(r.launched_kernels) for r in regions + [p for r in regions for p in r.pieces])
         return {
             "graphs": len(self.graphs),
             "regions": len(regions),
@@ -68,7 +68,7 @@ class Report:
             "nodes_eager": eager,
             "regions_on_nvfuser": sum(r.executor == "nvfuser" for r in regions),
             "regions_as_pieces": sum(r.executor == "pieces" for r in regions),
-            "kernels_nvfuser_profiled": nvf_kernels if any(r.kernels for r in regions) else None,
+            "kernels_nvfuser_profiled": nvf_kernels if nvf_kernels or any(r.kernels for r in regions) else None,
             "kernels_nvfuser_torch_profiler": self.kernels_nvfuser,
             "kernels_eager": None if self.kernels_total is None else self.kernels_total - (self.kernels_nvfuser or 0),
             "kernels_total": self.kernels_total,
@@ -407,7 +407,7 @@ def explain(fn_or_module: Callable[..., Any], *example_inputs: Any, options: Opt
             source = "CUDA graphs: nvFuser's profiler not used (capture forbids its syncs)"
         if available and profiler == "torch":
             _torch_profiler_used = True
-            regions = {region_label(g, r): r for g in recorder.plans for r in g.regions}
+            regions = {label: r for g in recorder.plans for label, r in profile_labels(g).items()}
             _, names, nvf_count, source = _count_kernels(run, regions)
             total = None if names is None else len(names)
             eager_kernels = Counter(_short_name(n) for n in names or () if not _is_nvfuser(n))

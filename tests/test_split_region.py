@@ -107,3 +107,15 @@ def test_a_region_thousands_of_nodes_deep_splits_without_recursion():
     assert pieces is not None and len(pieces) == 3  # sum, amax, and the add of the two
     torch.testing.assert_close(run_pieces(region, pieces, [p.module for p in pieces])(x), chain(x),
                                rtol=0, atol=0)
+
+
+def test_profile_labels_name_each_piece_as_its_runtime_opens_its_range():
+    """explain() finds a piece's kernels under the range its RegionRuntime opens."""
+    from dynamo_nvf.plan import GraphPlan, RegionPlan, profile_labels, region_label
+
+    region = RegionPlan(id=3, name="nvf_region_3", ops=[], nodes=[])
+    region.pieces = [RegionPlan(id=3, name="nvf_region_3.piece1", ops=[], nodes=[])]
+    graph = GraphPlan(kind="backward", graph_id=7, nodes=[], regions=[region])
+    labels = profile_labels(graph)
+    assert labels[region_label(graph, region)] is region
+    assert labels[f"{region_label(graph, region)}.piece1"] is region.pieces[0]
