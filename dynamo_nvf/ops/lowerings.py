@@ -416,6 +416,11 @@ def is_reduction(node: Node) -> bool:
     return node.op == "call_function" and (node.target in DIM_REDUCTIONS or node.target is aten.sum.default)
 
 
+def draws_random_numbers(node: Node) -> bool:
+    """An op that draws random numbers (dropout): computing it twice gives other values."""
+    return node.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+
+
 def is_pointwise(node: Node) -> bool:
     """An elementwise op (torch's `pointwise` tag) that has an nvFuser lowering."""
     return node.op == "call_function" and node.target in LOWERINGS and \

@@ -31,7 +31,7 @@ from typing import Any, Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.lowerings import is_pointwise
+from dynamo_nvf.ops.lowerings import draws_random_numbers, is_pointwise
 from dynamo_nvf.ops.metadata import static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
@@ -60,7 +60,7 @@ def _hoistable(op: Node, region: Any) -> Optional[list[int]]:
     """The output shape of `op` when its slices can move above it (module docstring), else None."""
     if op.op != "call_function" or op.meta.get(REGION_KEY) != region or not is_pointwise(op):
         return None
-    if torch.Tag.nondeterministic_seeded in getattr(op.target, "tags", ()):
+    if draws_random_numbers(op):
         return None
     out = tensor_val(op)
     shape = static_sizes(out) if out is not None else None

@@ -31,6 +31,7 @@ from torch.fx import GraphModule
 
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.lowering import build_fusion, views_an_input
+from dynamo_nvf.ops.lowerings import draws_random_numbers
 from dynamo_nvf.ops.metadata import static_layout
 from dynamo_nvf.ops.registry import op_name
 from dynamo_nvf.passes.fusion_key import region_fusion_key
@@ -271,10 +272,7 @@ def verify_against_eager(outputs: Sequence[torch.Tensor], eager: Sequence[Any]) 
 
 def has_random_ops(region: GraphModule) -> bool:
     """True when the region draws random numbers (dropout): a second, eager run would draw others."""
-    for node in region.graph.nodes:
-        if node.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
-            return True
-    return False
+    return any(draws_random_numbers(node) for node in region.graph.nodes)
 
 
 def _validate_devices(outputs: Sequence[torch.Tensor], home: Optional[torch.device]) -> None:

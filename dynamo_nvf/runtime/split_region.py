@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch.fx import Graph, GraphModule, Node
 
+from dynamo_nvf.ops.lowerings import draws_random_numbers
 from dynamo_nvf.ops.metadata import is_metadata, tensor_val
 
 #: Ops recomputed in each piece that reads them besides torch's pointwise ones.
@@ -53,7 +54,7 @@ def splittable(region: GraphModule) -> bool:
     for node in region.graph.nodes:
         if node.op != "call_function":
             continue
-        if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()) or _schema_mutates(node):
+        if draws_random_numbers(node) or _schema_mutates(node):
             return False
     return True
 
