@@ -802,9 +802,9 @@ class RegionRuntime:
 
     def _piece_runtime(self, index: int, piece: Piece) -> Callable[..., Any]:
         """A piece as a region of its own; a piece of views only runs as its FX module."""
-        nodes = [n for n in piece.module.graph.nodes if n.op == "call_function"]
         if not computes(piece.module):
             return piece.module
+        nodes = [n for n in piece.module.graph.nodes if n.op == "call_function"]
         plan = RegionPlan(id=self.plan.id, name=f"{self.plan.name}.piece{index}",
                           ops=[op_name(n.target) for n in nodes], nodes=[n.name for n in nodes],
                           fx_code=piece.module.code, fast_math=self.plan.fast_math, math=self.plan.math,
@@ -814,7 +814,7 @@ class RegionRuntime:
     def _piece_failed(self, piece: "RegionRuntime", message: str) -> None:
         """A piece fell back to eager: the region warns and counts once; once every piece has, the
         whole region runs in eager (its pieces would recompute their pointwise ops there)."""
-        if all(r.failed is not None and r._pieces is None for r in self._piece_runtimes):
+        if all(r.failed is not None for r in self._piece_runtimes):
             self._pieces = None
             self.plan.executor = "eager"
             self.plan.executor_reason = f"fallback after nvFuser errors on the region and on each of its pieces: {message}"

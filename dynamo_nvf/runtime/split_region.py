@@ -51,12 +51,8 @@ def _schema_mutates(node: Node) -> bool:
 
 def splittable(region: GraphModule) -> bool:
     """False for a region that draws random numbers or mutates a tensor (module docstring)."""
-    for node in region.graph.nodes:
-        if node.op != "call_function":
-            continue
-        if draws_random_numbers(node) or _schema_mutates(node):
-            return False
-    return True
+    return not any(draws_random_numbers(n) or (n.op == "call_function" and _schema_mutates(n))
+                   for n in region.graph.nodes)
 
 
 def recomputed(node: Node) -> bool:
