@@ -224,6 +224,21 @@ def _cleanup_into(rec: dict) -> None:
         rec["device_lost"] = True
 
 
+def mean_time_us(step: Callable[[], object], calls: int, warmup: int) -> float:
+    """Mean CUDA-event time of `calls` back-to-back calls in microseconds, after `warmup` calls: one
+    event pair around them all (a kernel's steady throughput, for the scripts' microbenchmarks)."""
+    for _ in range(warmup):
+        step()
+    _sync()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        step()
+    end.record()
+    _sync()
+    return start.elapsed_time(end) / calls * 1000
+
+
 def event_times_us(
     step: Callable[[], object], iters: int, flush: Optional[torch.Tensor], sleep_cycles: int = 0
 ) -> list[float]:

@@ -11,25 +11,22 @@ ATen's var_mean for scale.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Callable
 
 import torch
 from nvfuser_direct import DataType, FusionDefinition
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from perf.measure import mean_time_us  # noqa: E402
+
 CHANNELS_LAST = [3, 0, 2, 1]
 
 
-def time_us(fn: Callable[[], object], calls: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / calls * 1000
+def time_us(fn: Callable[[], object]) -> float:
+    return mean_time_us(fn, calls=20, warmup=3)
 
 
 def _input(fd: FusionDefinition, memory_order: bool):

@@ -10,23 +10,20 @@ Prints microseconds per call (CUDA events over 30 calls after 5 warm-up calls).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def time_us(fn: Callable[[], object], calls: int = 30) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / calls * 1000
+from perf.measure import mean_time_us  # noqa: E402
+
+
+def time_us(fn: Callable[[], object]) -> float:
+    return mean_time_us(fn, calls=30, warmup=5)
 
 
 def main() -> None:
