@@ -229,3 +229,59 @@ def test_cut_after_a_two_output_reduction_keeps_its_getitems():
     assert not [r for r in plan.regions if "operator.getitem" in r.ops and "aten.var_mean.correction" not in r.ops]
     check_inference(_norm_roll_join, [torch.randn(4, 16, 8, dtype=torch.bfloat16)],
                     {"plan_cpu_as_cuda": True, "min_region_size": 1})
+
+
+def _statistics_and_pool(x, running_mean, squeezed: bool = True, pool_dims=(2, 3)):
+    """BatchNorm's training forward (statistics over N, H, W and the running mean updated from them)
+    and a squeeze-excitation pool of its ReLU output after it."""
+    var, mean = torch.var_mean(x, [0, 2, 3], correction=0, keepdim=True)
+    y = torch.relu((x - mean) * torch.rsqrt(var + 1e-5))
+    stats = mean.squeeze((0, 2, 3)) * 0.1 + running_mean * 0.9 if squeezed else mean * 0.1
+    return stats, y, y.mean(pool_dims, keepdim=True)
+
+
+def test_statistics_beside_partial_reduction_pattern():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.passes.known_bugs import statistics_beside_partial_reduction
+
+    args = (torch.randn(4, 8, 6, 5), torch.randn(8))
+    cases = (({}, "mean"), ({"squeezed": False}, None),  # the statistics written keepdim: not the pattern
+             ({"pool_dims": (0, 2, 3)}, None))  # the same dims reduced again
+    for kwargs, found in cases:
+        gm = make_fx(lambda x, r: _statistics_and_pool(x, r, **kwargs))(*args)
+        members = [n for n in gm.graph.nodes if n.op == "call_function"]
+        second = statistics_beside_partial_reduction(members)
+        assert (second.target.__name__.split(".")[0] if second is not None else None) == found, kwargs
+
+
+class _BnSqueezeExcite(torch.nn.Module):
+    """BatchNorm, ReLU and a squeeze-excitation gate: regnety's and EfficientNet's block."""
+
+    def __init__(self, channels: int = 8) -> None:
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(x))
+        return y * torch.sigmoid(y.mean((2, 3), keepdim=True))
+
+
+def test_batch_norm_statistics_and_a_pool_after_them_run_in_two_regions_and_match_eager():
+    """The pool, and what only it needs, move to a region of their own that reads the statistics; nothing
+    stays in eager, and outputs, gradients and running statistics match eager's."""
+    from dynamo_nvf.passes.known_bugs import STATISTICS_BESIDE_PARTIAL_REDUCTION
+    from helpers import compile_fn
+    from test_batch_norm import _train_steps
+
+    torch.manual_seed(0)
+    model = _BnSqueezeExcite()
+    compiled = compile_fn(model, {"plan_cpu_as_cuda": True})
+    plans = _train_steps(model, compiled, (4, 8, 6, 5), False, "cpu", torch.float32)
+    forward = next(p for p in plans if p.kind == "forward")
+    cut = [r for r in forward.regions if any(STATISTICS_BESIDE_PARTIAL_REDUCTION in b for b in r.boundary)]
+    assert len(cut) == 1, [r.boundary for r in forward.regions]
+    assert "aten.mean.dim" in cut[0].ops and "aten.var_mean.correction" not in cut[0].ops, cut[0].ops
+    (stats,) = [r for r in forward.regions if "aten.var_mean.correction" in r.ops]
+    assert "aten.mean.dim" not in stats.ops, stats.ops
+    assert not [n for p in plans for n in p.eager_nodes if n.reason == STATISTICS_BESIDE_PARTIAL_REDUCTION]

@@ -1,6 +1,17 @@
 """Keeps regions that nvFuser is known to compute wrongly, or to crash on, away from nvFuser.
 
-Two patterns, both found on an H100 with nvfuser_direct 0.2.36.
+Three patterns, all found with nvfuser_direct 0.2.36.
+
+**Statistics written beside a partial reduction** (H100 and H200, 2026-11-26) writes out of bounds:
+the region reduces a tensor (BatchNorm's statistics over [N, H, W]), writes results of that reduction
+squeezed to a lower rank (the running mean and variance, [C]), and after it reduces a tensor of the
+same shape over a subset of those dims (a squeeze-excitation block's mean over [H, W] of the
+normalised activation). compute-sanitizer finds hundreds of 2-byte writes up to 1 KB past the [C]
+outputs; under the caching allocator they land in other tensors, and timm's regnety_016 training step
+faulted with an illegal memory access in one run of several.
+`scripts/nvfuser_repros/statistics_beside_partial_reduction.py` reproduces it with `nvfuser_direct`
+alone. The second reduction, what follows it, and what only they need move to a region of their own,
+which reads the normalised activation the first region writes anyway (one more read of it).
 
 **A reduction feeding a joined resize** (2026-11-26) crashes the process (SIGSEGV) in nvFuser's
 compile: the region reduces a tensor, resizes (slices, pads, concatenates) what follows from the
@@ -52,7 +63,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS
-from dynamo_nvf.ops.lowerings import RESIZE_OPS, is_reduction
+from dynamo_nvf.ops.lowerings import RESIZE_OPS, is_reduction, reduced_dims
 from dynamo_nvf.ops.metadata import alias_violation, is_metadata, tensor_val
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of, set_eager
 from dynamo_nvf.passes.split_reductions import recompute_in, recomputable_feeders
@@ -74,6 +85,11 @@ EXPAND_PERMUTE_SPLIT = (
 REDUCTION_RESIZE_JOIN = (
     "nvFuser 0.2.36 crashes (SIGSEGV) compiling a fusion that resizes what a reduction feeds and joins it "
     "with another value the reduction feeds (scripts/nvfuser_repros/reduction_resize_join_segfault.py)"
+)
+
+STATISTICS_BESIDE_PARTIAL_REDUCTION = (
+    "nvFuser 0.2.36 writes out of bounds in a fusion that writes a reduction's squeezed statistics and reduces "
+    "a tensor of the same shape over fewer dims after it (scripts/nvfuser_repros/statistics_beside_partial_reduction.py)"
 )
 
 #: Ops nvFuser lowers to its `permute` (ops/lowerings.py).
@@ -125,13 +141,7 @@ def split_off(members: list[Node], expand: Node) -> Optional[list[Node]]:
     moved: set[Node] = set()
     for r in _reductions_of_permutes(reach(expand, inside), inside):
         moved |= {r} | reach(r, inside)
-    changed = True
-    while changed:
-        changed = False
-        for node in reversed(members):
-            if node not in moved and node.users and all(u in moved for u in node.users):
-                moved.add(node)
-                changed = True
+    moved = _moved_with(members, moved)
     kept = [n for n in members if n not in moved]
     part = [n for n in members if n in moved]
     if not kept or not part or any(expand_permute_reduction(p) is not None for p in (kept, part)):
@@ -209,6 +219,69 @@ def _cut_after_reductions(gm: GraphModule, members: list[Node], next_id: int) ->
     return new_ids
 
 
+def statistics_beside_partial_reduction(members: list[Node]) -> Optional[Node]:
+    """The later reduction of the out-of-bounds pattern above, or None: a reduction `second` below a
+    reduction `first` in the region, reading a tensor shaped as `first` reads, over a proper subset of
+    `first`'s dims, where the region writes a value below `first` (not below `second`) of lower rank
+    than `first`'s input."""
+    inside = set(members)
+    reductions = [n for n in members if is_reduction(n)]
+    for first in reductions:
+        source = tensor_val(first.args[0])
+        if source is None:
+            continue
+        dims = set(reduced_dims(first))
+        below = reach(first, inside)
+        for second in reductions:
+            other = tensor_val(second.args[0])
+            if second not in below or other is None or tuple(other.shape) != tuple(source.shape) or \
+                    not set(reduced_dims(second)) < dims:
+                continue
+            after = reach(second, inside) | {second}
+            if any(n not in after and _written_out(n, inside) and (val := tensor_val(n)) is not None
+                   and val.dim() < source.dim() for n in below):
+                return second
+    return None
+
+
+def _moved_with(members: list[Node], moved: set[Node]) -> set[Node]:
+    """`moved` and, upstream, every node all of whose users are moved: nothing moved then feeds what
+    stays, so the moved part runs after the rest and reads its outputs."""
+    moved = set(moved)
+    changed = True
+    while changed:
+        changed = False
+        for node in reversed(members):
+            if node not in moved and node.users and all(u in moved for u in node.users):
+                moved.add(node)
+                changed = True
+    return moved
+
+
+def _split_off_partial_reductions(members: list[Node], next_id: int) -> Optional[list[int]]:
+    """Moves each later reduction of the pattern, with what follows it, to a region of its own until no
+    part has the pattern; the new regions' ids, or None where a cut clears nothing."""
+    new_ids: list[int] = []
+    part = members
+    while (found := statistics_beside_partial_reduction(part)) is not None:
+        inside = set(part)
+        moved = _moved_with(part, {found} | reach(found, inside))
+        kept = [n for n in part if n not in moved]
+        rest = [n for n in part if n in moved]
+        if not kept or statistics_beside_partial_reduction(kept) is not None:
+            return None
+        for node in rest:
+            node.meta[REGION_KEY] = next_id
+        first = next((n for n in rest if not is_metadata(n)), rest[0])
+        first.meta.setdefault(SPLIT_KEY, []).append(
+            (members[0].name, f"the reduction {found.name} and the {len(rest) - 1} nodes after it run in a "
+                              f"region of their own ({STATISTICS_BESIDE_PARTIAL_REDUCTION})"))
+        new_ids.append(next_id)
+        next_id += 1
+        part = rest
+    return new_ids
+
+
 def keep_known_bugs_eager(gm: GraphModule) -> GraphModule:
     """Cuts each region with a pattern nvFuser computes wrongly in two where that clears it (noting
     why, for explain()), else sends the region back to eager, with the reason."""
@@ -216,6 +289,19 @@ def keep_known_bugs_eager(gm: GraphModule) -> GraphModule:
     next_id = max(regions, default=-1) + 1
     cut = False
     for members in regions.values():
+        if statistics_beside_partial_reduction(members) is not None:
+            region_id = members[0].meta[REGION_KEY]
+            new_ids = _split_off_partial_reductions(members, next_id)
+            if new_ids is None:
+                log.info("dynamo_nvf: the region of %s stays in eager: %s", members[0].name,
+                         STATISTICS_BESIDE_PARTIAL_REDUCTION)
+                set_eager(members, STATISTICS_BESIDE_PARTIAL_REDUCTION)
+                continue
+            log.info("dynamo_nvf: the region of %s is cut before its partial reductions: %s", members[0].name,
+                     STATISTICS_BESIDE_PARTIAL_REDUCTION)
+            next_id += len(new_ids)
+            cut = True
+            members = [n for n in members if n.meta.get(REGION_KEY) == region_id]
         if reduction_resize_join(members) is not None:
             region_id = members[0].meta[REGION_KEY]
             new_ids = _cut_after_reductions(gm, members, next_id)
