@@ -285,3 +285,29 @@ def test_batch_norm_statistics_and_a_pool_after_them_run_in_two_regions_and_matc
     (stats,) = [r for r in forward.regions if "aten.var_mean.correction" in r.ops]
     assert "aten.mean.dim" not in stats.ops, stats.ops
     assert not [n for p in plans for n in p.eager_nodes if n.reason == STATISTICS_BESIDE_PARTIAL_REDUCTION]
+
+
+class _BnSqueezeExciteConv(_BnSqueezeExcite):
+    """As regnety's block: the pooled vector goes through a 1x1 convolution (ATen), so the pool is a
+    region of one reduction after the cut, which the bookend pass would otherwise merge back."""
+
+    def __init__(self, channels: int = 8) -> None:
+        super().__init__(channels)
+        self.fc = torch.nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(x))
+        return y * torch.sigmoid(self.fc(y.mean((2, 3), keepdim=True)))
+
+
+def test_a_pool_cut_from_batch_norm_statistics_is_not_merged_back():
+    from helpers import compile_fn
+    from test_batch_norm import _train_steps
+
+    torch.manual_seed(0)
+    model = _BnSqueezeExciteConv()
+    plans = _train_steps(model, compile_fn(model, {"plan_cpu_as_cuda": True}), (4, 8, 6, 5), False, "cpu",
+                         torch.float32)
+    forward = next(p for p in plans if p.kind == "forward")
+    (stats,) = [r for r in forward.regions if "aten.var_mean.correction" in r.ops]
+    assert "aten.mean.dim" not in stats.ops, stats.ops

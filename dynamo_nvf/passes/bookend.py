@@ -39,6 +39,7 @@ from torch.fx import GraphModule, Node
 from dynamo_nvf.ops.metadata import RESHAPE_OPS, alias_violation, is_broadcast, is_metadata, memory_order, static_layout
 from dynamo_nvf.ops.lowerings import is_pointwise
 from dynamo_nvf.ops.registry import op_name
+from dynamo_nvf.passes.known_bugs import known_bug
 from dynamo_nvf.passes.partition import (
     REASON_KEY,
     REGION_KEY,
@@ -236,8 +237,9 @@ class _RegionIndex:
 
 
 def _merge_orphan(gm: GraphModule, orphan: int, index: _RegionIndex, settings: Settings) -> bool:
-    """Joins a too-small region to another region of the graph, when that needs no cycle and fits
-    the IO cap. Bounded horizontal fusion: only regions that would otherwise run alone in eager are
+    """Joins a too-small region to another region of the graph, when that needs no cycle, fits the IO
+    cap and makes no pattern nvFuser is known to get wrong (passes/known_bugs.py: a region cut there
+    stays cut). Bounded horizontal fusion: only regions that would otherwise run alone in eager are
     moved, each to one of the MERGE_CANDIDATES best regions, so nvFuser can schedule them beside the
     others (seed 001's sum beside its pointwise chain).
     """
@@ -261,6 +263,8 @@ def _merge_orphan(gm: GraphModule, orphan: int, index: _RegionIndex, settings: S
 
         others_spans = [span for r, span in index.spans.items() if r not in (region, orphan)]
         if region_io_count(union) > settings.max_region_io or creates_cycle(union, index.order, group, others_spans):
+            continue
+        if known_bug(sorted(union, key=index.order.__getitem__)):
             continue
         for node in nodes:
             node.meta[REGION_KEY] = region

@@ -282,6 +282,18 @@ def _split_off_partial_reductions(members: list[Node], next_id: int) -> Optional
     return new_ids
 
 
+def known_bug(members: list[Node]) -> str:
+    """Why nvFuser must not get these nodes as one region (a pattern above), or "": the bookend pass
+    asks it before merging a small region into another, so that no merge undoes a cut made here."""
+    if statistics_beside_partial_reduction(members) is not None:
+        return STATISTICS_BESIDE_PARTIAL_REDUCTION
+    if reduction_resize_join(members) is not None:
+        return REDUCTION_RESIZE_JOIN
+    if expand_permute_reduction(members) is not None:
+        return EXPAND_PERMUTE_REDUCTION
+    return ""
+
+
 def keep_known_bugs_eager(gm: GraphModule) -> GraphModule:
     """Cuts each region with a pattern nvFuser computes wrongly in two where that clears it (noting
     why, for explain()), else sends the region back to eager, with the reason."""
