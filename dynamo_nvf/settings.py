@@ -239,9 +239,8 @@ class Settings:
     channels_last_convs: bool = True
     #: Compute a region whose activations are channels-last in NHWC order, its 4-D inputs and outputs
     #: zero-copy permutes (passes/channels_last_regions.py): nvFuser then reads a BatchNorm's statistics
-    #: as the outer reduction memory holds, and its pointwise kernels row-major. Off: one zoo model's
-    #: training step faulted with it on (docs/options.md).
-    channels_last_regions: bool = False
+    #: as the outer reduction memory holds, and its pointwise kernels row-major (docs/options.md).
+    channels_last_regions: bool = True
     #: Under CUDA graphs, convert a convolution's NCHW weight to channels-last in the graph where cuDNN
     #: runs it channels-last (its input is), so the conversion is a region instead of ATen's strided
     #: copy inside every call (passes/conv_weight_layout.py): 0.7 us less for ConvNeXt's downsampling

@@ -188,10 +188,10 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
-            "nvf_nhwc_regions",
-            _nvf({"channels_last_regions": True}),
-            "dynamo_nvf with channels_last_regions on (regions reading channels-last activations compute in "
-            "NHWC order), against the default; opt-in",
+            "nvf_nchw_regions",
+            _nvf({"channels_last_regions": False}),
+            "dynamo_nvf with channels_last_regions off (regions reading channels-last activations compute in "
+            "their logical NCHW order), against the default; opt-in",
             nvf=True,
         ),
         Backend(

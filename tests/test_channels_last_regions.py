@@ -1,4 +1,4 @@
-"""channels_last_regions (opt-in): a region reading channels-last activations computes in NHWC order.
+"""channels_last_regions (on by default): a region reading channels-last activations computes in NHWC order.
 BatchNorm + ReLU forward and backward: the region's 4-D inputs are row-major NHWC views, its reductions
 run over [0, 1, 2], values, gradients and output strides match eager; NCHW activations, small tensors and
 views the rewrite does not know leave the region as it was; the option off leaves every region alone."""

@@ -24,11 +24,9 @@ region as it is. Values are those of the same math in another order of summation
 strides eager gives them (the permute back of a row-major NHWC tensor is channels-last), and a region
 with an output eager lays out otherwise (a broadcast of two keepdim reductions) is left as it is.
 
-Off by default (`channels_last_regions`): with it, timm's regnety_016 training step faults on an H100
-with an illegal memory access (2026-11-26, `python -m perf --only zoo_timm_regnety_016_train_bf16`).
-compute-sanitizer puts it in a reduction kernel nvFuser 0.2.36 compiled for one of these regions,
-writing past [C]-element bf16 outputs (C = 48, 96); docs/options.md has the run. The plan run eagerly
-on the CPU matches eager's loss and gradients. Measured
+On by default (`channels_last_regions`). It was opt-in while timm's regnety_016 training step faulted
+with it on; the fault was nvFuser writing out of bounds in a BatchNorm region that also pools, with
+the option off as well (passes/known_bugs.py now cuts such regions; docs/options.md has the runs). Measured
 with it on (H100, bf16, GPU kernel time per training step against inductor's, same run): ResNet-50
 16.7 -> 9.5 ms (5.6), MobileNetV3 10.6 -> 6.4 (4.1), EfficientNet-B0 16.6 -> 13.2 (6.6), RepVGG
 9.0 -> 7.3 (3.6), CSPDarkNet-53 22.4 -> 12.2 (6.9).
