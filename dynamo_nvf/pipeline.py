@@ -38,7 +38,6 @@ from dynamo_nvf.passes.gqa_attention import read_grouped_heads
 from dynamo_nvf.passes.hoist_permutes import hoist_permutes
 from dynamo_nvf.passes.hoist_slices import hoist_slices
 from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager
-from dynamo_nvf.passes.split_running_stats import split_running_stats
 from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.memory_order_reductions import reduce_in_memory_order
 from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
@@ -210,7 +209,6 @@ GRAPH_PASSES: tuple[Pass, ...] = (
          option="channels_last_conv_weights"),
     Pass("partition_regions", _settings_only(partition_regions)),
     Pass("keep_known_bugs_eager", _graph_only(keep_known_bugs_eager)),
-    Pass("split_running_stats", _graph_only(split_running_stats), NOT_BACKWARD),
     Pass("channels_last_regions", _graph_only(channels_last_regions), option="channels_last_regions"),
     Pass("unflatten_reductions", _graph_only(unflatten_reductions), option="unflatten_reductions",
          enabled=Settings.unflattens),

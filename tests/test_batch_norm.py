@@ -272,23 +272,3 @@ def test_gpu_resnet_block_training_step_runs_no_aten_batch_norm_kernel(device, c
     names = _kernel_names(lambda: step(compiled))
     assert not _batch_norm_kernels(names), names
     assert any("nvfuser" in n.lower() or "CudaCodeGen" in n for n in names), names
-
-
-def test_running_statistics_update_runs_in_a_region_of_its_own():
-    """A training forward's [C] running-statistics update leaves the region that normalises (nvFuser
-    0.2.36 ran that region's pointwise segment many times slower with it): the normalising region
-    writes no [C] value, a region of [C] values writes the new running statistics, and a ResNet
-    block's training steps match eager's, buffers included."""
-    from dynamo_nvf.passes.split_running_stats import REASON
-
-    torch.manual_seed(0)
-    model = ConvBnBlock(8)
-    plans = _train_steps(model, compile_fn(model, {"plan_cpu_as_cuda": True}), (2, 8, 6, 5), False, "cpu",
-                         torch.float32)
-    forward = [p for p in plans if p.kind == "forward"]
-    norms = [r for p in forward for r in p.regions if "aten.var_mean.correction" in r.ops]
-    assert norms and all(len(o.shape) != 1 or o.shape == [] for r in norms for o in r.outputs), \
-        [[o.shape for o in r.outputs] for r in norms]
-    stats = [r for p in forward for r in p.regions if any(REASON in b for b in r.boundary)]
-    assert len(stats) == len(norms), [r.ops for r in stats]
-    assert all(len(o.shape) == 1 for r in stats for o in r.outputs), [[o.shape for o in r.outputs] for r in stats]

@@ -65,7 +65,7 @@ from torch.fx import GraphModule, Node
 from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS
 from dynamo_nvf.ops.lowerings import RESIZE_OPS, is_reduction, reduced_dims
 from dynamo_nvf.ops.metadata import alias_violation, is_metadata, tensor_val
-from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of, set_eager, with_exclusive_feeders
+from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of, set_eager
 from dynamo_nvf.passes.split_reductions import recompute_in, recomputable_feeders
 
 log = logging.getLogger("dynamo_nvf")
@@ -141,7 +141,7 @@ def split_off(members: list[Node], expand: Node) -> Optional[list[Node]]:
     moved: set[Node] = set()
     for r in _reductions_of_permutes(reach(expand, inside), inside):
         moved |= {r} | reach(r, inside)
-    moved = with_exclusive_feeders(members, moved)
+    moved = _moved_with(members, moved)
     kept = [n for n in members if n not in moved]
     part = [n for n in members if n in moved]
     if not kept or not part or any(expand_permute_reduction(p) is not None for p in (kept, part)):
@@ -244,6 +244,20 @@ def statistics_beside_partial_reduction(members: list[Node]) -> Optional[Node]:
     return None
 
 
+def _moved_with(members: list[Node], moved: set[Node]) -> set[Node]:
+    """`moved` and, upstream, every node all of whose users are moved: nothing moved then feeds what
+    stays, so the moved part runs after the rest and reads its outputs."""
+    moved = set(moved)
+    changed = True
+    while changed:
+        changed = False
+        for node in reversed(members):
+            if node not in moved and node.users and all(u in moved for u in node.users):
+                moved.add(node)
+                changed = True
+    return moved
+
+
 def _split_off_partial_reductions(members: list[Node], next_id: int) -> Optional[list[int]]:
     """Moves each later reduction of the pattern, with what follows it, to a region of its own until no
     part has the pattern; the new regions' ids, or None where a cut clears nothing."""
@@ -251,7 +265,7 @@ def _split_off_partial_reductions(members: list[Node], next_id: int) -> Optional
     part = members
     while (found := statistics_beside_partial_reduction(part)) is not None:
         inside = set(part)
-        moved = with_exclusive_feeders(part, {found} | reach(found, inside))
+        moved = _moved_with(part, {found} | reach(found, inside))
         kept = [n for n in part if n not in moved]
         rest = [n for n in part if n in moved]
         if not kept or statistics_beside_partial_reduction(kept) is not None:

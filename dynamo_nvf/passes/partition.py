@@ -237,22 +237,6 @@ def reach(start: Node, members: Collection[Node], upstream: bool = False) -> set
     return _walk(start, members.__contains__, upstream)
 
 
-def with_exclusive_feeders(members: list[Node], moved: set[Node],
-                           allowed: Callable[[Node], bool] = lambda node: True) -> set[Node]:
-    """`moved` and, upstream, every node of `members` (that `allowed` admits) all of whose users are
-    moved: nothing moved then feeds what stays, so a region made of the moved nodes runs after the
-    rest and reads its outputs."""
-    moved = set(moved)
-    changed = True
-    while changed:
-        changed = False
-        for node in reversed(members):
-            if node not in moved and node.users and all(u in moved for u in node.users) and allowed(node):
-                moved.add(node)
-                changed = True
-    return moved
-
-
 def set_eager(nodes: Iterable[Node], reason: str) -> None:
     for node in nodes:
         node.meta.pop(REGION_KEY, None)
