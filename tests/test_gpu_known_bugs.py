@@ -102,8 +102,10 @@ def _sanitizer() -> str:
 @pytest.mark.skipif(not _sanitizer(), reason="needs compute-sanitizer")
 def test_batch_norm_with_a_pool_after_it_writes_nothing_out_of_bounds():
     """A BatchNorm training forward whose output a squeeze-excitation block pools: nvFuser 0.2.36 wrote
-    past the running statistics in one fusion of both; memcheck (each tensor its own allocation) finds
-    no invalid access now, and values and running statistics match eager."""
+    past the running statistics in regnety's fusion of both; memcheck (each tensor its own allocation)
+    finds no invalid access now, and values and running statistics match eager. With the cut turned off
+    (KNOWN_BUG_GUARD_OFF=1) this block's fused region failed nvFuser's compile instead (an expr_sort
+    assert, H100, 2026-11-26) and the plan check fails."""
     import subprocess
     import sys
 

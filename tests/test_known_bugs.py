@@ -311,3 +311,22 @@ def test_a_pool_cut_from_batch_norm_statistics_is_not_merged_back():
     forward = next(p for p in plans if p.kind == "forward")
     (stats,) = [r for r in forward.regions if "aten.var_mean.correction" in r.ops]
     assert "aten.mean.dim" not in stats.ops, stats.ops
+
+
+def _sums_and_pool(x, w):
+    """Statistics by a sum over N, H and W written squeezed, and a pool of the normalised tensor that
+    a convolution (ATen) reads: after the cut the pool is a region of one reduction."""
+    s = x.sum((0, 2, 3), keepdim=True)
+    y = torch.relu(x - s / 120)
+    return s.squeeze((0, 2, 3)) * 0.1, y, torch.nn.functional.conv2d(y.mean((2, 3), keepdim=True), w)
+
+
+def test_a_small_region_is_not_merged_into_a_known_bug_pattern():
+    from dynamo_nvf.passes.known_bugs import STATISTICS_BESIDE_PARTIAL_REDUCTION
+    from helpers import check_training, cuda_plans
+
+    (plan,) = cuda_plans(_sums_and_pool, (4, 8, 6, 5), (8, 8, 1, 1), options={"min_region_size": 2}, fake=False)
+    assert not [r for r in plan.regions if "aten.mean.dim" in r.ops and "aten.sum.dim_IntList" in r.ops], \
+        [r.ops for r in plan.regions]
+    assert not [n for n in plan.eager_nodes if n.reason == STATISTICS_BESIDE_PARTIAL_REDUCTION]
+    check_training(_sums_and_pool, [torch.randn(4, 8, 6, 5), torch.randn(8, 8, 1, 1)], {"plan_cpu_as_cuda": True})
