@@ -51,9 +51,10 @@ def test_repro_is_standalone_and_reads_as_a_bug_report(path):
     assert "nvfuser_direct" in imported
     local = imported & {"dynamo_nvf", "perf", "scripts", "tests", "helpers", "."}
     assert not local, f"{path.name} imports {sorted(local)}: a reproducer runs with torch and nvfuser_direct alone"
-    # subprocess: a crash reproducer runs each variant in a child, so that one crash does not end the report.
-    allowed = {"__future__", "argparse", "collections", "statistics", "subprocess", "sys", "time", "typing",
-               "torch", "nvfuser_direct"}
+    # subprocess: a crash reproducer runs each variant in a child, so that one crash does not end the report
+    # (os, re, shutil: one that finds compute-sanitizer, runs the child under it and reads its summary).
+    allowed = {"__future__", "argparse", "collections", "os", "re", "shutil", "statistics", "subprocess", "sys",
+               "time", "typing", "torch", "nvfuser_direct"}
     assert imported <= allowed, f"{path.name} imports {sorted(imported - allowed)}"
     doc = ast.get_docstring(tree) or ""
     for part in ("**What:**", "**Expected:**", "**Actual", "**Versions:**", "nvfuser_direct 0.2.36"):
