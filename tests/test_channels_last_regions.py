@@ -81,10 +81,12 @@ def test_nchw_small_and_unknown_regions_stay_as_written():
     assert not _notes(check_inference(flattened, [big.to(memory_format=torch.channels_last)], ON))
 
 
-def test_off_by_default():
+def test_on_by_default_and_off_leaves_every_region_alone():
     m = _conv_bn_relu()
     x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
-    assert not _notes(check_training(m, [x], {"plan_cpu_as_cuda": True}, params=list(m.parameters())))
+    assert _notes(check_training(m, [x], {"plan_cpu_as_cuda": True}, params=list(m.parameters())))
+    off = {"plan_cpu_as_cuda": True, "channels_last_regions": False}
+    assert not _notes(check_training(m, [x], off, params=list(m.parameters())))
 
 
 def test_a_region_whose_outputs_eager_lays_out_otherwise_stays_as_written():
