@@ -330,3 +330,74 @@ def test_a_small_region_is_not_merged_into_a_known_bug_pattern():
         [r.ops for r in plan.regions]
     assert not [n for n in plan.eager_nodes if n.reason == STATISTICS_BESIDE_PARTIAL_REDUCTION]
     check_training(_sums_and_pool, [torch.randn(4, 8, 6, 5), torch.randn(8, 8, 1, 1)], {"plan_cpu_as_cuda": True})
+
+
+def _pool_reads_the_variance(x, rm):
+    var, mean = torch.var_mean(x, [0, 2, 3], correction=0, keepdim=True)
+    y = torch.relu(x - mean)
+    stats = mean.squeeze((0, 2, 3)) * 0.1 + rm * 0.9
+    return stats, y, y.mean((2, 3), keepdim=True) * torch.rsqrt(var + 1e-5)
+
+
+def _pool_rotated_and_joined(x, rm):
+    var, mean = torch.var_mean(x, [0, 2, 3], correction=0, keepdim=True)
+    y = torch.relu((x - mean) * torch.rsqrt(var + 1e-5))
+    p = y.mean((2, 3))
+    return mean.squeeze((0, 2, 3)) * 0.1 + rm * 0.9, y, torch.cat([-p[:, 4:], p[:, :4]], dim=1) * p
+
+
+def _one_region(fn, *args):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.passes.partition import REGION_KEY
+
+    gm = make_fx(fn)(*args)
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            n.meta[REGION_KEY] = 0
+    return gm
+
+
+def test_the_cut_off_pool_reads_tensors_and_is_checked_for_the_other_patterns():
+    """A getitem of var_mean stays with it when the part cut off reads it (a region takes tensors,
+    not tuples), and a part cut off with another known pattern (a pool rotated and joined, bf16: the
+    resize crash) is cut again, so no region has any pattern."""
+    import operator
+
+    from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager, known_bug
+    from dynamo_nvf.passes.partition import REGION_KEY, regions_of
+
+    gm = keep_known_bugs_eager(_one_region(_pool_reads_the_variance, torch.randn(4, 8, 6, 5), torch.randn(8)))
+    for node in gm.graph.nodes:
+        if node.target is operator.getitem:
+            assert node.meta.get(REGION_KEY) == node.args[0].meta.get(REGION_KEY), node.name
+    gm = keep_known_bugs_eager(_one_region(_pool_rotated_and_joined, torch.randn(4, 8, 6, 5, dtype=torch.bfloat16),
+                                           torch.randn(8, dtype=torch.bfloat16)))
+    assert len(regions_of(gm)) >= 2 and not [known_bug(ns) for ns in regions_of(gm).values() if known_bug(ns)]
+
+
+class _BnChannelAttention(torch.nn.Module):
+    """BatchNorm, then CBAM-style channel attention: a mean and a max pool side by side."""
+
+    def __init__(self, channels: int = 8) -> None:
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(x))
+        return y * torch.sigmoid(y.mean((2, 3), keepdim=True) + y.amax((2, 3), keepdim=True))
+
+
+def test_two_pools_side_by_side_are_cut_off_together_and_nothing_stays_eager():
+    from dynamo_nvf.passes.known_bugs import STATISTICS_BESIDE_PARTIAL_REDUCTION
+    from helpers import compile_fn
+    from test_batch_norm import _train_steps
+
+    torch.manual_seed(0)
+    model = _BnChannelAttention()
+    plans = _train_steps(model, compile_fn(model, {"plan_cpu_as_cuda": True}), (4, 8, 6, 5), False, "cpu",
+                         torch.float32)
+    forward = next(p for p in plans if p.kind == "forward")
+    assert not [n for n in forward.nodes if n.reason == STATISTICS_BESIDE_PARTIAL_REDUCTION]
+    (norm,) = [r for r in forward.regions if "aten.var_mean.correction" in r.ops]
+    assert "aten.mean.dim" not in norm.ops and "aten.amax.default" not in norm.ops, norm.ops

@@ -177,6 +177,8 @@ def reduction_resize_join(members: list[Node]) -> Optional[Node]:
     """The first reduction of a region that feeds a resize whose result is joined with another value
     the reduction feeds, with a bf16 or fp16 rounding between the reduction and the resize (the crash
     pattern above), or None."""
+    if not any(n.op == "call_function" and n.target in RESIZE_OPS for n in members):
+        return None
     inside = set(members)
     for node in members:
         if not is_reduction(node):
@@ -219,29 +221,40 @@ def _cut_after_reductions(gm: GraphModule, members: list[Node], next_id: int) ->
     return new_ids
 
 
-def statistics_beside_partial_reduction(members: list[Node]) -> Optional[Node]:
-    """The later reduction of the out-of-bounds pattern above, or None: a reduction `second` below a
-    reduction `first` in the region, reading a tensor shaped as `first` reads, over a proper subset of
-    `first`'s dims, where the region writes a value below `first` (not below `second`) of lower rank
-    than `first`'s input."""
+def partial_reductions(members: list[Node]) -> list[Node]:
+    """The later reductions of the out-of-bounds pattern above, in graph order: each reduction `second`
+    below a reduction `first` in the region, reading a tensor shaped as `first` reads, over a proper
+    subset of `first`'s dims, where the region writes a value below `first` (not below `second`) of
+    lower rank than `first`'s input. Reductions are grouped by input shape first, so a region with no
+    such pair costs no walk (the bookend pass asks this of every merge it considers)."""
     inside = set(members)
-    reductions = [n for n in members if is_reduction(n)]
-    for first in reductions:
-        source = tensor_val(first.args[0])
-        if source is None:
-            continue
-        dims = set(reduced_dims(first))
-        below = reach(first, inside)
-        for second in reductions:
-            other = tensor_val(second.args[0])
-            if second not in below or other is None or tuple(other.shape) != tuple(source.shape) or \
-                    not set(reduced_dims(second)) < dims:
+    by_shape: dict[tuple, list[tuple[Node, frozenset[int]]]] = {}
+    for node in members:
+        if is_reduction(node) and (source := tensor_val(node.args[0])) is not None:
+            by_shape.setdefault(tuple(source.shape), []).append((node, frozenset(reduced_dims(node))))
+    found: list[Node] = []
+    for group in by_shape.values():
+        for first, dims in group:
+            seconds = [second for second, fewer in group if fewer < dims and second not in found]
+            if not seconds:
                 continue
-            after = reach(second, inside) | {second}
-            if any(n not in after and _written_out(n, inside) and (val := tensor_val(n)) is not None
-                   and val.dim() < source.dim() for n in below):
-                return second
-    return None
+            rank = tensor_val(first.args[0]).dim()
+            below = reach(first, inside)
+            for second in seconds:
+                if second not in below:
+                    continue
+                after = reach(second, inside) | {second}
+                if any(n not in after and _written_out(n, inside) and (val := tensor_val(n)) is not None
+                       and val.dim() < rank for n in below):
+                    found.append(second)
+    order = {n: i for i, n in enumerate(members)}
+    return sorted(found, key=order.__getitem__)
+
+
+def statistics_beside_partial_reduction(members: list[Node]) -> Optional[Node]:
+    """The first later reduction of the out-of-bounds pattern above (`partial_reductions`), or None."""
+    found = partial_reductions(members)
+    return found[0] if found else None
 
 
 def _moved_with(members: list[Node], moved: set[Node]) -> set[Node]:
@@ -263,9 +276,13 @@ def _split_off_partial_reductions(members: list[Node], next_id: int) -> Optional
     part has the pattern; the new regions' ids, or None where a cut clears nothing."""
     new_ids: list[int] = []
     part = members
-    while (found := statistics_beside_partial_reduction(part)) is not None:
+    while found := partial_reductions(part):
         inside = set(part)
-        moved = _moved_with(part, {found} | reach(found, inside))
+        # every such reduction at once: a sibling left behind (a max pool beside the mean) would keep
+        # the pattern in what stays
+        moved = _moved_with(part, set(found).union(*(reach(r, inside) for r in found)))
+        # a region takes tensors, not tuples: a getitem stays beside its reduction (var_mean's)
+        moved -= {n for n in moved if n.target is operator.getitem and n.args[0] not in moved}
         kept = [n for n in part if n not in moved]
         rest = [n for n in part if n in moved]
         if not kept or statistics_beside_partial_reduction(kept) is not None:
@@ -274,8 +291,8 @@ def _split_off_partial_reductions(members: list[Node], next_id: int) -> Optional
             node.meta[REGION_KEY] = next_id
         first = next((n for n in rest if not is_metadata(n)), rest[0])
         first.meta.setdefault(SPLIT_KEY, []).append(
-            (members[0].name, f"the reduction {found.name} and the {len(rest) - 1} nodes after it run in a "
-                              f"region of their own ({STATISTICS_BESIDE_PARTIAL_REDUCTION})"))
+            (members[0].name, f"the reduction(s) {', '.join(r.name for r in found)} and the nodes after them "
+                              f"({len(rest)} in all) run in a region of their own ({STATISTICS_BESIDE_PARTIAL_REDUCTION})"))
         new_ids.append(next_id)
         next_id += 1
         part = rest
@@ -294,13 +311,25 @@ def known_bug(members: list[Node]) -> str:
     return ""
 
 
+def _members_of(gm: GraphModule, region_ids: list[int]) -> list[list[Node]]:
+    """The nodes of each of `region_ids`, in graph order."""
+    by_id: dict[int, list[Node]] = {i: [] for i in region_ids}
+    for node in gm.graph.nodes:
+        if node.meta.get(REGION_KEY) in by_id:
+            by_id[node.meta[REGION_KEY]].append(node)
+    return [by_id[i] for i in region_ids if by_id[i]]
+
+
 def keep_known_bugs_eager(gm: GraphModule) -> GraphModule:
     """Cuts each region with a pattern nvFuser computes wrongly in two where that clears it (noting
     why, for explain()), else sends the region back to eager, with the reason."""
     regions = regions_of(gm)
     next_id = max(regions, default=-1) + 1
     cut = False
-    for members in regions.values():
+    # New regions a cut makes are checked for every pattern too (the part cut off may hold another).
+    pending = list(regions.values())
+    while pending:
+        members = pending.pop(0)
         if statistics_beside_partial_reduction(members) is not None:
             region_id = members[0].meta[REGION_KEY]
             new_ids = _split_off_partial_reductions(members, next_id)
@@ -313,6 +342,7 @@ def keep_known_bugs_eager(gm: GraphModule) -> GraphModule:
                      STATISTICS_BESIDE_PARTIAL_REDUCTION)
             next_id += len(new_ids)
             cut = True
+            pending += _members_of(gm, new_ids)
             members = [n for n in members if n.meta.get(REGION_KEY) == region_id]
         if reduction_resize_join(members) is not None:
             region_id = members[0].meta[REGION_KEY]
