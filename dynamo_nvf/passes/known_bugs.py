@@ -231,7 +231,8 @@ def partial_reductions(members: list[Node]) -> list[Node]:
     by_shape: dict[tuple, list[tuple[Node, frozenset[int]]]] = {}
     for node in members:
         if is_reduction(node) and (source := tensor_val(node.args[0])) is not None:
-            by_shape.setdefault(tuple(source.shape), []).append((node, frozenset(reduced_dims(node))))
+            # by the sizes' text: symbolic sizes (SymInt) are not hashable
+            by_shape.setdefault(tuple(str(d) for d in source.shape), []).append((node, frozenset(reduced_dims(node))))
     found: list[Node] = []
     for group in by_shape.values():
         for first, dims in group:
