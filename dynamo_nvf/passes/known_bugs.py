@@ -195,6 +195,15 @@ def reduction_resize_join(members: list[Node]) -> Optional[Node]:
     return None
 
 
+def _move_to_region(part: list[Node], region_id: int, origin: str, note: str) -> None:
+    """Annotates `part` as region `region_id`, with `note` (why it left `origin`'s region) on its first
+    compute node: a leading view of the part may be trimmed off it later."""
+    for node in part:
+        node.meta[REGION_KEY] = region_id
+    first = next((n for n in part if not is_metadata(n)), part[0])
+    first.meta.setdefault(SPLIT_KEY, []).append((origin, note))
+
+
 def _cut_after_reductions(gm: GraphModule, members: list[Node], next_id: int) -> Optional[list[int]]:
     """Moves what the pattern's reductions feed to new regions, one cut at a time, until no part has
     it; returns the ids of the new regions, or None where a cut clears nothing (then the caller sends
@@ -209,12 +218,9 @@ def _cut_after_reductions(gm: GraphModule, members: list[Node], next_id: int) ->
         if not moved or reduction_resize_join(kept) is not None:
             return None
         rest = [n for n in part if n in moved]
-        for node in rest:
-            node.meta[REGION_KEY] = next_id
-        first = next((n for n in rest if not is_metadata(n)), rest[0])
-        first.meta.setdefault(SPLIT_KEY, []).append(
-            (members[0].name, f"cut after the reduction {found.name}: {len(rest)} nodes it feeds run in a "
-                              f"region of their own ({REDUCTION_RESIZE_JOIN})"))
+        _move_to_region(rest, next_id, members[0].name,
+                        f"cut after the reduction {found.name}: {len(rest)} nodes it feeds run in a region of "
+                        f"their own ({REDUCTION_RESIZE_JOIN})")
         new_ids.append(next_id)
         next_id += 1
         part = rest
@@ -286,14 +292,11 @@ def _split_off_partial_reductions(members: list[Node], next_id: int) -> Optional
         moved -= {n for n in moved if n.target is operator.getitem and n.args[0] not in moved}
         kept = [n for n in part if n not in moved]
         rest = [n for n in part if n in moved]
-        if not kept or statistics_beside_partial_reduction(kept) is not None:
+        if not kept or partial_reductions(kept):
             return None
-        for node in rest:
-            node.meta[REGION_KEY] = next_id
-        first = next((n for n in rest if not is_metadata(n)), rest[0])
-        first.meta.setdefault(SPLIT_KEY, []).append(
-            (members[0].name, f"the reduction(s) {', '.join(r.name for r in found)} and the nodes after them "
-                              f"({len(rest)} in all) run in a region of their own ({STATISTICS_BESIDE_PARTIAL_REDUCTION})"))
+        _move_to_region(rest, next_id, members[0].name,
+                        f"the reduction(s) {', '.join(r.name for r in found)} and the nodes after them "
+                        f"({len(rest)} in all) run in a region of their own ({STATISTICS_BESIDE_PARTIAL_REDUCTION})")
         new_ids.append(next_id)
         next_id += 1
         part = rest
