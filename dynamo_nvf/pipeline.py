@@ -46,6 +46,7 @@ from dynamo_nvf.passes.partition import REASON_KEY, REGION_KEY, partition_region
 from dynamo_nvf.passes.reinplace import reinplace_fresh_accumulations
 from dynamo_nvf.passes.saved_views import recompute_saved_views
 from dynamo_nvf.passes.sink_permutes import sink_permutes
+from dynamo_nvf.passes.split_channel_statistics import split_channel_statistics
 from dynamo_nvf.passes.split_reductions import split_norm_backward
 from dynamo_nvf.passes.split_transposes import split_transposes
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
@@ -209,6 +210,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
          option="channels_last_conv_weights"),
     Pass("partition_regions", _settings_only(partition_regions)),
     Pass("keep_known_bugs_eager", _graph_only(keep_known_bugs_eager)),
+    Pass("split_channel_statistics", _graph_only(split_channel_statistics), NOT_BACKWARD),
     Pass("channels_last_regions", _graph_only(channels_last_regions), option="channels_last_regions"),
     Pass("unflatten_reductions", _graph_only(unflatten_reductions), option="unflatten_reductions",
          enabled=Settings.unflattens),

@@ -91,7 +91,7 @@ def _is_column_sum(node: Node) -> bool:
     return x is not None and node.target is aten.sum.dim_IntList and x.dim() - 1 not in reduced_dims(node)
 
 
-def _recomputable(node: Node) -> bool:
+def recomputable(node: Node) -> bool:
     """Pointwise or a view, deterministic: copying it into another region computes the same values."""
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return False
@@ -116,7 +116,7 @@ def recomputable_feeders(sums: list[Node], members: set[Node], rows: int) -> Opt
         node = stack.pop()
         if node in need:
             continue
-        if not _recomputable(node):
+        if not recomputable(node):
             val = tensor_val(node)
             if val is None or val.numel() > rows:
                 return None
@@ -166,7 +166,7 @@ def _tail(node: Node, members: set[Node]) -> Optional[list[Node]]:
         user = stack.pop()
         if user in tail:
             continue
-        if not _recomputable(user) or any(p is not node and p not in tail for p in user.all_input_nodes):
+        if not recomputable(user) or any(p is not node and p not in tail for p in user.all_input_nodes):
             return None
         tail.append(user)
         stack.extend(u for u in user.users if u in members)
