@@ -10,6 +10,7 @@ that the neighbouring regions take in.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -88,6 +89,27 @@ def _convolution_without_bias(x: torch.Tensor, weight: torch.Tensor, bias: Any, 
     if out.shape[1] == 0:
         return out
     return out + bias.view([out.shape[1]] + [1] * (out.dim() - 2))
+
+
+_IN_POOL_BACKWARD = threading.local()
+
+
+def _max_pool_backward_reading_sizes(op: Any, grad_output: torch.Tensor, x: torch.Tensor, *args: Any) -> Any:
+    """A max pool's backward given a fresh tensor of its input's sizes and strides, not the input.
+
+    ATen's kernels read the input only for its sizes and memory format (the indices say where each
+    gradient goes), but the argument makes the forward save the pool's input for the backward:
+    ResNet's first activation, [N, 64, 112, 112]. Inductor's lowering reads only its size too, and its
+    partition recomputes that activation where the backward needs it (its ReLU's mask) instead.
+    """
+    if getattr(_IN_POOL_BACKWARD, "active", False):
+        return NotImplemented  # the call below, traced as the op itself
+    sizes = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+    _IN_POOL_BACKWARD.active = True
+    try:
+        return op(grad_output, sizes, *args)
+    finally:
+        _IN_POOL_BACKWARD.active = False
 
 
 def _convolution_backward_bias_as_sum(grad_output: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
@@ -381,6 +403,8 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
                                                                  any_device=plan_cpu_as_cuda)
     table[aten.roll.default] = functools.partial(_roll_as_slices, any_device=plan_cpu_as_cuda)
     table[aten._safe_softmax.default] = _safe_softmax_as_masked
+    for pool_backward in (aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default):
+        table[pool_backward] = functools.partial(_max_pool_backward_reading_sizes, pool_backward)
     if fuse_cross_entropy:
         table[aten.nll_loss_forward.default] = functools.partial(_nll_loss_forward_as_masked_sum,
                                                                  any_device=plan_cpu_as_cuda)
