@@ -101,9 +101,11 @@ def _max_pool_backward_reading_sizes(op: Any, grad_output: torch.Tensor, x: torc
     gradient goes), but the argument makes the forward save the pool's input for the backward:
     ResNet's first activation, [N, 64, 112, 112]. Inductor's lowering reads only its size too, and its
     partition recomputes that activation where the backward needs it (its ReLU's mask) instead.
+    Where the input is saved anyway (a graph input), the backward holds one more tensor of its size.
     """
-    if getattr(_IN_POOL_BACKWARD, "active", False):
-        return NotImplemented  # the call below, traced as the op itself
+    if getattr(_IN_POOL_BACKWARD, "active", False) or torch.are_deterministic_algorithms_enabled():
+        # the call below, traced as the op itself; deterministic mode fills empty tensors with NaN (a kernel)
+        return NotImplemented
     sizes = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
     _IN_POOL_BACKWARD.active = True
     try:

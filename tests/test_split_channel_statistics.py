@@ -88,3 +88,65 @@ def test_evaluation_is_left_whole():
     with recording() as rec, torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))
     assert rec.plans and not [r for p in rec.plans for r in p.regions if any(REASON in b for b in r.boundary)]
+
+
+def test_a_dynamic_batch_is_not_specialised():
+    """Sizes are read without guarding on them: a batch marked dynamic compiles once, and is split."""
+    torch.manual_seed(0)
+    model = Bottleneck(4)
+    eager = Bottleneck(4)
+    eager.load_state_dict(model.state_dict())
+    compiled = compile_fn(model, {"plan_cpu_as_cuda": True})
+    from dynamo_nvf.backend import recording
+
+    with recording() as rec:
+        for batch in (4, 6, 3):
+            x = torch.randn(batch, 4, 6, 5)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch.testing.assert_close(compiled(x), eager(x))
+    forward = [p for p in rec.plans if p.kind == "forward"]
+    assert len(forward) == 1
+    assert [r for r in forward[0].regions if any(REASON in b for b in r.boundary)]
+
+
+class TwoLayerNorms(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.a, self.b = nn.LayerNorm(width), nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.a(x) + self.b(x * 2))
+
+
+def test_row_norms_are_not_batch_norms():
+    """Two LayerNorms over a 2-D input's rows (statistics that keep dim 0) are left whole."""
+    torch.manual_seed(0)
+    model = TwoLayerNorms(16)
+    compiled = compile_fn(model, {"plan_cpu_as_cuda": True})
+    from dynamo_nvf.backend import recording
+
+    x = torch.randn(32, 16, requires_grad=True)
+    with recording() as rec:
+        compiled(x).sum().backward()
+    regions = _forward_regions(rec.plans)
+    assert any(r.ops.count("aten.var_mean.correction") == 2 for r in regions), [r.ops for r in regions]
+    assert not [r for r in regions if any(REASON in b for b in r.boundary)]
+
+
+def test_batch_norm_1d_split_says_why():
+    """The note sits on the new region's first computing node, which no later pass trims away."""
+    torch.manual_seed(0)
+
+    class TwoBatchNorm1d(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.BatchNorm1d(8), nn.BatchNorm1d(8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.a(x) + self.b(x * 2))
+
+    model = TwoBatchNorm1d()
+    compiled = compile_fn(model, {"plan_cpu_as_cuda": True})
+    plans = _train_steps(model, compiled, (4, 8), False, "cpu", torch.float32, steps=2)
+    regions = _forward_regions(plans)
+    assert sum(any(REASON in b for b in r.boundary) for r in regions) == 1, [r.boundary for r in regions]

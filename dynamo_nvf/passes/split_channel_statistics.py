@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import tensor_val
+from dynamo_nvf.ops.metadata import is_metadata, tensor_val
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of
 from dynamo_nvf.passes.split_reductions import recomputable
 
@@ -46,7 +46,7 @@ MIN_STATISTICS = 2
 
 def channel_statistics(node: Node) -> int:
     """The number of values per statistic (C) of a BatchNorm's `var_mean` (over every dim of its
-    input but one), else 0."""
+    [N, C, ...] input but the channels, dim 1), else 0: a LayerNorm over a 2-D input's rows keeps dim 0."""
     if node.op != "call_function" or node.target is not aten.var_mean.correction:
         return 0
     source = tensor_val(node.args[0])
@@ -54,20 +54,18 @@ def channel_statistics(node: Node) -> int:
     if source is None or source.dim() < 2 or dims is None:
         return 0
     reduced = {d % source.dim() for d in dims}
-    kept = [d for d in range(source.dim()) if d not in reduced]
-    if len(kept) != 1 or not isinstance(source.shape[kept[0]], int):
+    if [d for d in range(source.dim()) if d not in reduced] != [1] or not isinstance(source.shape[1], int):
         return 0
-    return int(source.shape[kept[0]])
+    return int(source.shape[1])
 
 
 def _numel(node: Node) -> Optional[int]:
+    """The node's element count if static; None for a symbolic one (read without guarding on it)."""
     val = tensor_val(node)
     if val is None:
         return None
-    try:
-        return int(val.numel())
-    except (TypeError, RuntimeError):  # a symbolic size
-        return None
+    numel = val.numel()
+    return numel if isinstance(numel, int) else None
 
 
 def per_channel_outputs(members: list[Node]) -> list[Node]:
@@ -111,6 +109,7 @@ def _copy_into(gm: GraphModule, part: list[Node], inside: set[Node], region_id: 
         with gm.graph.inserting_after(node):
             copy = gm.graph.node_copy(node, lambda n: copies.get(n, n))
         copy.meta[REGION_KEY] = region_id
+        copy.meta.pop(SPLIT_KEY, None)  # the original's notes (a shared list) say why it is where it is
         copies[node] = copy
     for node in part:
         node.replace_all_uses_with(copies[node], delete_user_cb=lambda user: user not in inside)
@@ -130,7 +129,8 @@ def split_channel_statistics(gm: GraphModule) -> GraphModule:
         if not part:
             continue
         copies = _copy_into(gm, part, set(members), next_id)
-        first = copies[part[0]]
+        # On its first compute node: a leading view of the new region may be trimmed off it later.
+        first = next((copies[n] for n in part if not is_metadata(n)), copies[part[0]])
         first.meta.setdefault(SPLIT_KEY, []).append((members[0].name, REASON))
         log.debug("dynamo_nvf: %d per-channel node(s) of the region of %s recomputed in region %d",
                   len(part), members[0].name, next_id)
