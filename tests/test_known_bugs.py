@@ -1,6 +1,8 @@
 """Regions nvFuser is known to compute wrongly are cut in two, or else stay in eager
 (passes/known_bugs.py), on the CPU plan."""
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -192,7 +194,7 @@ def test_reduction_resize_join_pattern():
 
 
 def test_reduction_resize_join_is_cut_after_the_reduction_and_matches_eager():
-    from dynamo_nvf.passes.known_bugs import REDUCTION_RESIZE_JOIN, reduction_resize_join
+    from dynamo_nvf.passes.known_bugs import REDUCTION_RESIZE_JOIN
     from helpers import check_training, cuda_plans
 
     plans = cuda_plans(_grouped_key_rope, (1, 8, 16, 8), (16, 8), (16, 8), options={"min_region_size": 1},
@@ -267,18 +269,25 @@ class _BnSqueezeExcite(torch.nn.Module):
         return y * torch.sigmoid(y.mean((2, 3), keepdim=True))
 
 
-def test_batch_norm_statistics_and_a_pool_after_them_run_in_two_regions_and_match_eager():
-    """The pool, and what only it needs, move to a region of their own that reads the statistics; nothing
-    stays in eager, and outputs, gradients and running statistics match eager's."""
-    from dynamo_nvf.passes.known_bugs import STATISTICS_BESIDE_PARTIAL_REDUCTION
+def _trained_forward(model_class: type) -> tuple[list, Any]:
+    """Training steps of a fresh `model_class()` compiled for a CPU plan as for CUDA, checked against
+    eager (outputs, gradients, buffers): every plan, and the forward's."""
     from helpers import compile_fn
     from test_batch_norm import _train_steps
 
     torch.manual_seed(0)
-    model = _BnSqueezeExcite()
-    compiled = compile_fn(model, {"plan_cpu_as_cuda": True})
-    plans = _train_steps(model, compiled, (4, 8, 6, 5), False, "cpu", torch.float32)
-    forward = next(p for p in plans if p.kind == "forward")
+    model = model_class()
+    plans = _train_steps(model, compile_fn(model, {"plan_cpu_as_cuda": True}), (4, 8, 6, 5), False, "cpu",
+                         torch.float32)
+    return plans, next(p for p in plans if p.kind == "forward")
+
+
+def test_batch_norm_statistics_and_a_pool_after_them_run_in_two_regions_and_match_eager():
+    """The pool, and what only it needs, move to a region of their own that reads the statistics; nothing
+    stays in eager, and outputs, gradients and running statistics match eager's."""
+    from dynamo_nvf.passes.known_bugs import STATISTICS_BESIDE_PARTIAL_REDUCTION
+
+    plans, forward = _trained_forward(_BnSqueezeExcite)
     cut = [r for r in forward.regions if any(STATISTICS_BESIDE_PARTIAL_REDUCTION in b for b in r.boundary)]
     assert len(cut) == 1, [r.boundary for r in forward.regions]
     assert "aten.mean.dim" in cut[0].ops and "aten.var_mean.correction" not in cut[0].ops, cut[0].ops
@@ -301,14 +310,7 @@ class _BnSqueezeExciteConv(_BnSqueezeExcite):
 
 
 def test_a_pool_cut_from_batch_norm_statistics_is_not_merged_back():
-    from helpers import compile_fn
-    from test_batch_norm import _train_steps
-
-    torch.manual_seed(0)
-    model = _BnSqueezeExciteConv()
-    plans = _train_steps(model, compile_fn(model, {"plan_cpu_as_cuda": True}), (4, 8, 6, 5), False, "cpu",
-                         torch.float32)
-    forward = next(p for p in plans if p.kind == "forward")
+    _, forward = _trained_forward(_BnSqueezeExciteConv)
     (stats,) = [r for r in forward.regions if "aten.var_mean.correction" in r.ops]
     assert "aten.mean.dim" not in stats.ops, stats.ops
 
@@ -390,14 +392,8 @@ class _BnChannelAttention(torch.nn.Module):
 
 def test_two_pools_side_by_side_are_cut_off_together_and_nothing_stays_eager():
     from dynamo_nvf.passes.known_bugs import STATISTICS_BESIDE_PARTIAL_REDUCTION
-    from helpers import compile_fn
-    from test_batch_norm import _train_steps
 
-    torch.manual_seed(0)
-    model = _BnChannelAttention()
-    plans = _train_steps(model, compile_fn(model, {"plan_cpu_as_cuda": True}), (4, 8, 6, 5), False, "cpu",
-                         torch.float32)
-    forward = next(p for p in plans if p.kind == "forward")
+    _, forward = _trained_forward(_BnChannelAttention)
     assert not [n for n in forward.nodes if n.reason == STATISTICS_BESIDE_PARTIAL_REDUCTION]
     (norm,) = [r for r in forward.regions if "aten.var_mean.correction" in r.ops]
     assert "aten.mean.dim" not in norm.ops and "aten.amax.default" not in norm.ops, norm.ops
