@@ -22,14 +22,24 @@ from dynamo_nvf.settings import Settings
 REGION_KEY = "nvf_region"
 REASON_KEY = "nvf_eager_reason"
 SPLIT_KEY = "nvf_split"
+#: node.meta key of a node whose tensor inputs must come from memory, not from its own region (the
+#: value: why, for explain()); a rewrite that knows nvFuser schedules it badly otherwise sets it.
+READS_MEMORY_KEY = "nvf_reads_memory"
 _SKIPPED_OPS = ("placeholder", "output", "get_attr")
 
 
 class _Group:
-    __slots__ = ("nodes",)
+    __slots__ = ("nodes", "reads_memory")
 
     def __init__(self, node: Node) -> None:
         self.nodes: set[Node] = {node}
+        #: members that must read their inputs from memory (READS_MEMORY_KEY)
+        self.reads_memory: list[Node] = [node] if READS_MEMORY_KEY in node.meta else []
+
+
+def _reads_own_result(union: set[Node], readers: Iterable[Node]) -> Optional[Node]:
+    """A node of `readers` that would read a value computed in `union`, or None."""
+    return next((n for n in readers if any(p in union for p in n.all_input_nodes)), None)
 
 
 def horizon(last: int, spans: Iterable[tuple[int, int]]) -> int:
@@ -129,6 +139,10 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
             if region_io_count(union) > settings.max_region_io:
                 _note_split(node, producer, f"IO limit: merging would pass max_region_io={settings.max_region_io}")
                 continue
+            reader = _reads_own_result(union, other.reads_memory + group.reads_memory)
+            if reader is not None:
+                _note_split(node, producer, reader.meta[READS_MEMORY_KEY])
+                continue
             # No spans: nodes are visited in graph order, so every region ends at or before this
             # node, which is the union's last, and the horizon cannot move past it.
             if creates_cycle(union, order, lambda n: _members(group_of, n, union)):
@@ -136,6 +150,7 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
                 continue
             keep, drop = (other, group) if len(other.nodes) >= len(group.nodes) else (group, other)
             keep.nodes |= drop.nodes
+            keep.reads_memory += drop.reads_memory
             for n in drop.nodes:
                 group_of[n] = keep
             group = keep

@@ -1,0 +1,148 @@
+"""2-D max pooling as ops a region takes in: the maximum over the window's taps.
+
+Where nothing reads a max pool's indices (inference), ATen still runs its forward kernel, writing
+int64 indices beside the values (ResNet-50's stem pool, [64, 64, 112, 112] bf16 channels-last on an
+H100: 221 us); as a region this takes 55 us, and it joins the region around it. Each window tap
+reads the input at `stride * o - padding + k`. With the spatial size a multiple of the stride, that
+is `stride * (o + q) + r`: row `o + q` of the input's phase plane `r` (a strided view,
+`x.view(.., H // s, s, ..)[.., r:r + 1, ..]`, which PyTorch passes to a region as it is), shifted by
+`q` with a pad of -inf and a unit-step slice (nvFuser's resize ops).
+
+Where the indices are read (training), ATen's kernels stay: computing ATen's indices this way (the
+first tap equal to the maximum) made the region 10 times slower and nvFuser's compile take 40 s, and
+the backward written as a gather took nvFuser 24 to 59 s to compile and ran slower than ATen's
+kernel (docs/design.md).
+
+It keeps ATen's memory format (channels-last in, channels-last out), and declines for a dilation,
+a spatial size the stride does not divide, a `ceil_mode` that changes the output size, symbolic
+sizes, other ranks or dtypes, and windows of more than `MAX_TAPS` taps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+from torch._prims_common import suggest_memory_format
+
+aten = torch.ops.aten
+
+#: The largest window (kernel height x width) decomposed: each tap is a few ops of the region.
+MAX_TAPS = 25
+#: Memory order of an NCHW tensor's dims, per memory format ATen keeps for a pool's results.
+_ORDERS = {torch.contiguous_format: (0, 1, 2, 3), torch.channels_last: (0, 2, 3, 1)}
+
+
+def _pair(value: Any) -> Optional[tuple[int, int]]:
+    values = [value] if isinstance(value, int) else list(value)
+    if len(values) == 1:
+        values = values * 2
+    return (values[0], values[1]) if len(values) == 2 and all(isinstance(v, int) for v in values) else None
+
+
+class Window:
+    """A 2-D max pool's static geometry, and its tensors in the split layout: the input's memory order
+    with H and W each split into (H / stride, stride), [N, H', sh, W', sw, C] for channels-last."""
+
+    def __init__(self, x: torch.Tensor, kernel: tuple[int, int], stride: tuple[int, int],
+                 padding: tuple[int, int], out_size: tuple[int, int]) -> None:
+        self.kernel, self.stride, self.padding, self.out_size = kernel, stride, padding, out_size
+        self.in_size = (int(x.shape[2]), int(x.shape[3]))
+        self.order = _ORDERS[suggest_memory_format(x)]
+        hd, wd = self.order.index(2), self.order.index(3)  # H before W in both memory orders
+        #: the split layout's dims of H' and W' (each followed by its phase dim)
+        self.dims = (hd, wd + 1)
+        self.plane_size = tuple(size // s for size, s in zip(self.in_size, stride))
+
+    def taps(self, axis: int) -> list[tuple[int, int]]:
+        """Per kernel offset k along `axis`: (phase r, shift q) with s*o - p + k == s*(o + q) + r."""
+        s, p = self.stride[axis], self.padding[axis]
+        return [((k - p) % s, (k - p) // s) for k in range(self.kernel[axis])]
+
+    def split(self, t: torch.Tensor, phases: tuple[int, int]) -> torch.Tensor:
+        """NCHW `t` in the split layout, with `phases` phases per spatial dim (a view)."""
+        t = t.permute(self.order)
+        shape = list(t.shape)
+        for dim, phase in zip(reversed(self.dims), reversed(phases)):
+            dim -= 1 if dim == self.dims[1] else 0  # W's place before H is split
+            shape[dim:dim + 1] = [shape[dim] // phase, phase]
+        return t.view(shape)
+
+    def merge(self, t: torch.Tensor) -> torch.Tensor:
+        """A split-layout tensor back to NCHW dims, in the memory format of the input."""
+        shape = list(t.shape)
+        for dim in reversed(self.dims):
+            shape[dim:dim + 2] = [shape[dim] * shape[dim + 1]]
+        return t.contiguous().view(shape).permute([self.order.index(d) for d in range(4)])
+
+    def plane(self, t: torch.Tensor, phase: tuple[int, int]) -> torch.Tensor:
+        """The positions of one phase of a split-layout tensor: unit-step slices of the phase dims,
+        kept one wide (nvFuser vectorises a slice's result, not a select's)."""
+        for dim, s, r in zip(self.dims, self.stride, phase):
+            if s > 1:
+                t = aten.slice.Tensor(t, dim + 1, r, r + 1)
+        return t
+
+    def shifted(self, t: torch.Tensor, shifts: tuple[int, int], lengths: tuple[int, int], fill: Any) -> torch.Tensor:
+        """t[.., o + q, .., w + q', ..] over [0, length) per spatial dim, `fill` outside t."""
+        rank = t.dim()
+        pad = [0, 0] * rank
+        starts = []
+        for dim, q, length in zip(self.dims, shifts, lengths):
+            size = int(t.shape[dim])
+            front, back = max(0, -q), max(0, length + q - size)
+            pad[2 * (rank - 1 - dim):2 * (rank - 1 - dim) + 2] = [front, back]
+            starts.append(q + front)
+        if any(pad):
+            t = aten.constant_pad_nd.default(t, pad, fill)
+        for dim, start, length in zip(self.dims, starts, lengths):
+            if start != 0 or int(t.shape[dim]) != length:
+                t = aten.slice.Tensor(t, dim, start, start + length)
+        return t
+
+
+def _window(x: torch.Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool,
+            any_device: bool) -> Optional[Window]:
+    """The pool's geometry where the decomposition applies, else None (ATen's kernels run)."""
+    if not (any_device or x.device.type == "cuda") or x.dim() != 4 or not x.dtype.is_floating_point:
+        return None
+    if not all(isinstance(v, int) for v in x.shape) or x.numel() == 0:
+        return None
+    kernel, dil = _pair(kernel_size), _pair(dilation)
+    strides = _pair(stride) if (isinstance(stride, int) or len(stride)) else kernel
+    pads = _pair(padding)
+    if None in (kernel, dil, strides, pads) or dil != (1, 1) or kernel[0] * kernel[1] > MAX_TAPS:
+        return None
+    if suggest_memory_format(x) not in _ORDERS:
+        return None
+    out_size = []
+    for size, k, s, p in zip(x.shape[2:], kernel, strides, pads):
+        if s < 1 or k < 1 or p < 0 or 2 * p > k or size % s:
+            return None
+        out = (size + 2 * p - k) // s + 1
+        if ceil_mode:
+            ceil = -(-(size + 2 * p - k) // s) + 1
+            if (ceil - 1) * s >= size + p:
+                ceil -= 1
+            if ceil != out:
+                return None
+        if out < 1:
+            return None
+        out_size.append(out)
+    return Window(x, kernel, strides, pads, (out_size[0], out_size[1]))
+
+
+def max_pool2d_values(x: torch.Tensor, kernel_size: Sequence[int], stride: Sequence[int] = (), padding: Any = 0,
+                      dilation: Any = 1, ceil_mode: bool = False, *, any_device: bool) -> Optional[torch.Tensor]:
+    """`max_pool2d_with_indices(...)[0]` as the maximum over the window's taps; None where declined."""
+    w = _window(x, kernel_size, stride, padding, dilation, ceil_mode, any_device)
+    if w is None:
+        return None
+    xs = w.split(x, w.stride)
+    out = None
+    for rh, qh in w.taps(0):
+        for rw, qw in w.taps(1):
+            # a tap past the input reads the pad's -inf, which never wins (windows hold an input position)
+            value = w.shifted(w.plane(xs, (rh, rw)), (qh, qw), w.out_size, float("-inf"))
+            out = value if out is None else torch.maximum(out, value)
+    return w.merge(out)
