@@ -59,11 +59,11 @@ class Window:
         s, p = self.stride[axis], self.padding[axis]
         return [((k - p) % s, (k - p) // s) for k in range(self.kernel[axis])]
 
-    def split(self, t: torch.Tensor, phases: tuple[int, int]) -> torch.Tensor:
-        """NCHW `t` in the split layout, with `phases` phases per spatial dim (a view)."""
+    def split(self, t: torch.Tensor) -> torch.Tensor:
+        """NCHW `t` in the split layout (a view)."""
         t = t.permute(self.order)
         shape = list(t.shape)
-        for dim, phase in zip(reversed(self.dims), reversed(phases)):
+        for dim, phase in zip(reversed(self.dims), reversed(self.stride)):
             dim -= 1 if dim == self.dims[1] else 0  # W's place before H is split
             shape[dim:dim + 1] = [shape[dim] // phase, phase]
         return t.view(shape)
@@ -101,8 +101,8 @@ class Window:
         return t
 
 
-def _window(x: torch.Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool,
-            any_device: bool) -> Optional[Window]:
+def pool_window(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
+                ceil_mode: bool = False, *, any_device: bool) -> Optional[Window]:
     """The pool's geometry where the decomposition applies, else None (ATen's kernels run)."""
     if not (any_device or x.device.type == "cuda") or x.dim() != 4 or not x.dtype.is_floating_point:
         return None
@@ -135,10 +135,10 @@ def _window(x: torch.Tensor, kernel_size: Any, stride: Any, padding: Any, dilati
 def max_pool2d_values(x: torch.Tensor, kernel_size: Sequence[int], stride: Sequence[int] = (), padding: Any = 0,
                       dilation: Any = 1, ceil_mode: bool = False, *, any_device: bool) -> Optional[torch.Tensor]:
     """`max_pool2d_with_indices(...)[0]` as the maximum over the window's taps; None where declined."""
-    w = _window(x, kernel_size, stride, padding, dilation, ceil_mode, any_device)
+    w = pool_window(x, kernel_size, stride, padding, dilation, ceil_mode, any_device=any_device)
     if w is None:
         return None
-    xs = w.split(x, w.stride)
+    xs = w.split(x)
     out = None
     for rh, qh in w.taps(0):
         for rw, qw in w.taps(1):

@@ -65,7 +65,7 @@ from torch.fx import GraphModule, Node
 from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS
 from dynamo_nvf.ops.lowerings import RESIZE_OPS, is_reduction, reduced_dims
 from dynamo_nvf.ops.metadata import alias_violation, is_metadata, tensor_val
-from dynamo_nvf.passes.partition import READS_MEMORY_KEY, REGION_KEY, SPLIT_KEY, reach, regions_of, set_eager
+from dynamo_nvf.passes.partition import READS_MEMORY_KEY, REGION_KEY, note_cut, reach, regions_of, set_eager
 from dynamo_nvf.passes.split_reductions import recompute_in, recomputable_feeders
 
 log = logging.getLogger("dynamo_nvf")
@@ -200,8 +200,7 @@ def _move_to_region(part: list[Node], region_id: int, origin: str, note: str) ->
     compute node: a leading view of the part may be trimmed off it later."""
     for node in part:
         node.meta[REGION_KEY] = region_id
-    first = next((n for n in part if not is_metadata(n)), part[0])
-    first.meta.setdefault(SPLIT_KEY, []).append((origin, note))
+    note_cut(part, origin, note)
 
 
 def _cut_after_reductions(gm: GraphModule, members: list[Node], next_id: int) -> Optional[list[int]]:
@@ -386,9 +385,7 @@ def keep_known_bugs_eager(gm: GraphModule) -> GraphModule:
             set_eager([n for n in members if n in alive] + moved, EXPAND_PERMUTE_REDUCTION)
             next_id += 1
             continue
-        # On its first compute node: a leading view of the part may be trimmed off it later.
-        first = next((n for n in part if not is_metadata(n)), part[0])
-        first.meta.setdefault(SPLIT_KEY, []).append((members[0].name, reason))
+        note_cut(part, members[0].name, reason)
         log.info("dynamo_nvf: %s", reason)
         next_id += 1
     if cut:

@@ -13,7 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from dynamo_nvf.passes import add_note
 from dynamo_nvf.passes.partition import READS_MEMORY_KEY
-from dynamo_nvf.pool_windows import max_pool2d_values
+from dynamo_nvf.pool_windows import max_pool2d_values, pool_window
 
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
@@ -70,9 +70,9 @@ def max_pool_as_taps(gm: GraphModule, plan_cpu_as_cuda: bool) -> GraphModule:
             assert out is not None
             return out
 
+        if pool_window(val, *args, any_device=plan_cpu_as_cuda) is None:
+            continue
         with val.fake_mode:
-            if max_pool2d_values(val, *args, any_device=plan_cpu_as_cuda) is None:
-                continue
             try:
                 sub = make_fx(values)(val)
             except Exception:  # noqa: BLE001 - a rewrite it cannot trace is not made

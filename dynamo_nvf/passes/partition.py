@@ -10,7 +10,7 @@ node stays in eager); submodules are created later by `fuse_regions`.
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Iterable, Optional
+from typing import Callable, Collection, Iterable, Optional, Sequence
 
 import torch
 from torch.fx import GraphModule, Node
@@ -235,6 +235,13 @@ def _split_feeders(removed: Node, group: "_Group", group_of: dict[Node, "_Group"
 def _note_split(node: Node, producer: Node, reason: str) -> None:
     """Remembers why `node` did not join its producer's region, for explain()."""
     node.meta.setdefault(SPLIT_KEY, []).append((producer.name, reason))
+
+
+def note_cut(part: Sequence[Node], origin: str, reason: str) -> None:
+    """Remembers why `part` left `origin`'s region, on its first compute node (a leading view of the
+    part may be trimmed off it later), for explain()."""
+    first = next((n for n in part if not is_metadata(n)), part[0])
+    first.meta.setdefault(SPLIT_KEY, []).append((origin, reason))
 
 
 def regions_of(gm: GraphModule) -> dict[int, list[Node]]:

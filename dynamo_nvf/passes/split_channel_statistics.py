@@ -29,8 +29,8 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import is_metadata, tensor_val
-from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, reach, regions_of
+from dynamo_nvf.ops.metadata import tensor_val
+from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, note_cut, reach, regions_of
 from dynamo_nvf.passes.split_reductions import recomputable
 
 log = logging.getLogger("dynamo_nvf")
@@ -129,9 +129,7 @@ def split_channel_statistics(gm: GraphModule) -> GraphModule:
         if not part:
             continue
         copies = _copy_into(gm, part, set(members), next_id)
-        # On its first compute node: a leading view of the new region may be trimmed off it later.
-        first = next((copies[n] for n in part if not is_metadata(n)), copies[part[0]])
-        first.meta.setdefault(SPLIT_KEY, []).append((members[0].name, REASON))
+        note_cut([copies[n] for n in part], members[0].name, REASON)
         log.debug("dynamo_nvf: %d per-channel node(s) of the region of %s recomputed in region %d",
                   len(part), members[0].name, next_id)
         next_id += 1
