@@ -16,8 +16,10 @@ prints one row per run:
 * dynamo_nvf: fallbacks (nvFuser errors) and planning failures on all ranks, nvFuser calls per step,
   regions run eagerly per step, compiled graphs and the collectives found in them.
 
-``--check`` makes the exit status 1 when a run failed, a loss is out of tolerance or nvf_bookend fell
-back; ``--device cpu`` runs over gloo with tiny shapes (what the CPU test suite runs).  NCCL settings
+``inductor_ro`` and ``nvf_cudagraphs`` are inductor and nvf_bookend with ``mode="reduce-overhead"``
+(CUDA graphs, a ``cudagraph_mark_step_begin()`` before each step); nvf_cudagraphs' step time is
+compared with inductor_ro's.  ``--check`` makes the exit status 1 when a run failed, a loss is out of
+tolerance or an nvf backend fell back; ``--device cpu`` runs over gloo with tiny shapes (what the CPU test suite runs).  NCCL settings
 come from the environment as they are (the GPU machine sets NCCL_NVLS_ENABLE=0; it is printed).
 """
 
@@ -43,7 +45,7 @@ import torch
 import torch.distributed as dist
 
 from perf.models import MODELS, ModelSpec, build_model, model_inputs
-from perf.parallel import BACKENDS, WRAPPERS, wrap
+from perf.parallel import BACKENDS, CUDA_GRAPH_BACKENDS, NVF_BACKENDS, STEP_REFERENCE, WRAPPERS, wrap
 
 #: Default loss tolerances (rtol, atol) per --dtype: the largest difference from eager's loss at any
 #: step that still counts as a match.  Over 20 AdamW steps the difference compounds, so these are
@@ -79,7 +81,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "of the NCCL kernels' time runs beside compute kernels")
     p.add_argument("--json", default=None, help="write the results here (rank 0, after every run)")
     p.add_argument("--check", action="store_true",
-                   help="exit 1 on a failed run, a loss out of tolerance, or an nvf_bookend fallback")
+                   help="exit 1 on a failed run, a loss out of tolerance, or an nvf fallback")
     args = p.parse_args(argv)
     args.wrappers = _names(args.wrappers, WRAPPERS, "wrapper")
     args.backends = _names(args.backends, BACKENDS, "backend")
@@ -242,7 +244,8 @@ def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
     """One rank's run: per-step losses (tensors) and times, peak memory, dynamo_nvf counters."""
     rank = dist.get_rank()
     torch._dynamo.reset()
-    nvf = backend == "nvf_bookend"
+    nvf = backend in NVF_BACKENDS
+    graphs = backend in CUDA_GRAPH_BACKENDS
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(args.seed)  # the same initial weights on every rank
@@ -257,12 +260,15 @@ def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
     breaks_before = _graph_breaks()
 
     def one_step() -> torch.Tensor:
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with wrapped.autocast():
             loss = wrapped.step_module(*inputs)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return loss
+        # A CUDA graph's output lives in its pool and is overwritten by the next replay.
+        return loss.detach().float().clone()
 
     with _nvf_recording() if nvf else contextlib.nullcontext() as recorder:
         stats_before = _nvf_stats() if nvf else {}
@@ -274,7 +280,7 @@ def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
             loss = one_step()
             _sync(device)
             times.append(time.perf_counter() - start)
-            losses.append(loss.detach().float())
+            losses.append(loss)
         end = _nvf_stats() if nvf else {}
         profiled = (kernel_overlap(_profiled_kernels(one_step, args.profile_steps), args.profile_steps)
                     if args.profile_steps and device.type == "cuda" else {})
@@ -365,7 +371,7 @@ def merge(per_rank: list[dict], losses: list[float], wrapper: str, backend: str,
         record.update(kernel_ms_per_step=max(r["kernel_ms_per_step"] for r in ranks),
                       nccl_ms_per_step=max(r["nccl_ms_per_step"] for r in ranks),
                       nccl_overlap=min(overlaps) if overlaps else None)
-    if backend == "nvf_bookend":
+    if backend in NVF_BACKENDS:
         record.update(
             fallbacks=sum(r["fallbacks"] for r in ranks),
             planning_errors=sum(r["planning_errors"] for r in ranks),
@@ -393,7 +399,8 @@ def compare_losses(losses: Sequence[float], reference: Sequence[float], rtol: fl
 
 
 def add_comparisons(records: list[dict], rtol: float, atol: float) -> None:
-    """Losses against eager's and step time against inductor's, under the same wrapper."""
+    """Losses against eager's and step time against the backend's reference (``STEP_REFERENCE``:
+    inductor's, or inductor reduce-overhead's for nvf_cudagraphs), under the same wrapper."""
     by_key = {(r["wrapper"], r["backend"]): r for r in records if not r.get("error")}
     for r in records:
         if r.get("error"):
@@ -401,9 +408,9 @@ def add_comparisons(records: list[dict], rtol: float, atol: float) -> None:
         eager = by_key.get((r["wrapper"], "eager"))
         if eager is not None:
             r.update(compare_losses(r["losses"], eager["losses"], rtol, atol))
-        inductor = by_key.get((r["wrapper"], "inductor"))
-        if inductor is not None:
-            r["step_vs_inductor"] = r["step_ms"] / inductor["step_ms"]
+        reference = by_key.get((r["wrapper"], STEP_REFERENCE.get(r["backend"], "inductor")))
+        if reference is not None and reference is not r:
+            r["step_vs_inductor"] = r["step_ms"] / reference["step_ms"]
 
 
 def failures(records: list[dict]) -> list[str]:
@@ -446,7 +453,7 @@ def render_table(records: list[dict]) -> str:
             _fmt(r.get("kernel_ms_per_step"), ".2f"), _fmt(r.get("nccl_ms_per_step"), ".2f"),
             _fmt(r.get("nccl_overlap"), ".0%"),
         ])
-    headers = ["wrapper", "backend", "step ms", "vs inductor", "throughput", "peak MiB/GPU", "loss max abs diff",
+    headers = ["wrapper", "backend", "step ms", "vs inductor (ro)", "throughput", "peak MiB/GPU", "loss max abs diff",
                "max rel diff", "match", "fallbacks", "nvFuser calls/step", "graphs (b/f/i)", "kernel ms",
                "NCCL ms", "NCCL beside compute"]
     return tabulate(rows, headers=headers, tablefmt="github")
@@ -501,6 +508,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         problems = failures(records)
         if rank0:
             print(render_table(records))
+            print("vs inductor (ro): each backend's step time over its reference's under the same wrapper: "
+                  + ", ".join(f"{b} over {ref}" for b, ref in STEP_REFERENCE.items()))
             for wrapper, precision in {r["wrapper"]: r["precision"] for r in records if r.get("precision")}.items():
                 print(f"{wrapper}: {precision}")
             for problem in problems:

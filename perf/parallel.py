@@ -29,7 +29,12 @@ import torch
 from torch import nn
 
 WRAPPERS = ("ddp", "fsdp2", "fsdp2-model")
-BACKENDS = ("eager", "inductor", "nvf_bookend")
+BACKENDS = ("eager", "inductor", "inductor_ro", "nvf_bookend", "nvf_cudagraphs")
+#: Backends whose compiled graphs replay as CUDA graphs (``mode="reduce-overhead"``).
+CUDA_GRAPH_BACKENDS = ("inductor_ro", "nvf_cudagraphs")
+#: The backend each one's step time is measured against, under the same wrapper.
+STEP_REFERENCE = {"nvf_bookend": "inductor", "nvf_cudagraphs": "inductor_ro", "inductor_ro": "inductor"}
+NVF_BACKENDS = ("nvf_bookend", "nvf_cudagraphs")
 
 
 @dataclass
@@ -55,15 +60,19 @@ def blocks(model: nn.Module) -> list[nn.Module]:
 
 def compile_kwargs(backend: str, device_type: str, nvf_options: Optional[dict] = None) -> dict:
     """torch.compile's arguments for a backend; on a CPU the nvf backend plans for CUDA (regions
-    then run eagerly), so a CPU run still exercises planning."""
-    if backend == "inductor":
-        return {"backend": "inductor"}
-    if backend == "nvf_bookend":
+    then run eagerly), so a CPU run still exercises planning. ``inductor_ro`` and ``nvf_cudagraphs``
+    are the same backends with CUDA graphs (``mode="reduce-overhead"``)."""
+    graphs = backend in CUDA_GRAPH_BACKENDS
+    if backend in ("inductor", "inductor_ro"):
+        return {"backend": "inductor", "mode": "reduce-overhead"} if graphs else {"backend": "inductor"}
+    if backend in NVF_BACKENDS:
         import dynamo_nvf  # noqa: F401  (registers the backend)
 
         options = dict(nvf_options or {})
         if device_type == "cpu":
             options.setdefault("plan_cpu_as_cuda", True)
+        if graphs:  # what mode="reduce-overhead" sets; torch.compile takes mode or options, not both
+            options["cuda_graphs"] = True
         return {"backend": "nvf_bookend", "options": options}
     raise ValueError(f"unknown backend {backend!r}; choose from {BACKENDS}")
 

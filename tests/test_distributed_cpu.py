@@ -189,10 +189,16 @@ def test_compare_losses_and_failures():
         {"wrapper": "ddp", "backend": "nvf_bookend", "losses": [2.0, 1.6], "step_ms": 6.0, "error": None,
          "fallbacks": 1, "planning_errors": 0, "communication_in_regions": 0},
         {"wrapper": "fsdp2", "backend": "nvf_bookend", "error": "RuntimeError: boom"},
+        {"wrapper": "ddp", "backend": "inductor_ro", "losses": [2.0, 1.5], "step_ms": 4.0, "error": None},
+        {"wrapper": "ddp", "backend": "nvf_cudagraphs", "losses": [2.0, 1.5], "step_ms": 5.0, "error": None,
+         "fallbacks": 0, "planning_errors": 0, "communication_in_regions": 0},
     ]
     add_comparisons(records, 1e-4, 1e-4)
     assert records[2]["step_vs_inductor"] == pytest.approx(0.75) and records[2]["losses_match"] is False
-    assert records[1]["losses_match"] is True
+    assert records[1]["losses_match"] is True and "step_vs_inductor" not in records[1]
+    # CUDA graphs against CUDA graphs: nvf_cudagraphs over inductor_ro, inductor_ro over inductor
+    assert records[5]["step_vs_inductor"] == pytest.approx(1.25) and records[5]["losses_match"] is True
+    assert records[4]["step_vs_inductor"] == pytest.approx(0.5)
     problems = failures(records)
     assert len(problems) == 3 and "fallbacks = 1" in problems[1] and "boom" in problems[2]
 
@@ -208,6 +214,19 @@ def test_launcher_arguments():
                 ["--bucket-cap-mb", "0.5"]):
         with pytest.raises(SystemExit):
             parse_args(bad)
+
+
+def test_cuda_graph_backends_compile_with_reduce_overhead():
+    from perf.distributed import parse_args
+    from perf.parallel import compile_kwargs
+
+    assert parse_args(["--backends", "inductor_ro,nvf_cudagraphs"]).backends == ["inductor_ro", "nvf_cudagraphs"]
+    assert compile_kwargs("inductor", "cuda") == {"backend": "inductor"}
+    assert compile_kwargs("inductor_ro", "cuda") == {"backend": "inductor", "mode": "reduce-overhead"}
+    assert compile_kwargs("nvf_bookend", "cuda", {"bookend": False}) == {
+        "backend": "nvf_bookend", "options": {"bookend": False}}
+    assert compile_kwargs("nvf_cudagraphs", "cpu", {"bookend": False}) == {
+        "backend": "nvf_bookend", "options": {"bookend": False, "plan_cpu_as_cuda": True, "cuda_graphs": True}}
 
 
 def _launcher_json(path: Path) -> dict:

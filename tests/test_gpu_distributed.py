@@ -1,4 +1,5 @@
-"""Two GPUs: training steps under DDP and FSDP2 with nvf_bookend match eager's, and run on nvFuser.
+"""Two GPUs: training steps under DDP and FSDP2 with nvf_bookend (and DDP with CUDA graphs) match
+eager's, and run on nvFuser.
 
 Launches `torchrun --nproc-per-node 2 -m perf.distributed` (NCCL) on the LLaMA-style perf model in
 f32 and reads its JSON: at every step the loss is within tolerance of eager's under the same
@@ -27,21 +28,25 @@ pytestmark = [
 WRAPPERS = ("ddp", "fsdp2", "fsdp2-model")
 
 
-def test_ddp_and_fsdp2_training_matches_eager_on_nvfuser(tmp_path):
+def _launch(tmp_path, model: str, wrappers: tuple[str, ...], backend: str) -> dict:
+    """Runs perf.distributed on two GPUs (f32, 8 steps, --check); its runs by (wrapper, backend)."""
     out = tmp_path / "distributed.json"
     # The machine's NCCL settings (NCCL_NVLS_ENABLE=0 and the like) are passed on unchanged.
     env = env_with_repo()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "perf.distributed", "--model", "llama", "--wrappers", ",".join(WRAPPERS),
-           "--backends", "eager,nvf_bookend", "--steps", "8", "--warmup", "3", "--dtype", "f32",
+           "-m", "perf.distributed", "--model", model, "--wrappers", ",".join(wrappers),
+           "--backends", f"eager,{backend}", "--steps", "8", "--warmup", "3", "--dtype", "f32",
            "--json", str(out), "--check", "--timeout", "240"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     doc = json.loads(out.read_text())
     assert doc["world_size"] == 2 and doc["dist_backend"] == "nccl" and doc["problems"] == []
-    runs = {(r["wrapper"], r["backend"]): r for r in doc["runs"]}
-    for wrapper in WRAPPERS:
-        nvf, eager = runs[(wrapper, "nvf_bookend")], runs[(wrapper, "eager")]
+    return {(r["wrapper"], r["backend"]): r for r in doc["runs"]}
+
+
+def _check_nvf(runs: dict, wrappers: tuple[str, ...], backend: str) -> None:
+    for wrapper in wrappers:
+        nvf, eager = runs[(wrapper, backend)], runs[(wrapper, "eager")]
         assert nvf["error"] is None and eager["error"] is None
         assert nvf["losses_match"] is True, (wrapper, nvf["losses"], eager["losses"])
         assert nvf["fallbacks"] == 0 and nvf["planning_errors"] == 0, wrapper
@@ -49,7 +54,17 @@ def test_ddp_and_fsdp2_training_matches_eager_on_nvfuser(tmp_path):
         assert nvf["regions"] > 0 and nvf["nvfuser_calls_per_step"] > 0, wrapper
         assert nvf["eager_region_calls_per_step"] == 0, wrapper
         assert nvf["peak_mem_mib"] > 0
-    assert runs[("ddp", "nvf_bookend")]["graphs"]["forward"] >= 2  # DDPOptimizer split it
+    assert runs[("ddp", backend)]["graphs"]["forward"] >= 2  # DDPOptimizer split it
+
+
+def test_ddp_and_fsdp2_training_matches_eager_on_nvfuser(tmp_path):
+    _check_nvf(_launch(tmp_path, "llama", WRAPPERS, "nvf_bookend"), WRAPPERS, "nvf_bookend")
+
+
+def test_ddp_training_with_cuda_graphs_matches_eager_on_nvfuser(tmp_path):
+    """DDP with CUDA graphs (options={"cuda_graphs": True}): each piece DDPOptimizer splits off
+    replays as a CUDA graph, the all-reduces run from autograd hooks between them."""
+    _check_nvf(_launch(tmp_path, "llama", ("ddp",), "nvf_cudagraphs"), ("ddp",), "nvf_cudagraphs")
 
 
 def test_regions_run_on_the_gpu_of_their_tensors():
