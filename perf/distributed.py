@@ -165,6 +165,17 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def top_kernels(kernels: Sequence[tuple[str, float, float]], steps: int, count: int = 15) -> list[list]:
+    """The `count` GPU kernels (NCCL's too) with the most time, as [name, ms per step, launches per
+    step]: where one backend's step differs from another's."""
+    total: Counter = Counter()
+    launches: Counter = Counter()
+    for name, a, b in kernels:
+        total[name] += b - a
+        launches[name] += 1
+    return [[name[:160], us / 1e3 / steps, launches[name] / steps] for name, us in total.most_common(count)]
+
+
 def kernel_overlap(kernels: Sequence[tuple[str, float, float]], steps: int) -> dict:
     """Per step: compute kernel time, NCCL kernel time, and the share of the NCCL kernels' time during
     which a compute kernel runs too (1.0: communication fully hidden behind compute). `kernels` are
@@ -225,6 +236,9 @@ def plan_summary(recorder: Any) -> dict:
         "planning_errors": sum(1 for p in recorder.plans if p.planning_error),
         "communication_eager": sum(1 for p in recorder.plans for n in p.eager_nodes if n.reason == COMMUNICATION),
         "communication_in_regions": in_regions,
+        # with cuda_graphs: graphs replayed as CUDA graphs, and why the others were not
+        "cuda_graphs_captured": sum(1 for p in recorder.plans if p.cuda_graph.startswith("captured")),
+        "cuda_graphs_refused": sorted({p.cuda_graph for p in recorder.plans if p.cuda_graph.startswith("not")}),
     }
 
 
@@ -282,8 +296,11 @@ def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
             times.append(time.perf_counter() - start)
             losses.append(loss)
         end = _nvf_stats() if nvf else {}
-        profiled = (kernel_overlap(_profiled_kernels(one_step, args.profile_steps), args.profile_steps)
-                    if args.profile_steps and device.type == "cuda" else {})
+        profiled: dict[str, Any] = {}
+        if args.profile_steps and device.type == "cuda":
+            kernels = _profiled_kernels(one_step, args.profile_steps)
+            profiled = {**kernel_overlap(kernels, args.profile_steps),
+                        "top_kernels": top_kernels(kernels, args.profile_steps)}
         result: dict[str, Any] = {
             "losses": torch.stack(losses),
             "times_s": times,
@@ -295,6 +312,8 @@ def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
         if nvf:
             timed = args.steps - args.warmup
             result["fallbacks"] = end["fallbacks"] - stats_before["fallbacks"]
+            # CUDA graphs replay regions without Python: only the warm-up and recording calls count
+            result["nvfuser_calls"] = end["nvfuser_calls"] - stats_before["nvfuser_calls"]
             result["nvfuser_calls_per_step"] = (end["nvfuser_calls"] - stats_at_warmup["nvfuser_calls"]) / timed
             result["eager_region_calls_per_step"] = (end["eager_calls"] - stats_at_warmup["eager_calls"]) / timed
             result.update(plan_summary(recorder))
@@ -368,7 +387,8 @@ def merge(per_rank: list[dict], losses: list[float], wrapper: str, backend: str,
     )
     if "kernel_ms_per_step" in ranks[0]:
         overlaps = [r["nccl_overlap"] for r in ranks if r["nccl_overlap"] is not None]
-        record.update(kernel_ms_per_step=max(r["kernel_ms_per_step"] for r in ranks),
+        record.update(top_kernels_rank0=ranks[0]["top_kernels"],
+                      kernel_ms_per_step=max(r["kernel_ms_per_step"] for r in ranks),
                       nccl_ms_per_step=max(r["nccl_ms_per_step"] for r in ranks),
                       nccl_overlap=min(overlaps) if overlaps else None)
     if backend in NVF_BACKENDS:
@@ -378,6 +398,9 @@ def merge(per_rank: list[dict], losses: list[float], wrapper: str, backend: str,
             nvfuser_calls_per_step=statistics.mean(r["nvfuser_calls_per_step"] for r in ranks),
             eager_region_calls_per_step=statistics.mean(r["eager_region_calls_per_step"] for r in ranks),
             communication_in_regions=sum(r["communication_in_regions"] for r in ranks),
+            nvfuser_calls=sum(r["nvfuser_calls"] for r in ranks),
+            cuda_graphs_captured=min(r["cuda_graphs_captured"] for r in ranks),
+            cuda_graphs_refused=sorted({x for r in ranks for x in r["cuda_graphs_refused"]}),
             **{k: ranks[0][k] for k in ("graphs", "regions", "communication_eager")},
         )
     return record

@@ -360,3 +360,11 @@ def test_kernel_overlap_measures_nccl_time_beside_compute():
     assert found["nccl_ms_per_step"] == pytest.approx(0.070)
     assert found["nccl_overlap"] == pytest.approx(60 / 140)
     assert kernel_overlap([("gemm", 0.0, 1.0)], steps=1)["nccl_overlap"] is None
+
+
+def test_top_kernels_ranks_kernels_by_time_per_step():
+    from perf.distributed import top_kernels
+
+    kernels = [("gemm", 0.0, 3000.0), ("relu", 3000.0, 3500.0), ("gemm", 4000.0, 7000.0), ("relu", 7000.0, 8000.0)]
+    assert top_kernels(kernels, steps=2) == [["gemm", 3.0, 1.0], ["relu", 0.75, 1.0]]
+    assert top_kernels(kernels, steps=1, count=1) == [["gemm", 6.0, 2.0]]
