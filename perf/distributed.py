@@ -188,6 +188,7 @@ def kernel_overlap(kernels: Sequence[tuple[str, float, float]], steps: int) -> d
         beside += _union_length([(max(a, x), min(b, y)) for x, y in compute if x < b and y > a])
     return {
         "kernel_ms_per_step": _union_length(compute) / 1e3 / steps,
+        "kernels_per_step": len(compute) / steps,
         "nccl_ms_per_step": comm_us / 1e3 / steps,
         "nccl_overlap": beside / comm_us if comm_us else None,
     }
@@ -387,7 +388,7 @@ def merge(per_rank: list[dict], losses: list[float], wrapper: str, backend: str,
     )
     if "kernel_ms_per_step" in ranks[0]:
         overlaps = [r["nccl_overlap"] for r in ranks if r["nccl_overlap"] is not None]
-        record.update(top_kernels_rank0=ranks[0]["top_kernels"],
+        record.update(top_kernels_rank0=ranks[0]["top_kernels"], kernels_per_step=ranks[0]["kernels_per_step"],
                       kernel_ms_per_step=max(r["kernel_ms_per_step"] for r in ranks),
                       nccl_ms_per_step=max(r["nccl_ms_per_step"] for r in ranks),
                       nccl_overlap=min(overlaps) if overlaps else None)
