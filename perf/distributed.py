@@ -202,9 +202,10 @@ def _profiled_kernels(step: Any, steps: int) -> list[tuple[str, float, float]]:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
+    from perf.measure import is_device_event
+
     return [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
-            if e.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in e.name.lower()
-            and "memset" not in e.name.lower()]
+            if is_device_event(e) and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
 
 
 def units_per_step(spec: ModelSpec, args: argparse.Namespace) -> tuple[int, str]:

@@ -312,9 +312,12 @@ def backend_step(be: Backend, inst) -> Callable[[], object]:
     return lambda: inst.call(fn)
 
 
-def _is_device_event(evt) -> bool:
+def is_device_event(evt) -> bool:
+    """A kernel or memory operation on the GPU; not a user annotation (a `record_function` range such
+    as "Optimizer.step#AdamW.step" or "DistributedDataParallel.forward", which the profiler also puts
+    on the GPU timeline, spanning every kernel launched inside it)."""
     dt = getattr(evt, "device_type", None)
-    return dt is not None and dt == torch.autograd.DeviceType.CUDA
+    return dt is not None and dt == torch.autograd.DeviceType.CUDA and not getattr(evt, "is_user_annotation", False)
 
 
 def _is_memop(evt) -> bool:
@@ -330,7 +333,7 @@ def _device_counts(prof) -> tuple[int, int, float]:
     kernels = memops = 0
     dev_us = 0.0
     for evt in prof.events():
-        if not _is_device_event(evt):
+        if not is_device_event(evt):
             continue
         if _is_memop(evt):
             memops += 1

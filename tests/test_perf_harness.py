@@ -703,3 +703,16 @@ def test_device_counts_of_a_profile_split_kernels_memops_and_time():
         evt("fill", cuda, 1.5, activity="gpu_memset"), evt("aten::add", cpu, 100.0),
         evt("ampere_bf16_gemm", cuda, 20.0)])
     assert _device_counts(prof) == (2, 2, 33.5)
+
+
+def test_kernel_counts_leave_out_user_annotations():
+    """A record_function range on the GPU timeline (the optimizer step's) spans the kernels inside it:
+    counting it would double their time."""
+    from types import SimpleNamespace
+
+    from perf.measure import is_device_event
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    assert is_device_event(SimpleNamespace(device_type=cuda, is_user_annotation=False))
+    assert not is_device_event(SimpleNamespace(device_type=cuda, is_user_annotation=True))
+    assert not is_device_event(SimpleNamespace(device_type=cpu, is_user_annotation=False))
