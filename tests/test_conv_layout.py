@@ -44,6 +44,17 @@ def resnet_no_bn(x, *params):
     return resnet(x, *params, bn=False)
 
 
+def resnet_pool(x, *params):
+    """ResNet's stem: conv-BN-ReLU and a 3x3 max pool of stride 2, then the blocks."""
+    w, g, b = params[:3]
+    y = F.max_pool2d(torch.relu(_bn(F.conv2d(x, w, padding=1), g, b)), 3, 2, 1)
+    for i in range(BLOCKS):
+        wa, ga, ba, wb, gb, bb = params[3 + 6 * i: 9 + 6 * i]
+        z = torch.relu(_bn(F.conv2d(y, wa, padding=1), ga, ba))
+        y = torch.relu(_bn(F.conv2d(z, wb, padding=1), gb, bb) + y)
+    return y
+
+
 def _inputs(batch=2, hw=8, c=C, device="cpu", dtype=torch.float32):
     def r(*shape, scale=1.0, shift=0.0):
         return (torch.randn(*shape, device=device) * scale + shift).to(dtype)
@@ -127,6 +138,27 @@ def test_training_saves_channels_last_activations_and_restores_eager_strides(opt
     saved = [n for n in gms["backward"].graph.nodes if n.op == "placeholder" and n.meta["val"].dim() == 4
              and not n.name.startswith(("tangents", "primals"))]
     assert len(saved) >= 5 and all(_is_channels_last(n) for n in saved), saved
+
+
+@pytest.mark.parametrize("options", [PLAN, GRAPHS], ids=["plain", "cuda_graphs"])
+def test_a_max_pools_backward_follows_its_gradients_layout(options):
+    """The pool's backward reads a stand-in of its input's sizes (traced NCHW): it takes the gradient's
+    channels-last layout, so ATen runs the NHWC kernel and the stem's convolution backward reads the
+    pool's gradient as it comes, without a conversion."""
+    torch.manual_seed(0)
+    rec, (out_c, grads_c), (out_e, grads_e) = _train(resnet_pool, _inputs(), options)
+    assert_same(out_c, out_e)
+    for a, e in zip(grads_c, grads_e):
+        assert_same(a, e, rtol=1e-4, atol=1e-4)
+    plans = {p.kind: p for p in rec.plans}
+    gms = {p.kind: gm for p, gm in zip(rec.plans, rec.graph_modules)}
+    (pool,) = gms["backward"].graph.find_nodes(op="call_function",
+                                               target=torch.ops.aten.max_pool2d_with_indices_backward.default)
+    assert pool.args[1].target is torch.ops.aten.empty_strided.default
+    assert _is_channels_last(pool.args[0]) and _is_channels_last(pool.args[1]) and _is_channels_last(pool)
+    assert _notes(plans["backward"]) == [
+        "channels-last convolutions: 5 convolution(s) run channels-last; 1 activation(s) converted, "
+        "6 output(s) given eager's strides back"], plans["backward"].rewrites
 
 
 def test_modules_with_running_statistics_match_eager():
@@ -241,7 +273,7 @@ def _training_step_kernels(fn, inputs, options):
 
 @pytest.mark.gpu
 @_GPU
-@pytest.mark.parametrize("fn", [resnet, resnet_no_bn], ids=["bn", "no_bn"])
+@pytest.mark.parametrize("fn", [resnet, resnet_no_bn, resnet_pool], ids=["bn", "no_bn", "pool"])
 @pytest.mark.parametrize("options", [{"strict": True}, {"strict": True, "cuda_graphs": True}],
                          ids=["plain", "cuda_graphs"])
 def test_gpu_training_step_has_no_cudnn_layout_conversions(fn, options):
@@ -252,6 +284,7 @@ def test_gpu_training_step_has_no_cudnn_layout_conversions(fn, options):
     assert any("nvfuser" in n for n in names), names
     conversions = [n for n in names if "nchwToNhwc" in n or "nhwcToNchw" in n]
     assert not conversions, conversions
+    assert not [n for n in names if "max_pool_backward_nchw" in n], names  # the pool's backward runs NHWC
     eager_args = clone_inputs(inputs, requires_grad=True)
     want = fn(*eager_args)
     want_grads = torch.autograd.grad(want, eager_args, torch.ones_like(want))

@@ -17,6 +17,8 @@ The backward is decided on its `convolution_backward`s (the forward's weights an
 same answer); each reads its output gradient and input channels-last, and cuDNN writes both gradients
 channels-last, so the weights' gradients get the parameters' layout back as graph outputs. (This is
 why conv_input_layout's inference-only reason, a backward seeing other layouts, does not hold here.)
+A max pool's backward reads a stand-in of its input's sizes (decompositions.py), traced NCHW: it
+takes its gradient's channels-last layout, so ATen runs the NHWC kernel and no conversion follows.
 The partitioner runs before this pass, so a forward saves the image NCHW and its backward converts it
 again (one copy). Were the forward's planning to fail after this pass, it runs aot_autograd's graph as it is and saves
 NCHW tensors: the backward still runs them (regions compile per input layout, ATen takes any; the
@@ -249,8 +251,9 @@ def channels_last_convs(gm: GraphModule, kind: str, cuda_ok: bool = False) -> Gr
     mode = next(v.fake_mode for n in gm.graph.nodes if (v := tensor_val(n)) is not None
                 and getattr(v, "fake_mode", None) is not None)
     made: dict[Node, Node] = {}
+    restrided: dict[Node, tuple] = {}
     try:
-        _propagate(gm, mode, set(), made)
+        _propagate(gm, mode, set(), made, restrided)
         gm.graph.lint()
         gm.recompile()
         return _restore_outputs(gm, kind, eager_outputs, converted=len(made), convs=len(convs))
@@ -261,6 +264,8 @@ def channels_last_convs(gm: GraphModule, kind: str, cuda_ok: bool = False) -> Gr
     for clone in made.values():
         clone.replace_all_uses_with(clone.args[0])
         gm.graph.erase_node(clone)
+    for node, args in restrided.items():
+        node.args = args
     restore_vals(saved_vals)
     gm.recompile()
     log.debug("dynamo_nvf: convolutions left NCHW: %s", why)
@@ -275,17 +280,45 @@ def _layout(val: Any) -> Any:
     return None
 
 
-def _propagate(gm: GraphModule, mode: Any, changed: set[Node], made: Optional[dict[Node, Node]] = None) -> None:
+def _restride_pool_input(node: Node, mode: Any, restrided: dict[Node, tuple]) -> Optional[Node]:
+    """A max pool backward reading a fresh `empty_strided` for its input's sizes and memory format
+    (decompositions._max_pool_backward_reading_sizes), traced NCHW, while its gradient now comes
+    channels-last: the empty tensor takes channels-last strides, so ATen runs its NHWC kernel on the
+    gradient as it is (not a conversion of the gradient, the NCHW kernel, and an NCHW gradient of the
+    input that the next convolution's backward converts back). The node changed, or None."""
+    grad, x = tensor_val(node.args[0]), node.args[1]
+    if not (isinstance(x, Node) and x.op == "call_function" and x.target is aten.empty_strided.default
+            and len(x.users) == 1 and grad is not None and grad.dim() == 4 and _is_channels_last(grad)):
+        return None
+    val = tensor_val(x)
+    if val is None or _is_channels_last(val) or not static_layout(val):
+        return None
+    with mode:
+        new = torch.empty(val.shape, dtype=val.dtype, device=val.device, memory_format=torch.channels_last)
+    restrided[x] = x.args
+    x.args = (x.args[0], list(new.stride()), *x.args[2:])
+    x.meta["val"] = new
+    return x
+
+
+def _propagate(gm: GraphModule, mode: Any, changed: set[Node], made: Optional[dict[Node, Node]] = None,
+               restrided: Optional[dict[Node, tuple]] = None) -> None:
     """Walks the graph in order; every node downstream of a `changed` one gets its fake value again,
     where a CUDA `convolution_backward`'s gradients take cuDNN's layout (channels-last when its input
     or weight is) whatever this torch's meta function says. With `made`, each convolution's activation
     that is not channels-last by then is converted once first (a clone after it; before the first
-    reader for a placeholder), recorded in `made` (activation -> its conversion)."""
+    reader for a placeholder), recorded in `made` (activation -> its conversion); with `restrided`, a
+    max pool backward's stand-in input follows its gradient's layout (`_restride_pool_input`),
+    recorded there (node -> its arguments before)."""
     from torch.fx.node import map_arg
 
     for node in list(gm.graph.nodes):
         if node.op != "call_function":
             continue
+        if restrided is not None and node.target is aten.max_pool2d_with_indices_backward.default:
+            stand_in = _restride_pool_input(node, mode, restrided)
+            if stand_in is not None:
+                changed.add(stand_in)
         if made is not None and _is_conv(node):
             args = list(node.args)
             for i in CONVOLUTIONS[node.target][0]:
