@@ -16,7 +16,6 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.fx import GraphModule
 
@@ -31,7 +30,7 @@ from dynamo_nvf.plan import GraphPlan, PassRecord, region_label
 from dynamo_nvf.passes.conv_layout import adopt_input_strides
 from dynamo_nvf.plan_text import render_plan_text
 from dynamo_nvf.runtime.cudagraphs import CudaGraphs, boxed
-from dynamo_nvf.runtime.lean_forward import lean_forward
+from dynamo_nvf.runtime.lean_forward import compiled_forward
 from dynamo_nvf.runtime.region import RegionRuntime
 from dynamo_nvf.runtime.views import view_replay
 from dynamo_nvf.settings import Settings
@@ -155,10 +154,10 @@ class _GraphCompiler:
                 plan = GraphPlan(kind=kind, graph_id=graph_id, planning_error=error, rewrites=list(self.rewrites),
                                  passes=list(earlier))
                 self.plans.append(plan)
-                forward = gm.forward
+                forward = boxed(gm.forward)
         if self.cuda_graphs is None:
-            return make_boxed_func(forward)
-        return self.cuda_graphs.wrap(gm, boxed(forward), example_inputs, kind, plan)
+            return forward
+        return self.cuda_graphs.wrap(gm, forward, example_inputs, kind, plan)
 
     def _compile(self, gm: GraphModule, kind: str, graph_id: int,
                  earlier: Sequence[PassRecord] = ()) -> tuple[GraphPlan, Callable[..., Any]]:
@@ -169,8 +168,9 @@ class _GraphCompiler:
         plan.passes = list(earlier) + plan.passes
         gm = install_runtimes(gm, plan, self.settings)
         gm = run_installed_passes(gm, self.settings, kind, graph_id)
-        # Views reinterpreted by lean_views: run without FX's generated forward (runtime/lean_forward.py).
-        forward: Callable[..., Any] = lean_forward(gm) if self.settings.lean_views else gm.forward
+        # Boxed, each input freed after its last use (runtime/boxed_forward.py); views reinterpreted by
+        # lean_views without a dispatch check per view (runtime/lean_forward.py).
+        forward = compiled_forward(gm, self.settings.lean_views)
         plan.code = gm.code
         plan.planning_ms = (time.perf_counter() - start) * 1e3
         self.plans.append(plan)

@@ -132,7 +132,7 @@ def test_lean_forward_takes_the_raw_reinterpret_once_checked(monkeypatch):
     forward = lean_forward_module.lean_forward(gm)
     assert isinstance(forward, lean_forward_module.LeanForward)
     x = torch.randn(6, 4)
-    got, want = forward(x), f(x)
+    got, want = forward([x]), f(x)
     assert len(calls) == sum(n.target is reinterpret_tensor for n in gm.graph.nodes)
     assert_same(got, want)
     assert got[1].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
@@ -158,13 +158,13 @@ def test_lean_forward_goes_through_dispatch_under_a_mode_or_a_subclass():
     forward = lean_forward(gm)
     x = torch.randn(6, 4)
     with Recording() as mode:
-        got = forward(x)
+        got = forward([x])
     assert torch.ops.aten.as_strided.default in mode.ops, mode.ops
     assert_same(got, f(x))
 
     class Marked(torch.Tensor):
         pass
 
-    got = forward(x.as_subclass(Marked))
+    got = forward([x.as_subclass(Marked)])
     assert type(got[1]) is Marked  # as_strided through dispatch keeps the subclass; the raw call would not
     assert_same([g.as_subclass(torch.Tensor) for g in got], f(x))

@@ -12,40 +12,50 @@ the same graph: the raw calls, or the checked ones.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Callable
 
 import torch
 from torch.fx import GraphModule
 
 from dynamo_nvf.passes.lean_views import PLAIN_TENSORS, dispatch_modes, raw_reinterpret, reinterpret_tensor
+from dynamo_nvf.runtime.boxed_forward import BoxedFn, boxed_module
 
 #: Argument types that leave the raw path sound (anything else, a tensor subclass above all, takes
 #: the checked path).
 _PLAIN_ARGUMENTS = frozenset({*PLAIN_TENSORS, int, float, bool, type(None), torch.SymInt})
 
 
+def _raw_reinterprets(gm: GraphModule) -> None:
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is reinterpret_tensor:
+            node.target = raw_reinterpret
+
+
 class LeanForward:
-    """Calls `gm` with raw reinterprets when every argument is plain and no dispatch mode is active."""
+    """Calls `gm` (boxed: one list of arguments, cleared) with raw reinterprets when every argument
+    is plain and no dispatch mode is active."""
 
     def __init__(self, gm: GraphModule) -> None:
-        self.checked = gm.forward
-        fast = GraphModule(gm, copy.deepcopy(gm.graph))  # Graph's deepcopy shares node meta values
-        for node in fast.graph.nodes:
-            if node.op == "call_function" and node.target is reinterpret_tensor:
-                node.target = raw_reinterpret
-        fast.recompile()
-        self.raw = fast.forward
+        # On the instance: wrappers (torch._dynamo.disable) copy the callable's __dict__, not its class's.
+        self._boxed_call = True
+        self.checked = boxed_module(gm)
+        self.raw = boxed_module(gm, _raw_reinterprets)
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, args: list) -> Any:
         if not dispatch_modes() and all(type(a) in _PLAIN_ARGUMENTS for a in args):
-            return self.raw(*args)
-        return self.checked(*args)
+            return self.raw(args)
+        return self.checked(args)
 
 
-def lean_forward(gm: GraphModule) -> Callable[..., Any]:
-    """`gm.forward`, or a LeanForward where the graph has reinterprets and torch has the raw call."""
-    if raw_reinterpret is None or not any(
+def compiled_forward(gm: GraphModule, lean_views: bool) -> BoxedFn:
+    """`gm`'s forward, boxed (runtime/boxed_forward.py): a LeanForward where `lean_views` is on, the
+    graph has reinterprets and torch has the raw call."""
+    if not lean_views or raw_reinterpret is None or not any(
             n.op == "call_function" and n.target is reinterpret_tensor for n in gm.graph.nodes):
-        return gm.forward
+        return boxed_module(gm)
     return LeanForward(gm)
+
+
+def lean_forward(gm: GraphModule) -> Callable[[list], Any]:
+    """compiled_forward with lean views on."""
+    return compiled_forward(gm, True)

@@ -1,0 +1,56 @@
+"""A compiled graph's forward in aot_autograd's boxed calling convention, freeing each input after
+its last use.
+
+aot_autograd hands a compiled graph its inputs as one list it gives up (`steal_args`): a backward's
+saved activations, a forward's parameters and batch. A function called as `f(*args)` keeps every one
+of them alive until it returns, whatever the graph's own code frees: the caller's list and the
+argument tuple both hold them. Inductor's generated code takes the list, clears it, and drops each
+input after its last use; this does the same with FX's boxed code generation (`args_list`, cleared
+on entry; FX's code already sets each value to None after its last use). A conv net's backward
+then frees each saved activation once its gradient is computed, not at the end of the backward.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Optional
+
+import torch
+from torch.fx import GraphModule
+from torch.fx.graph import CodeGen
+
+BoxedFn = Callable[[list], Any]
+
+#: torch's boxed code generation (torch.fx.graph._BoxedCodeGen), where this torch has it.
+_BOXED_CODEGEN: Optional[type] = getattr(torch.fx.graph, "_BoxedCodeGen", None)
+
+
+def frees_inputs_early(gm: GraphModule) -> bool:
+    """True where FX can generate this graph's code in the boxed convention: torch has the code
+    generation and the graph uses plain positional code (not a pytree or other custom codegen)."""
+    return _BOXED_CODEGEN is not None and type(gm.graph._codegen) is CodeGen
+
+
+def boxed_module(gm: GraphModule, retarget: Optional[Callable[[GraphModule], None]] = None) -> BoxedFn:
+    """A copy of `gm` (its graph deep-copied; node metadata shared) whose forward takes one list and
+    clears it, each input then freed after its last use. `retarget` may edit the copy's graph first.
+    Where the boxed code cannot be generated, a plain call `forward(*args)` after clearing the list."""
+    copied = GraphModule(gm, copy.deepcopy(gm.graph))  # Graph's deepcopy shares node meta values
+    if retarget is not None:
+        retarget(copied)
+    boxed = frees_inputs_early(copied)
+    if boxed:
+        copied.graph.set_codegen(_BOXED_CODEGEN())
+    copied.recompile()
+    forward = copied.forward
+
+    def run(args: list) -> Any:
+        if boxed:
+            return forward(args)  # the generated code clears the list
+        local = list(args)
+        args.clear()
+        return forward(*local)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    run.module = copied  # type: ignore[attr-defined]
+    return run
