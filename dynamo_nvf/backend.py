@@ -29,7 +29,8 @@ from dynamo_nvf.pipeline import (PASSES_KEY, run_dynamo_passes, run_graph_passes
 from dynamo_nvf.plan import GraphPlan, PassRecord, region_label
 from dynamo_nvf.passes.conv_layout import adopt_input_strides
 from dynamo_nvf.plan_text import render_plan_text
-from dynamo_nvf.runtime.cudagraphs import CudaGraphs, boxed
+from dynamo_nvf.runtime.boxed_forward import boxed
+from dynamo_nvf.runtime.cudagraphs import CudaGraphs
 from dynamo_nvf.runtime.lean_forward import compiled_forward
 from dynamo_nvf.runtime.region import RegionRuntime
 from dynamo_nvf.runtime.views import view_replay

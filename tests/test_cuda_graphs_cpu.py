@@ -13,6 +13,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import dynamo_nvf
+from dynamo_nvf.runtime.boxed_forward import boxed
 from dynamo_nvf.runtime.cudagraphs import graph_skip_reason
 from dynamo_nvf.settings import COMPILE_MODES, Settings
 from helpers import assert_same, compile_fn
@@ -214,7 +215,7 @@ def test_no_garbage_collection_while_a_captured_graph_runs(monkeypatch):
     gm = make_fx(lambda x: x * 2, tracing_mode="fake")(torch.ones(2))
     state = cudagraphs.CudaGraphs(num_dynamo_inputs=1, max_shapes=2)
     plan = GraphPlan(kind="inference", graph_id=0)
-    wrapped = state.wrap(gm, cudagraphs.boxed(gm.forward), [torch.ones(2)], "inference", plan)
+    wrapped = state.wrap(gm, boxed(gm.forward), [torch.ones(2)], "inference", plan)
     assert plan.cuda_graph == cudagraphs.CAPTURED
     was_enabled = gc.isenabled()
     try:
@@ -307,8 +308,8 @@ def test_a_backward_follows_its_refused_forward_uncaptured(monkeypatch):
     fw = make_fx(lambda x: x * 2, tracing_mode="fake")(torch.ones(2))
     bw = make_fx(lambda g: g * 3, tracing_mode="fake")(torch.ones(2))
     state = cudagraphs.CudaGraphs(num_dynamo_inputs=1, max_shapes=2)
-    forward = state.wrap(fw, cudagraphs.boxed(fw.forward), [torch.ones(2)], "forward", GraphPlan(kind="forward", graph_id=0))
-    backward = state.wrap(bw, cudagraphs.boxed(bw.forward), [torch.ones(2)], "backward", GraphPlan(kind="backward", graph_id=1))
+    forward = state.wrap(fw, boxed(fw.forward), [torch.ones(2)], "forward", GraphPlan(kind="forward", graph_id=0))
+    backward = state.wrap(bw, boxed(bw.forward), [torch.ones(2)], "backward", GraphPlan(kind="backward", graph_id=1))
     for step in range(4):
         x = torch.randn(2)
         assert torch.equal(forward([x]), x * 2)
@@ -333,7 +334,7 @@ def test_a_refused_graph_that_updates_a_buffer_updates_it_once(monkeypatch):
     gm = make_fx(step)(torch.ones(2), torch.zeros(1))
     assert cudagraphs.mutated_inputs(gm) == {1}
     state = cudagraphs.CudaGraphs(num_dynamo_inputs=2, max_shapes=2)
-    wrapped = state.wrap(gm, cudagraphs.boxed(gm.forward), [torch.ones(2), torch.zeros(1)], "inference",
+    wrapped = state.wrap(gm, boxed(gm.forward), [torch.ones(2), torch.zeros(1)], "inference",
                          GraphPlan(kind="inference", graph_id=0))
     buf = torch.zeros(1)
     wrapped([torch.ones(2), buf])

@@ -25,6 +25,19 @@ BoxedFn = Callable[[list], Any]
 _BOXED_CODEGEN: Optional[type] = getattr(torch.fx.graph, "_BoxedCodeGen", None)
 
 
+def boxed(fn: Callable[..., Any]) -> BoxedFn:
+    """`fn(*args)` in the boxed convention: the list cleared on entry, but every input held until
+    `fn` returns (for a function FX did not generate)."""
+
+    def run(args: list) -> Any:
+        local = list(args)
+        args.clear()
+        return fn(*local)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
 def frees_inputs_early(gm: GraphModule) -> bool:
     """True where FX can generate this graph's code in the boxed convention: torch has the code
     generation and the graph uses plain positional code (not a pytree or other custom codegen)."""
@@ -34,23 +47,19 @@ def frees_inputs_early(gm: GraphModule) -> bool:
 def boxed_module(gm: GraphModule, retarget: Optional[Callable[[GraphModule], None]] = None) -> BoxedFn:
     """A copy of `gm` (its graph deep-copied; node metadata shared) whose forward takes one list and
     clears it, each input then freed after its last use. `retarget` may edit the copy's graph first.
-    Where the boxed code cannot be generated, a plain call `forward(*args)` after clearing the list."""
+    Where the boxed code cannot be generated, `boxed(forward)`."""
     copied = GraphModule(gm, copy.deepcopy(gm.graph))  # Graph's deepcopy shares node meta values
     if retarget is not None:
         retarget(copied)
-    boxed = frees_inputs_early(copied)
-    if boxed:
-        copied.graph.set_codegen(_BOXED_CODEGEN())
+    if not frees_inputs_early(copied):
+        copied.recompile()
+        return boxed(copied.forward)
+    copied.graph.set_codegen(_BOXED_CODEGEN())
     copied.recompile()
     forward = copied.forward
 
     def run(args: list) -> Any:
-        if boxed:
-            return forward(args)  # the generated code clears the list
-        local = list(args)
-        args.clear()
-        return forward(*local)
+        return forward(args)  # the generated code clears the list
 
     run._boxed_call = True  # type: ignore[attr-defined]
-    run.module = copied  # type: ignore[attr-defined]
     return run

@@ -29,17 +29,17 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch.fx import GraphModule
 
 from dynamo_nvf.plan import GraphPlan
+from dynamo_nvf.runtime.boxed_forward import BoxedFn
 from dynamo_nvf.runtime.region import _capturing
 
 log = logging.getLogger("dynamo_nvf")
 
-BoxedFn = Callable[[list], Any]
 
 CAPTURED = "captured (cudagraph trees; recorded on the first calls of each input shape)"
 
@@ -76,18 +76,6 @@ class _CollectionPause:
 
 
 COLLECTION_PAUSE = _CollectionPause()
-
-
-def boxed(fn: Callable[..., Any]) -> BoxedFn:
-    """The boxed calling convention cudagraph trees expect: one list argument, cleared on entry."""
-
-    def run(args: list) -> Any:
-        local = list(args)
-        args.clear()
-        return fn(*local)
-
-    run._boxed_call = True  # type: ignore[attr-defined]
-    return run
 
 
 def _devices(gm: GraphModule) -> dict[torch.device, str]:
