@@ -54,7 +54,7 @@ def _call_watching_x(compiled, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor
 
 def test_a_boxed_module_frees_an_input_after_its_last_use():
     gm = _graph()
-    assert frees_inputs_early(gm)
+    assert frees_inputs_early(gm.graph)
     run = boxed_module(gm)
     assert run._boxed_call
     x, y = torch.randn(64, 32), torch.randn(64, 32)

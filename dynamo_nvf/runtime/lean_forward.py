@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-from torch.fx import GraphModule
+from torch.fx import Graph, GraphModule
 
 from dynamo_nvf.passes.lean_views import PLAIN_TENSORS, dispatch_modes, raw_reinterpret, reinterpret_tensor
 from dynamo_nvf.runtime.boxed_forward import BoxedFn, boxed_module
@@ -25,8 +25,8 @@ from dynamo_nvf.runtime.boxed_forward import BoxedFn, boxed_module
 _PLAIN_ARGUMENTS = frozenset({*PLAIN_TENSORS, int, float, bool, type(None), torch.SymInt})
 
 
-def _raw_reinterprets(gm: GraphModule) -> None:
-    for node in gm.graph.nodes:
+def _raw_reinterprets(graph: Graph) -> None:
+    for node in graph.nodes:
         if node.op == "call_function" and node.target is reinterpret_tensor:
             node.target = raw_reinterpret
 
