@@ -19,8 +19,9 @@ prints one row per run:
 ``inductor_ro`` and ``nvf_cudagraphs`` are inductor and nvf_bookend with ``mode="reduce-overhead"``
 (CUDA graphs, a ``cudagraph_mark_step_begin()`` before each step); nvf_cudagraphs' step time is
 compared with inductor_ro's.  ``--check`` makes the exit status 1 when a run failed, a loss is out of
-tolerance or an nvf backend fell back; ``--device cpu`` runs over gloo with tiny shapes (what the CPU test suite runs).  NCCL settings
-come from the environment as they are (the GPU machine sets NCCL_NVLS_ENABLE=0; it is printed).
+tolerance or an nvf backend fell back; ``--device cpu`` runs over gloo with tiny shapes (what the CPU
+test suite runs).  NCCL settings come from the environment as they are (the GPU machine sets
+NCCL_NVLS_ENABLE=0; it is printed).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ import torch
 import torch.distributed as dist
 
 from perf.models import MODELS, ModelSpec, build_model, model_inputs
-from perf.parallel import BACKENDS, CUDA_GRAPH_BACKENDS, NVF_BACKENDS, STEP_REFERENCE, WRAPPERS, wrap
+from perf.backends import get_backend, mark_step
+from perf.parallel import BACKENDS, NVF_BACKENDS, STEP_REFERENCE, WRAPPERS, wrap
 
 #: Default loss tolerances (rtol, atol) per --dtype: the largest difference from eager's loss at any
 #: step that still counts as a match.  Over 20 AdamW steps the difference compounds, so these are
@@ -261,7 +263,7 @@ def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
     rank = dist.get_rank()
     torch._dynamo.reset()
     nvf = backend in NVF_BACKENDS
-    graphs = backend in CUDA_GRAPH_BACKENDS
+    mark = mark_step(get_backend(backend))  # a new CUDA-graph step, or nothing
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(args.seed)  # the same initial weights on every rank
@@ -276,8 +278,7 @@ def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
     breaks_before = _graph_breaks()
 
     def one_step() -> torch.Tensor:
-        if graphs:
-            torch.compiler.cudagraph_mark_step_begin()
+        mark()
         with wrapped.autocast():
             loss = wrapped.step_module(*inputs)
         loss.backward()

@@ -28,13 +28,16 @@ from typing import Any, Callable, ContextManager, Optional
 import torch
 from torch import nn
 
+from perf.backends import BACKENDS as REGISTRY
+
 WRAPPERS = ("ddp", "fsdp2", "fsdp2-model")
 BACKENDS = ("eager", "inductor", "inductor_ro", "nvf_bookend", "nvf_cudagraphs")
-#: Backends whose compiled graphs replay as CUDA graphs (``mode="reduce-overhead"``).
-CUDA_GRAPH_BACKENDS = ("inductor_ro", "nvf_cudagraphs")
+#: Backends whose compiled graphs replay as CUDA graphs (``mode="reduce-overhead"``), and the
+#: dynamo_nvf ones: as perf's backend registry marks them.
+CUDA_GRAPH_BACKENDS = tuple(b for b in BACKENDS if REGISTRY[b].cuda_graphs)
+NVF_BACKENDS = tuple(b for b in BACKENDS if REGISTRY[b].nvf)
 #: The backend each one's step time is measured against, under the same wrapper.
 STEP_REFERENCE = {"nvf_bookend": "inductor", "nvf_cudagraphs": "inductor_ro", "inductor_ro": "inductor"}
-NVF_BACKENDS = ("nvf_bookend", "nvf_cudagraphs")
 
 
 @dataclass
