@@ -65,7 +65,8 @@ from torch.fx import GraphModule, Node
 from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS
 from dynamo_nvf.ops.lowerings import RESIZE_OPS, is_reduction, reduced_dims
 from dynamo_nvf.ops.metadata import alias_violation, is_metadata, tensor_val
-from dynamo_nvf.passes.partition import READS_MEMORY_KEY, REGION_KEY, note_cut, reach, regions_of, set_eager
+from dynamo_nvf.passes.partition import (READS_MEMORY_KEY, REGION_KEY, note_cut, reach, reads_own_result, regions_of,
+                                         set_eager)
 from dynamo_nvf.passes.split_reductions import recompute_in, recomputable_feeders
 
 log = logging.getLogger("dynamo_nvf")
@@ -311,9 +312,7 @@ def known_bug(members: list[Node]) -> str:
         return REDUCTION_RESIZE_JOIN
     if expand_permute_reduction(members) is not None:
         return EXPAND_PERMUTE_REDUCTION
-    inside = set(members)
-    reader = next((n for n in members if READS_MEMORY_KEY in n.meta and any(p in inside for p in n.all_input_nodes)),
-                  None)
+    reader = reads_own_result(set(members), [n for n in members if READS_MEMORY_KEY in n.meta])
     return reader.meta[READS_MEMORY_KEY] if reader is not None else ""
 
 

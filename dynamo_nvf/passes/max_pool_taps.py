@@ -64,14 +64,14 @@ def max_pool_as_taps(gm: GraphModule, plan_cpu_as_cuda: bool) -> GraphModule:
         if not readers or not isinstance(val, torch.Tensor) or getattr(val, "fake_mode", None) is None:
             continue
         args = pool.args[1:]
+        if pool_window(val, *args, any_device=plan_cpu_as_cuda) is None:
+            continue
 
         def values(t: torch.Tensor) -> torch.Tensor:
             out = max_pool2d_values(t, *args, any_device=plan_cpu_as_cuda)
             assert out is not None
             return out
 
-        if pool_window(val, *args, any_device=plan_cpu_as_cuda) is None:
-            continue
         with val.fake_mode:
             try:
                 sub = make_fx(values)(val)

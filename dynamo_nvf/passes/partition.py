@@ -37,7 +37,7 @@ class _Group:
         self.reads_memory: list[Node] = [node] if READS_MEMORY_KEY in node.meta else []
 
 
-def _reads_own_result(union: set[Node], readers: Iterable[Node]) -> Optional[Node]:
+def reads_own_result(union: set[Node], readers: Iterable[Node]) -> Optional[Node]:
     """A node of `readers` that would read a value computed in `union`, or None."""
     return next((n for n in readers if any(p in union for p in n.all_input_nodes)), None)
 
@@ -139,7 +139,7 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
             if region_io_count(union) > settings.max_region_io:
                 _note_split(node, producer, f"IO limit: merging would pass max_region_io={settings.max_region_io}")
                 continue
-            reader = _reads_own_result(union, other.reads_memory + group.reads_memory)
+            reader = reads_own_result(union, other.reads_memory + group.reads_memory)
             if reader is not None:
                 _note_split(node, producer, reader.meta[READS_MEMORY_KEY])
                 continue
