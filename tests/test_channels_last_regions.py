@@ -42,6 +42,23 @@ def test_batch_norm_training_regions_compute_in_nhwc_order():
             assert "[0, 2, 3]" not in region.fx_code and "[0, 1, 2]" in region.fx_code, region.fx_code
 
 
+def test_pooled_head_backward_computes_in_nhwc_order():
+    """A global average pool's backward broadcasts [N, C, 1, 1] over H and W (an expand of a 4-D
+    value): the BatchNorm + ReLU backward region it joins still computes in NHWC order."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(_conv_bn_relu(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                            torch.nn.Linear(16, 4)).to(memory_format=torch.channels_last)
+    x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
+    plans = check_training(m, [x], ON, params=list(m.parameters()))
+    backward = [r for p in plans if p.kind == "backward" for r in p.regions if "expand" in r.fx_code]
+    assert backward and _notes(plans, "backward"), [p.rewrites for p in plans]
+    for region in backward:
+        assert "[0, 1, 2]" in region.fx_code and "[0, 2, 3]" not in region.fx_code, region.fx_code
+        assert "expand.default(permute_default, [8, 32, 32, 16])" in region.fx_code, region.fx_code
+        for t in _activation_inputs(region):
+            assert list(t.shape)[-1] == 16 and list(t.stride)[-1] == 1, (t.shape, t.stride)
+
+
 def test_fresh_inputs_outputs_and_strides_match_eager():
     m = _conv_bn_relu().eval()
     compiled = torch.compile(m, backend="nvf_bookend", options=ON)

@@ -18,8 +18,9 @@ Which regions: one that reads a channels-last 4-D activation (C and H x W both >
 [0, 2, 3, 1], at least `MIN_ELEMENTS`) and no 4-D tensor of such sizes in another order, and whose
 nodes are all pointwise ops (a dtype-only `_to_copy` included), sums, means, amax, amin and var_means
 (their dims mapped into NHWC order; a result without keepdim only where its dims keep their order),
-getitems, squeezes of the 4-D values (the same condition) and views or unsqueezes of smaller tensors
-(a BatchNorm's [C, 1, 1] weight: made 4-D, then permuted, to broadcast). Any other node leaves the
+getitems, squeezes of the 4-D values (the same condition), expands of 4-D values (a mean's backward
+broadcasting [N, C, 1, 1] over H and W) and views or unsqueezes of smaller tensors (a BatchNorm's
+[C, 1, 1] weight: made 4-D, then permuted, to broadcast). Any other node leaves the
 region as it is. Values are those of the same math in another order of summation; outputs keep the
 strides eager gives them (the permute back of a row-major NHWC tensor is channels-last), and a region
 with an output eager lays out otherwise (a broadcast of two keepdim reductions) is left as it is.
@@ -121,6 +122,8 @@ def _node_ok(node: Node) -> bool:
         if _rank(node.args[0]) != 4:
             return True
         return _rank(node) < 4 and _squeezed_dims(node) is not None
+    if node.target is aten.expand.default and rank4_args:
+        return _rank(node) == 4  # a [N, C, 1, 1] value broadcast over H and W (a mean's backward)
     if node.target in BROADCAST_BUILDERS:
         return not rank4_args
     return not rank4_args and _rank(node) != 4
@@ -200,6 +203,9 @@ class _Rewriter:
                 self.plain[node] = self._new(aten.squeeze.dims, (src, _squeezed_dims(node)), node)
             elif four_d and node.target in ALIASES:
                 self.nhwc[node] = self.nhwc_of(node.args[0], node)
+            elif four_d and node.target is aten.expand.default and _rank(node.args[0]) == 4:
+                sizes = [int(tensor_val(node).shape[d]) for d in TO_NHWC]
+                self.nhwc[node] = self._new(aten.expand.default, (self.nhwc_of(node.args[0], node), sizes), node)
             elif four_d and _elementwise(node):
                 args = tuple(self.operand(a, node, True) for a in node.args)
                 self.nhwc[node] = self._new(node.target, args, node, dict(node.kwargs))
