@@ -86,6 +86,10 @@ def test_work_buffer_bytes_from_the_struct_with_either_index_width():
     assert dl.work_buffer_bytes("Tensor<float, 2, 2> T7", _struct(1 << 40, [132, 768], [768, 1])) == 132 * 768 * 4
     assert dl.work_buffer_bytes("Tensor<float, 2, 2> T7", _struct(1 << 40, [132, 768], [768, 1], index=4)) == 132 * 768 * 4
     assert dl.work_buffer_bytes("Tensor<int64_t, 1, 1> T8", _struct(1 << 40, [3], [1], index=4)) == 24
+    # a grid Welford's counts: the kernel's index type, as wide as the struct's sizes
+    assert dl.work_buffer_bytes("Tensor<nvfuser_index_t, 2, 2> T5", _struct(1 << 40, [528, 64], [64, 1])) == 528 * 64 * 8
+    assert dl.work_buffer_bytes("Tensor<nvfuser_index_t, 2, 2> T5",
+                                _struct(1 << 40, [528, 64], [64, 1], index=4)) == 528 * 64 * 4
     # an expanded (stride-0) dim is allocated once, as nvFuser allocates it; logical sizes bound it
     assert dl.work_buffer_bytes("Tensor<__bfloat, 2, 2> T9", _struct(1 << 40, [4, 16], [0, 1])) == 4 * 16 * 2
     with pytest.raises(dl.NotDirect, match="not a tensor"):

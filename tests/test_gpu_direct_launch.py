@@ -193,6 +193,40 @@ def test_training_with_direct_launch_matches_eager():
     check_training(model, [torch.randn(128, 256, device=DEV)], ON, params=list(model.parameters()))
 
 
+def test_batch_norm_training_regions_launch_directly_and_match_eager():
+    """A channels-last BatchNorm's backward recomputes its statistics next to the gradient sums: a grid
+    Welford whose counts are a work buffer of nvFuser's index type. Such regions launch directly too."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, padding=1, bias=False), torch.nn.BatchNorm2d(64),
+                                torch.nn.SiLU(), torch.nn.Conv2d(64, 64, 3, padding=1, bias=False),
+                                torch.nn.BatchNorm2d(64), torch.nn.SiLU()).to(DEV, memory_format=torch.channels_last)
+    x = torch.randn(32, 32, 56, 56, device=DEV).to(memory_format=torch.channels_last)
+    compiled = compile_fn(model, ON)
+    with recording() as rec:
+        for _ in range(STEADY):
+            compiled(x).sum().backward()
+    launches = [r.launch for r in _regions(rec.plans)]
+    assert not [launch for launch in launches if "unknown dtype" in launch], launches
+    assert any(launch.startswith("direct") and "work buffer" in launch
+               for p in rec.plans if p.kind == "backward" for launch in (r.launch for r in p.regions)), launches
+
+    # Fresh input, steady (directly launched) step against eager's. f32 convolutions, not TF32; the
+    # gradients sum 100K terms per element that cancel (BatchNorm's backward), so their tolerance
+    # scales with each gradient's largest element.
+    fresh = torch.randn(32, 32, 56, 56, device=DEV).to(memory_format=torch.channels_last)
+    results = []
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        for fn in (compiled, model):
+            model.zero_grad()
+            inp = fresh.clone().requires_grad_()
+            out = fn(inp)
+            out.sum().backward()
+            results.append([out.detach(), inp.grad] + [p.grad.clone() for p in model.parameters()])
+    for got, expected in zip(*results):
+        assert_same_layout(got, expected)
+        torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-4 * float(expected.abs().max()) + 1e-5)
+
+
 def test_off_switch_and_cuda_graphs_never_launch_directly():
     fn, make = CASES["bias_gelu_bf16"]
     inputs = make()

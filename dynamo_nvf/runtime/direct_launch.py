@@ -79,6 +79,9 @@ ELEMENT_BYTES = {
     "std::complex<float>": 8, "std::complex<double>": 16,
 }
 
+#: The kernel's index type (a grid Welford's counts): as wide as the sizes in its Tensor structs.
+INDEX_TYPE = "nvfuser_index_t"
+
 
 class NotDirect(Exception):
     """This region's kernel cannot be launched directly; the message says why (explain shows it)."""
@@ -411,18 +414,19 @@ def work_buffer_bytes(declaration: str, raw: bytes, extent: bool = True) -> int:
     if match is None:
         raise NotDirect(f"a kernel argument that is not a tensor ({declaration[:60]})")
     dtype, dims, alloc_dims = match.group(1), int(match.group(2)), int(match.group(3))
-    if dtype not in ELEMENT_BYTES:
+    if dtype not in ELEMENT_BYTES and dtype != INDEX_TYPE:
         raise NotDirect(f"a work buffer of unknown dtype {dtype}")
     index = next((b for b in (8, 4) if len(raw) == 8 + -(-(dims + alloc_dims) * b // 8) * 8), None)
     if index is None:
         raise NotDirect(f"a work buffer struct of {len(raw)} bytes for {declaration}")
+    element = index if dtype == INDEX_TYPE else ELEMENT_BYTES[dtype]
     values = [int.from_bytes(raw[8 + i * index:8 + (i + 1) * index], "little", signed=True)
               for i in range(dims + alloc_dims)]
     sizes, strides = values[:dims], values[dims:]
     elements = math.prod(sizes)
     if extent and len(strides) == dims and all(s >= 0 for s in strides):
         elements = max(elements, 1 + sum((n - 1) * s for n, s in zip(sizes, strides) if n > 0))
-    return max(elements, 1) * ELEMENT_BYTES[dtype]
+    return max(elements, 1) * element
 
 
 def pointer_alignment(pointer: int, cap: int = MAX_ALIGNMENT) -> int:
