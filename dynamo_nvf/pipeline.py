@@ -28,6 +28,7 @@ from torch.fx import GraphModule
 from dynamo_nvf.ops.fast_math import region_fast_math
 from dynamo_nvf.passes import NOTES_KEY, add_note
 from dynamo_nvf.passes.attention import fuse_attention
+from dynamo_nvf.passes.batch_buffer_updates import batch_buffer_updates
 from dynamo_nvf.passes.bookend import bookend_regions
 from dynamo_nvf.passes.channels_last_regions import channels_last_regions
 from dynamo_nvf.passes.conv_input_layout import channels_last_patch_inputs
@@ -214,6 +215,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("channels_last_conv_weights", _channels_last_conv_weights, cuda_graphs=True,
          option="channels_last_conv_weights"),
     Pass("max_pool_as_taps", _max_pool_as_taps, NOT_BACKWARD),
+    Pass("batch_buffer_updates", _graph_only(batch_buffer_updates), NOT_BACKWARD),
     Pass("partition_regions", _settings_only(partition_regions)),
     Pass("keep_known_bugs_eager", _graph_only(keep_known_bugs_eager)),
     Pass("split_channel_statistics", _graph_only(split_channel_statistics), NOT_BACKWARD),

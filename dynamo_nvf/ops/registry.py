@@ -95,6 +95,8 @@ _SCALAR_TYPES = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
 WHY_NO_LOWERING: dict[str, str] = {
     "aten.copy_": "an input mutation: the graph writes a new value back into its input (a buffer such as "
                   "BatchNorm's running statistics) after the regions",
+    **{f"aten.{name}": "the graph's buffer updates in one launch (passes/batch_buffer_updates.py)"
+       for name in ("_foreach_copy_", "_foreach_add_")},
     **{f"aten.{name}": "a sliding-window op (pooling)" for name in (
         "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "max_pool3d_with_indices",
         "max_pool3d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward", "avg_pool3d",

@@ -101,10 +101,31 @@ def _first_incompatible_node(gm: GraphModule) -> Optional[str]:
 
 
 def mutated_inputs(gm: GraphModule) -> set[int]:
-    """Indices of the graph's inputs that an op of the graph writes to."""
-    from torch._dynamo.backends.cudagraphs import find_input_mutations
+    """Indices of the graph's inputs that an op of the graph writes to, through a tensor argument its
+    schema marks written or each tensor of such a list (a foreach op's; torch's find_input_mutations
+    reads single tensors only)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
 
-    return set(find_input_mutations(gm.graph))
+    by_storage: dict[Any, set[int]] = {}
+    mutated: set[int] = set()
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    for index, node in enumerate(placeholders):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            by_storage.setdefault(StorageWeakRef(val.untyped_storage()), set()).add(index)
+    for node in gm.graph.nodes:
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        if schema is None:
+            continue
+        for position, argument in enumerate(schema.arguments):
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            value = node.args[position] if position < len(node.args) else node.kwargs.get(argument.name)
+            for item in value if isinstance(value, (list, tuple)) else (value,):
+                val = item.meta.get("val") if isinstance(item, torch.fx.Node) else None
+                if isinstance(val, torch.Tensor):
+                    mutated |= by_storage.get(StorageWeakRef(val.untyped_storage()), set())
+    return mutated
 
 
 def skip_reason(gm: GraphModule, static_inputs: Sequence[int]) -> Optional[str]:
