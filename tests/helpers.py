@@ -16,8 +16,11 @@ from torch._prims_common import check_significant_strides
 import dynamo_nvf  # noqa: F401  (registers the backend)
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.backend import recording
+from dynamo_nvf.passes.batch_buffer_updates import UPDATE_OPS
 
 REPO = Path(__file__).resolve().parents[1]
+#: Ops that write a graph's new buffer values back into its inputs (explain() lists them as eager nodes).
+WRITE_BACK = frozenset({"aten.copy_.default", *(str(op) for op in UPDATE_OPS)})
 
 
 def env_with_repo() -> dict[str, str]:

@@ -34,7 +34,12 @@ from dynamo_nvf.passes import add_note
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
 
-NOTE = "buffer updates: {copies} copy_(s) as {copy_calls} _foreach_copy_, {counters} counter(s) as {add_calls} _foreach_add_"
+#: The ops this pass writes (explain() lists them as eager nodes, the graph's buffer updates).
+FOREACH_COPY, FOREACH_ADD = aten._foreach_copy_.default, aten._foreach_add_.Scalar
+UPDATE_OPS = (FOREACH_COPY, FOREACH_ADD)
+
+NOTE = ("buffer updates: {copies} copy_(s) as {copy_calls} _foreach_copy_, {counters} counter(s) as {add_calls} "
+        "_foreach_add_")
 
 
 def _epilogue_copy(node: Node, order: dict[Node, int]) -> bool:
@@ -96,10 +101,9 @@ def batch_buffer_updates(gm: GraphModule) -> GraphModule:
     output = next(node for node in reversed(graph.nodes) if node.op == "output")
     with graph.inserting_before(output):
         for (_, _, _, step), dsts in adds.items():
-            graph.call_function(aten._foreach_add_.Scalar, (dsts, step)).meta["val"] = None
+            graph.call_function(FOREACH_ADD, (dsts, step)).meta["val"] = None
         for pairs in writes.values():
-            graph.call_function(aten._foreach_copy_.default, ([d for d, _ in pairs], [s for _, s in pairs]))\
-                .meta["val"] = None
+            graph.call_function(FOREACH_COPY, ([d for d, _ in pairs], [s for _, s in pairs])).meta["val"] = None
     for copy in copies:
         graph.erase_node(copy)
     for add in counter_adds:
