@@ -279,6 +279,7 @@ class _Driver:
         self.context = context  # the thread's current context (0: none yet)
         self.device = device  # torch's current device
         self.events: list[tuple] = []
+        self.allocations: list[tuple] = []  # the shape of each tensor the launcher allocated
         self.launch = _LAUNCH(self._launch)
         self.memset = _MEMSET(self._memset)
         self.cooperative = _COOPERATIVE(
@@ -327,7 +328,10 @@ class _Driver:
         return tuple(self.address(f) for f in (self.launch, self.cooperative, self.memset, self.ctx_get, self.ctx_set))
 
     def make(self, plan, inputs, outputs, device: int = -1, cap: int = dl.MAX_ALIGNMENT):
-        empty = lambda shape, strides, dtype: torch.empty_strided(shape, strides, dtype=dtype)  # noqa: E731
+        def empty(shape, strides, dtype):
+            self.allocations.append(tuple(shape))
+            return torch.empty_strided(shape, strides, dtype=dtype)
+
         return dl.make_launcher(self.addresses(), CONTEXT, plan, device, inputs, outputs, owner=None, empty=empty,
                                 get_device=lambda: self.device, exchange_device=self.exchange_device,
                                 get_stream=lambda index: 77, cap=cap)
@@ -371,10 +375,17 @@ def test_work_buffers_are_allocated_per_call_and_every_zeroed_range_is_zeroed_be
     assert kinds == ["memset", "memset", "launch", "memset", "launch"]
     arguments = driver.launches[0][1]
     work, semaphore = (int.from_bytes(arguments[i][:8], "little") for i in (2, 3))
+    # one allocation per call holds both, each on its own 512-byte block, as the allocator places buffers
+    assert driver.allocations == [(16, 8), (4096 + 512,)] and semaphore == work + 4096
     assert driver.memsets == [(semaphore, 0, 24, 77), (work + 64, 0, 16, 77), (semaphore + 8, 0, 16, 77)]
     assert work not in (0, 0x7F0000000000)  # a fresh buffer, not the build's
     with pytest.raises(ValueError, match="names no kernel"):  # a range before a kernel that does not exist
         _launcher(driver, [x], [torch.empty(16, 8)], work=[(24, 16)], zeros=[(1, 0, 0, 24)])
+
+
+def test_work_buffers_are_laid_out_on_512_byte_blocks_of_one_allocation():
+    assert dl.work_layout([4096, 24, 0, 513]) == ([0, 4096, 4608, 5120], 6144)
+    assert dl.work_layout([]) == ([], 0)
 
 
 def test_several_kernels_launch_in_order_with_the_same_pointers():

@@ -24,11 +24,11 @@ dtype, device, and its data pointer divisible by the alignment nvFuser keyed on:
 two up to 16 bytes, 32 from compute capability 10, dividing the build's pointer; its vectorised
 accesses rely on it), since the grid, the extents and the scalar arguments are the build's; makes the
 build device and its primary context current where they are not (another device current, or a thread
-with no context yet); allocates the outputs with nvFuser's strides and the work buffers; zeroes every
-byte range nvFuser's run zeroed, before the kernel it preceded; writes the data pointers into the
-saved argument bytes and launches each kernel in order: the same binaries, so the same bits. A call
-that is not as built declines (`last_decline` says why), and the region runs it through
-`fec.execute`, which stays the reference; a launch error drops the launcher. nvFuser's executor cache
+with no context yet); allocates the outputs with nvFuser's strides and the work buffers (one
+allocation); zeroes every byte range nvFuser's run zeroed, before the kernel it preceded; writes the
+data pointers into the saved argument bytes and launches each kernel in order: the same binaries, so
+the same bits. A call that is not as built declines (`last_decline` says why), and the region runs it
+through `fec.execute`, which stays the reference; a launch error drops the launcher. nvFuser's executor cache
 owns the kernels' modules, so the launcher keeps a reference to it.
 
 What it measured (H100, 2026-11-24, scripts/direct_launch_cost.py at commit 2828583, medians in one process): per
@@ -78,6 +78,10 @@ ELEMENT_BYTES = {
     "uint64_t": 8, "uint32_t": 4, "bool": 1, "char": 1, "int8_t": 1, "uint8_t": 1, "__e4m3": 1, "__e5m2": 1,
     "std::complex<float>": 8, "std::complex<double>": 16,
 }
+
+#: Work buffers share one allocation per call, each at a multiple of this many bytes (the caching
+#: allocator's block size: at least any alignment a kernel may assume of a fresh allocation).
+WORK_GRANULE = 512
 
 #: The kernel's index type (a grid Welford's counts): as wide as the sizes in its Tensor structs.
 INDEX_TYPE = "nvfuser_index_t"
@@ -563,19 +567,32 @@ def make_launcher(driver: Sequence[int], context: int, plan: LaunchPlan, device:
                   cap: int = MAX_ALIGNMENT) -> Any:
     """The C launcher (runtime/launcher.c) of a plan: inputs checked against these inputs' sizes,
     strides, dtypes, device and pointer alignment (up to `cap` bytes), outputs allocated like these
-    outputs, work buffers allocated and zeroed per call, on `device` in `context`. `driver` holds the
-    addresses of cuLaunchKernel, cuLaunchCooperativeKernel, cuMemsetD8Async, cuCtxGetCurrent and
-    cuCtxSetCurrent (_Driver.addresses)."""
+    outputs, work buffers allocated (one allocation, work_layout) and zeroed per call, on `device` in
+    `context`. `driver` holds the addresses of cuLaunchKernel, cuLaunchCooperativeKernel,
+    cuMemsetD8Async, cuCtxGetCurrent and cuCtxSetCurrent (_Driver.addresses)."""
     module = c_launcher.load()
     pointers = [t.data_ptr() for t in inputs]
     input_specs = tuple((tuple(t.shape), tuple(t.stride()), t.dtype, pointers.index(t.data_ptr())) for t in inputs)
     output_args = tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in outputs)
-    work_args = tuple(((size,), (1,), torch.uint8) for size, _ in plan.work)
+    offsets, total = work_layout([size for size, _ in plan.work])
+    work_args = (((total,), (1,), torch.uint8),) if plan.work else ()
     alignment = tuple([pointer_alignment(p, cap) for p in pointers]
                       + [pointer_alignment(t.data_ptr(), cap) for t in outputs]
                       + [min(align, cap) for _, align in plan.work])
     return module.Launcher(tuple(driver), context, list(plan.kernels), device, input_specs, output_args, work_args,
-                           alignment, tuple(plan.zeros), empty, get_device, exchange_device, get_stream, owner)
+                           tuple(offsets), alignment, tuple(plan.zeros), empty, get_device, exchange_device,
+                           get_stream, owner)
+
+
+def work_layout(sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Offsets of work buffers of these byte sizes in one allocation, and its size: each starts on a
+    WORK_GRANULE boundary, as the caching allocator would have placed it alone (an allocation per buffer
+    cost ~2 µs of host per call each; a region with a grid reduction has up to 8)."""
+    offsets, total = [], 0
+    for size in sizes:
+        offsets.append(total)
+        total += -(-max(size, 1) // WORK_GRANULE) * WORK_GRANULE
+    return offsets, total
 
 
 def alignment_cap(device: torch.device) -> int:

@@ -80,7 +80,8 @@ typedef struct {
     unsigned long long *alignment; /* per tensor (inputs, outputs, work): its data pointer's required divisor */
     Py_ssize_t *same_as;     /* per input: the first input that had the same data pointer at build */
     PyObject *output_args;   /* tuple of (shape, strides, dtype) argument tuples for `empty` */
-    PyObject *work_args;     /* the same for each work buffer */
+    PyObject *work_args;     /* the same for the one allocation holding every work buffer (or empty) */
+    Py_ssize_t *work_offsets; /* per work buffer: its byte offset into that allocation */
     Zeroing *zeros;          /* byte ranges to zero, in the build's order */
     Py_ssize_t n_zeros;
     PyObject *empty, *get_device, *exchange_device, *get_stream;
@@ -121,6 +122,7 @@ static void Launcher_dealloc(Launcher *self) {
     PyMem_Free(self->kernels);
     PyMem_Free(self->same_as);
     PyMem_Free(self->alignment);
+    PyMem_Free(self->work_offsets);
     PyMem_Free(self->zeros);
     PyTypeObject *type = Py_TYPE(self);
     type->tp_free((PyObject *)self);
@@ -184,31 +186,33 @@ static int Kernel_init(Kernel *kernel, PyObject *spec, Py_ssize_t n_tensors) {
     return 0;
 }
 
-/* Launcher(driver, context, kernels, device, inputs, output_args, work_args, alignment, zeros,
- *          empty, get_device, exchange_device, get_stream, owner)
+/* Launcher(driver, context, kernels, device, inputs, output_args, work_args, work_offsets, alignment,
+ *          zeros, empty, get_device, exchange_device, get_stream, owner)
  * `driver`: the addresses of cuLaunchKernel, cuLaunchCooperativeKernel, cuMemsetD8Async,
  * cuCtxGetCurrent and cuCtxSetCurrent; `context` the device's primary context.
  * `kernels` lists (function, dims, arguments, slots, cooperative) in launch order; slots index the
  * call's tensors: inputs, then outputs, then work buffers. `inputs` holds per input (sizes, strides,
  * dtype, same_as): inputs that shared a data pointer at build (views of one tensor) share a slot, so a
- * call whose inputs do not share it declines. `alignment` per tensor the divisor its data pointer
- * needs; `zeros` the (before kernel, work buffer, offset, bytes) ranges to zero, in order. */
+ * call whose inputs do not share it declines. The work buffers are slices of one allocation per call
+ * (`work_args`: its `empty` arguments, none without work buffers) at `work_offsets`. `alignment` per
+ * tensor the divisor its data pointer needs; `zeros` the (before kernel, work buffer, offset, bytes)
+ * ranges to zero, in order. */
 static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     unsigned long long launch, cooperative_address, memset_address, ctx_get_address, ctx_set_address, context;
-    PyObject *kernels, *inputs, *output_args, *work_args, *alignment, *zeros;
+    PyObject *kernels, *inputs, *output_args, *work_args, *work_offsets, *alignment, *zeros;
     PyObject *empty, *get_device, *exchange_device, *get_stream, *owner;
     long device;
-    if (!PyArg_ParseTuple(args, "(KKKKK)KO!lO!O!O!O!O!OOOOO", &launch, &cooperative_address, &memset_address,
+    if (!PyArg_ParseTuple(args, "(KKKKK)KO!lO!O!O!O!O!O!OOOOO", &launch, &cooperative_address, &memset_address,
                           &ctx_get_address, &ctx_set_address, &context, &PyList_Type, &kernels, &device,
                           &PyTuple_Type, &inputs, &PyTuple_Type, &output_args, &PyTuple_Type, &work_args,
-                          &PyTuple_Type, &alignment, &PyTuple_Type, &zeros,
+                          &PyTuple_Type, &work_offsets, &PyTuple_Type, &alignment, &PyTuple_Type, &zeros,
                           &empty, &get_device, &exchange_device, &get_stream, &owner))
         return NULL;
     Py_ssize_t n_inputs = PyTuple_GET_SIZE(inputs);
-    Py_ssize_t n_outputs = PyTuple_GET_SIZE(output_args), n_work = PyTuple_GET_SIZE(work_args);
+    Py_ssize_t n_outputs = PyTuple_GET_SIZE(output_args), n_work = PyTuple_GET_SIZE(work_offsets);
     Py_ssize_t n_tensors = n_inputs + n_outputs + n_work;
     if (PyTuple_GET_SIZE(alignment) != n_tensors || n_tensors > MAX_TENSORS || n_outputs < 1 ||
-        PyList_GET_SIZE(kernels) < 1) {
+        PyList_GET_SIZE(kernels) < 1 || PyTuple_GET_SIZE(work_args) != (n_work ? 1 : 0)) {
         PyErr_SetString(PyExc_ValueError, "Launcher: inconsistent argument counts");
         return NULL;
     }
@@ -246,11 +250,20 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         goto fail;
     self->same_as = PyMem_Calloc(n_inputs ? n_inputs : 1, sizeof(Py_ssize_t));
     self->alignment = PyMem_Calloc(n_tensors ? n_tensors : 1, sizeof(unsigned long long));
+    self->work_offsets = PyMem_Calloc(n_work ? n_work : 1, sizeof(Py_ssize_t));
     self->n_zeros = PyTuple_GET_SIZE(zeros);
     self->zeros = PyMem_Calloc(self->n_zeros ? self->n_zeros : 1, sizeof(Zeroing));
-    if (self->same_as == NULL || self->alignment == NULL || self->zeros == NULL) {
+    if (self->same_as == NULL || self->alignment == NULL || self->work_offsets == NULL || self->zeros == NULL) {
         PyErr_NoMemory();
         goto fail;
+    }
+    for (Py_ssize_t w = 0; w < n_work; w++) {
+        self->work_offsets[w] = PyLong_AsSsize_t(PyTuple_GET_ITEM(work_offsets, w));
+        if (self->work_offsets[w] == -1 && PyErr_Occurred()) goto fail;
+        if (self->work_offsets[w] < 0) {
+            PyErr_SetString(PyExc_ValueError, "Launcher: a work buffer offset is negative");
+            goto fail;
+        }
     }
     for (Py_ssize_t i = 0; i < n_inputs; i++) {
         PyObject *sizes, *strides, *dtype;
@@ -431,10 +444,13 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
     Py_CLEAR(value);
     if (PyErr_Occurred()) goto done;
 
-    /* work buffers are kept until the launches are enqueued, then freed stream-ordered */
+    /* work buffers (one allocation) are kept until the launches are enqueued, then freed stream-ordered */
     if (self->n_work) {
-        work = allocate(self->empty, self->work_args, &pointers[n]);
+        unsigned long long base;
+        work = allocate(self->empty, self->work_args, &base);
         if (work == NULL) goto done;
+        for (Py_ssize_t w = 0; w < self->n_work; w++)
+            pointers[n + w] = base + (unsigned long long)self->work_offsets[w];
     }
     for (Py_ssize_t i = self->n_inputs; i < n + self->n_work; i++) {
         if (pointers[i] & (self->alignment[i] - 1)) {
