@@ -92,7 +92,7 @@ def test_copies_of_other_dtypes_group_apart_and_a_lone_copy_stays():
         n.add_(2)
         return x * 2
 
-    args = [torch.randn(4, 3), torch.zeros(3), torch.ones(5), torch.zeros((), dtype=torch.int32)]
+    args = [torch.randn(4, 3), torch.zeros(3), torch.ones(5), torch.zeros((), dtype=torch.int64)]
     eager_args = [t.clone() for t in args]
     compiled = compile_fn(two, PLAN)
     with recording() as rec:
@@ -124,25 +124,59 @@ def test_cuda_graph_planning_sees_writes_through_foreach_lists():
     assert mutated_inputs(gm) == {0}
 
 
-def test_copies_into_one_storage_keep_their_order():
-    """Two inputs that are views of one buffer: a foreach op would write both at once."""
+def _copies_graph(alias: bool = False, read_after: str = "") -> torch.fx.GraphModule:
+    """copy_(a, x) and copy_(b, x) on placeholders (b a view of a's buffer with `alias`); with
+    `read_after` "a" or "view", the output reads a (or a view of it) after the copies."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    graph = torch.fx.Graph()
+    with FakeTensorMode():
+        base, other = torch.empty(2, 3), torch.empty(3)
+        vals = [base[0], base[1] if alias else other, torch.empty(3)]
+    a, b, x = (graph.placeholder(name) for name in "abx")
+    for node, val in zip((a, b, x), vals):
+        node.meta["val"] = val
+    view = graph.call_function(torch.ops.aten.view.default, (a, [3])) if read_after == "view" else a
+    view.meta["val"] = vals[0]
+    for dst in (a, b):
+        graph.call_function(torch.ops.aten.copy_.default, (dst, x))
+    graph.output(view if read_after else None)
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _call_targets(gm: torch.fx.GraphModule) -> list:
+    return [n.target for n in gm.graph.nodes if n.op == "call_function" and n.target is not torch.ops.aten.view.default]
+
+
+def test_copies_whose_order_may_matter_stay_in_place():
+    """Two inputs that are views of one buffer (a foreach op would write both at once), or a buffer
+    read after its copy, directly or through a view (that copy stays, so the other may not move)."""
     from dynamo_nvf.passes.batch_buffer_updates import batch_buffer_updates
 
-    def build(alias: bool) -> torch.fx.GraphModule:
-        graph = torch.fx.Graph()
-        with FakeTensorMode():
-            base, other = torch.empty(2, 3), torch.empty(3)
-            vals = [base[0], base[1] if alias else other, torch.empty(3)]
-        a, b, x = (graph.placeholder(name) for name in "abx")
-        for node, val in zip((a, b, x), vals):
-            node.meta["val"] = val
-        for dst in (a, b):
-            graph.call_function(torch.ops.aten.copy_.default, (dst, x))
-        graph.output(None)
-        return torch.fx.GraphModule(torch.nn.Module(), graph)
+    copies = [torch.ops.aten.copy_.default] * 2
+    assert _call_targets(batch_buffer_updates(_copies_graph())) == [torch.ops.aten._foreach_copy_.default]
+    assert _call_targets(batch_buffer_updates(_copies_graph(alias=True))) == copies
+    assert _call_targets(batch_buffer_updates(_copies_graph(read_after="a"))) == copies
+    assert _call_targets(batch_buffer_updates(_copies_graph(read_after="view"))) == copies
 
-    ops = lambda gm: [n.target for n in gm.graph.nodes if n.op == "call_function"]  # noqa: E731
-    assert ops(batch_buffer_updates(build(alias=True))) == [torch.ops.aten.copy_.default] * 2
-    assert ops(batch_buffer_updates(build(alias=False))) == [torch.ops.aten._foreach_copy_.default]
+
+def test_a_narrow_integer_counter_is_copied_not_added_by_foreach():
+    """CUDA's foreach add range-checks its step in the tensors' type, where add wraps: only int64 and
+    floating counters become foreach adds."""
+    def counters(x, small, big, total):
+        small.add_(1)
+        big.add_(1)
+        total.copy_(x.sum(0))
+        return x * 2
+
+    args = [torch.randn(4, 3), torch.zeros((), dtype=torch.int32), torch.zeros((), dtype=torch.int64), torch.zeros(3)]
+    eager_args = [t.clone() for t in args]
+    with recording() as rec:
+        assert_same(compile_fn(counters, PLAN)(*args), counters(*eager_args))
+    for got, ref in zip(args, eager_args):
+        assert torch.equal(got, ref), (got, ref)
+    writes = [n for p in rec.plans for n in p.nodes
+              if n.op in ("aten._foreach_add_.Scalar", "aten._foreach_copy_.default")]
+    assert [(n.op, len(n.inputs)) for n in writes] == [("aten._foreach_add_.Scalar", 1),
+                                                       ("aten._foreach_copy_.default", 2),
+                                                       ("aten._foreach_copy_.default", 2)], writes

@@ -12,8 +12,10 @@ than before.
 
 Which copies: `copy_(dst, src)` with `dst` a graph input, its result unused, of `src`'s shape and
 device, and after every other reader of `dst` (the epilogue aot_autograd writes), so moving it to the
-end of the graph changes no value read; none where two copies write one storage or one reads what
-another writes. A counter is `add(dst, number)` read by its copy alone.
+end of the graph changes no value read (through a view either); none where two copies write one
+storage, one reads what another writes, or another `copy_` stays in the graph. A counter is
+`add(dst, number)` read by its copy alone, of a floating or int64 `dst` (the foreach add range-checks
+its step where add wraps).
 
 Pure: GraphModule in, GraphModule out (before partitioning, so a counter's add never joins a region).
 """
@@ -28,7 +30,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from dynamo_nvf.ops.metadata import tensor_val
+from dynamo_nvf.ops.metadata import is_metadata, tensor_val
 from dynamo_nvf.passes import add_note
 
 log = logging.getLogger("dynamo_nvf")
@@ -54,7 +56,18 @@ def _epilogue_copy(node: Node, order: dict[Node, int]) -> bool:
     dst_val, src_val = tensor_val(dst), tensor_val(src)
     if dst_val is None or src_val is None or dst_val.shape != src_val.shape or dst_val.device != src_val.device:
         return False
-    return all(order[user] <= order[node] for user in dst.users)
+    return all(order[reader] <= order[node] for reader in _readers(dst))
+
+
+def _readers(node: Node) -> list[Node]:
+    """The nodes that read `node`'s storage: its users, and through views the users of those."""
+    readers, pending = [], list(node.users)
+    while pending:
+        user = pending.pop()
+        readers.append(user)
+        if is_metadata(user):
+            pending.extend(user.users)
+    return readers
 
 
 def _counter_step(copy: Node) -> Optional[Any]:
@@ -68,7 +81,11 @@ def _counter_step(copy: Node) -> Optional[Any]:
     dst_val, src_val = tensor_val(dst), tensor_val(src)
     if not isinstance(step, (int, float)) or dst_val.dtype != src_val.dtype:
         return None
-    return step
+    # the foreach add converts its step to the tensors' type with a range check (CUDA) where add wraps
+    if dst_val.dtype.is_floating_point or (dst_val.dtype == torch.int64 and isinstance(step, int)
+                                           and abs(step) < 2**62):
+        return step
+    return None
 
 
 def _aliased(copies: list[Node]) -> bool:
@@ -84,8 +101,9 @@ def batch_buffer_updates(gm: GraphModule) -> GraphModule:
     graph = gm.graph
     order = {node: index for index, node in enumerate(graph.nodes)}
     copies = [node for node in graph.nodes if _epilogue_copy(node, order)]
-    if len(copies) < 2 or _aliased(copies):
-        return gm
+    others = [node for node in graph.nodes if node.op == "call_function" and node.target is aten.copy_.default]
+    if len(copies) < 2 or len(others) != len(copies) or _aliased(copies):
+        return gm  # a copy that stays in place might be ordered against a moved one
     adds: dict[tuple, list[Node]] = defaultdict(list)
     writes: dict[tuple, list[tuple[Node, Node]]] = defaultdict(list)
     counter_adds: list[Node] = []
