@@ -84,11 +84,15 @@ def record_regions() -> list[tuple[str, Any, list, list[str]]]:
 
 
 def kernel_time(call: Callable[[], Any], calls: int) -> tuple[float, float, list[str]]:
-    """(GPU µs per call, kernels per call, kernel names of one call) under torch.profiler."""
+    """(GPU µs per call, kernels per call, each kernel name of one call with its count and µs per
+    call) under torch.profiler."""
     events = cuda_kernels(call, calls)
     names = collections.Counter(e.name for e in events)
+    spent: dict[str, float] = collections.defaultdict(float)
+    for e in events:
+        spent[e.name] += e.device_time
     return (sum(e.device_time for e in events) / calls, len(events) / calls,
-            [f"{n[:90]} x{c / calls:g}" for n, c in names.items()])
+            [f"{n[:90]} x{c / calls:g} {spent[n] / calls:.1f}us" for n, c in names.items()])
 
 
 def nvf_call(nvf, graph, args, enable: Sequence[str] = (), disable: Sequence[str] = ()) -> tuple[Any, Any, Callable]:
