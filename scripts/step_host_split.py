@@ -6,8 +6,9 @@ For one perf workload it prints, per step in steady state:
 - the wall time of a step (no sync inside; one at the end), untimed and with every region timed;
 - the host time spent inside region calls (RegionRuntime.__call__, which is fec.execute plus ~1 us),
   their count, and the rest (Dynamo's guards, aot_autograd's wrappers, autograd, eager ops, views);
-- per region: graph, calls per step, host us per call, nvFuser kernels (from fec.get_cuda_kernel),
-  inputs and outputs;
+- per region (its graph and name): calls per step, host us per call, the share of its calls that went
+  through fec.execute rather than direct launch, nvFuser kernels (from fec.get_cuda_kernel), inputs
+  and outputs;
 - with --ops, torch.profiler's CPU-only table (no CUPTI): the ops with the most own host time per step.
   Profiling inflates each op's time, so read it for counts and proportions.
 
@@ -59,52 +60,65 @@ def _kernels_of(runtime, args) -> str:
 
 
 def split_regions(step, steps: int) -> None:
+    from dynamo_nvf.runtime import region as region_module
     from dynamo_nvf.runtime.region import RegionRuntime
 
-    totals: dict[str, float] = defaultdict(float)
-    counts: dict[str, int] = defaultdict(int)
-    last_args: dict[str, tuple] = {}
-    runtimes: dict[str, object] = {}
-    original = RegionRuntime.__call__
+    # keyed by runtime: region names repeat across a step's graphs (forward, backward)
+    totals: dict[int, float] = defaultdict(float)
+    counts: dict[int, int] = defaultdict(int)
+    executes: dict[int, int] = defaultdict(int)  # calls that went through fec.execute, not direct launch
+    last_args: dict[int, tuple] = {}
+    runtimes: dict[int, object] = {}
+    active: list[int] = []
+    original, original_execute = RegionRuntime.__call__, region_module._execute
 
     def timed(self, *args):
+        key = id(self)
+        active.append(key)
         start = time.perf_counter()
         try:
             return original(self, *args)
         finally:
-            name = self.plan.name
-            totals[name] += time.perf_counter() - start
-            counts[name] += 1
-            last_args[name] = args
-            runtimes[name] = self
+            totals[key] += time.perf_counter() - start
+            counts[key] += 1
+            last_args[key] = args
+            runtimes[key] = self
+            active.pop()
+
+    def counted_execute(runner, args, enable_options):
+        if active:
+            executes[active[-1]] += 1
+        return original_execute(runner, args, enable_options)
 
     untimed = _wall_us(step, steps)
-    RegionRuntime.__call__ = timed
+    RegionRuntime.__call__, region_module._execute = timed, counted_execute
     try:
         for _ in range(3):
             step()
         _sync()
         totals.clear()
         counts.clear()
+        executes.clear()
         rounds = 5
         timed_wall = _wall_us(step, steps, rounds)
     finally:
-        RegionRuntime.__call__ = original
+        RegionRuntime.__call__, region_module._execute = original, original_execute
     n = steps * rounds
     region_us = sum(totals.values()) / n * 1e6
     calls = sum(counts.values()) / n
     print(f"step wall us: {untimed:.1f} untimed, {timed_wall:.1f} with regions timed")
     print(f"region calls per step: {calls:.1f}; host us in region calls per step: {region_us:.1f} "
           f"({region_us / timed_wall:.0%} of the timed step); the rest: {timed_wall - region_us:.1f}")
-    print(f"{'region':<28} {'calls/step':>10} {'us/call':>8} {'us/step':>8} {'kernels':>8} {'in':>4} {'out':>4}  launch")
-    rows = sorted(totals, key=lambda k: -totals[k])
-    for name in rows:
-        per_call = totals[name] / counts[name] * 1e6
-        runtime = runtimes[name]
+    print(f"{'region':<36} {'calls/step':>10} {'us/call':>8} {'us/step':>8} {'fec.exec':>8} {'kernels':>8} "
+          f"{'in':>4} {'out':>4}  launch")
+    for key in sorted(totals, key=lambda k: -totals[k]):
+        per_call = totals[key] / counts[key] * 1e6
+        runtime = runtimes[key]
         plan = runtime.plan
-        print(f"{name:<28} {counts[name] / n:>10.2f} {per_call:>8.1f} {totals[name] / n * 1e6:>8.1f} "
-              f"{_kernels_of(runtime, last_args[name]):>8} {len(plan.inputs):>4} {len(plan.outputs):>4}  "
-              f"{plan.launch[:90]}")
+        label = runtime.profile_label.removeprefix("dynamo_nvf ")
+        print(f"{label[:36]:<36} {counts[key] / n:>10.2f} {per_call:>8.1f} {totals[key] / n * 1e6:>8.1f} "
+              f"{executes[key] / counts[key]:>8.0%} {_kernels_of(runtime, last_args[key]):>8} "
+              f"{len(plan.inputs):>4} {len(plan.outputs):>4}  {plan.launch[:90]}")
 
 
 def op_table(step, steps: int, top: int) -> None:
