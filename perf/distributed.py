@@ -47,6 +47,7 @@ import torch.distributed as dist
 
 from perf.models import MODELS, ModelSpec, build_model, model_inputs
 from perf.backends import get_backend, mark_step
+from perf.measure import is_device_event
 from perf.parallel import BACKENDS, NVF_BACKENDS, STEP_REFERENCE, WRAPPERS, wrap
 
 #: Default loss tolerances (rtol, atol) per --dtype: the largest difference from eager's loss at any
@@ -204,8 +205,6 @@ def _profiled_kernels(step: Any, steps: int) -> list[tuple[str, float, float]]:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
-    from perf.measure import is_device_event
-
     return [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
             if is_device_event(e) and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
 

@@ -129,7 +129,7 @@ def test_lean_forward_takes_the_raw_reinterpret_once_checked(monkeypatch):
     raw = lean_forward_module.raw_reinterpret
     monkeypatch.setattr(lean_forward_module, "raw_reinterpret", counting)
     f, gm = _viewing_graph()
-    forward = lean_forward_module.lean_forward(gm)
+    forward = lean_forward_module.compiled_forward(gm, lean_views=True)
     assert isinstance(forward, lean_forward_module.LeanForward)
     x = torch.randn(6, 4)
     got, want = forward([x]), f(x)
@@ -143,7 +143,7 @@ def test_lean_forward_goes_through_dispatch_under_a_mode_or_a_subclass():
     graph, whose views the mode sees as as_strided calls."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from dynamo_nvf.runtime.lean_forward import lean_forward
+    from dynamo_nvf.runtime.lean_forward import compiled_forward
 
     class Recording(TorchDispatchMode):
         def __init__(self):
@@ -155,7 +155,7 @@ def test_lean_forward_goes_through_dispatch_under_a_mode_or_a_subclass():
             return func(*args, **(kwargs or {}))
 
     f, gm = _viewing_graph()
-    forward = lean_forward(gm)
+    forward = compiled_forward(gm, lean_views=True)
     x = torch.randn(6, 4)
     with Recording() as mode:
         got = forward([x])

@@ -45,10 +45,8 @@ NOTE = ("buffer updates: {copies} copy_(s) as {copy_calls} _foreach_copy_, {coun
 
 
 def _epilogue_copy(node: Node, order: dict[Node, int]) -> bool:
-    """A `copy_` writing a graph input that nothing reads after it (see the module docstring)."""
-    if node.op != "call_function" or node.target is not aten.copy_.default or node.users:
-        return False
-    if len(node.args) != 2 or node.kwargs.get("non_blocking", False):
+    """Whether a `copy_` node writes a graph input that nothing reads after it (module docstring)."""
+    if node.users or len(node.args) != 2 or node.kwargs.get("non_blocking", False):
         return False
     dst, src = node.args
     if not isinstance(dst, Node) or dst.op != "placeholder" or not isinstance(src, Node):
@@ -100,9 +98,9 @@ def batch_buffer_updates(gm: GraphModule) -> GraphModule:
     """Gathers a graph's epilogue buffer copies into foreach ops (module docstring)."""
     graph = gm.graph
     order = {node: index for index, node in enumerate(graph.nodes)}
-    copies = [node for node in graph.nodes if _epilogue_copy(node, order)]
-    others = [node for node in graph.nodes if node.op == "call_function" and node.target is aten.copy_.default]
-    if len(copies) < 2 or len(others) != len(copies) or _aliased(copies):
+    every_copy = [node for node in graph.nodes if node.op == "call_function" and node.target is aten.copy_.default]
+    copies = [node for node in every_copy if _epilogue_copy(node, order)]
+    if len(copies) < 2 or len(copies) != len(every_copy) or _aliased(copies):
         return gm  # a copy that stays in place might be ordered against a moved one
     adds: dict[tuple, list[Node]] = defaultdict(list)
     writes: dict[tuple, list[tuple[Node, Node]]] = defaultdict(list)

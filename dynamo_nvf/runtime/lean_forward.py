@@ -12,7 +12,7 @@ the same graph: the raw calls, or the checked ones.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.fx import Graph, GraphModule
@@ -54,8 +54,3 @@ def compiled_forward(gm: GraphModule, lean_views: bool) -> BoxedFn:
             n.op == "call_function" and n.target is reinterpret_tensor for n in gm.graph.nodes):
         return boxed_module(gm)
     return LeanForward(gm)
-
-
-def lean_forward(gm: GraphModule) -> Callable[[list], Any]:
-    """compiled_forward with lean views on."""
-    return compiled_forward(gm, True)
