@@ -18,7 +18,7 @@ from dynamo_nvf.backend import recording
 from dynamo_nvf.runtime import direct_launch
 from dynamo_nvf.runtime.stats import STATS
 
-from helpers import assert_same, assert_same_layout, check_training, compile_fn
+from helpers import assert_as_close_as_eager, assert_same, assert_same_layout, check_training, compile_fn
 
 pytestmark = [
     pytest.mark.gpu,
@@ -158,7 +158,9 @@ def test_a_region_whose_kernels_take_scalar_arguments_launches_directly():
         for _ in range(3):
             fresh = make()
             got, want = compiled(*fresh), fn(*fresh)
-            assert_same(got, want)
+            # A bf16 mean over 784 values feeds a normalisation: eager rounds the mean to bf16 and
+            # nvFuser keeps it in f32, so the two differ by whole ulps; judge both against f64.
+            assert_as_close_as_eager(got, want, fn(*(t.double() for t in fresh)))
             assert_same_layout(got, want)
     assert STATS.direct_launches >= before + 3
 
