@@ -51,6 +51,7 @@ from dynamo_nvf.passes.sink_permutes import sink_permutes
 from dynamo_nvf.passes.split_channel_statistics import split_channel_statistics
 from dynamo_nvf.passes.split_reductions import split_norm_backward
 from dynamo_nvf.passes.split_transposes import split_transposes
+from dynamo_nvf.passes.two_stage_statistics import two_stage_statistics
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.passes.unfuse_addmm import unfuse_addmm_bias
 from dynamo_nvf.passes.unpermute_reductions import unpermute_reductions
@@ -220,6 +221,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("keep_known_bugs_eager", _graph_only(keep_known_bugs_eager)),
     Pass("split_channel_statistics", _graph_only(split_channel_statistics), NOT_BACKWARD),
     Pass("channels_last_regions", _graph_only(channels_last_regions), option="channels_last_regions"),
+    Pass("two_stage_statistics", _graph_only(two_stage_statistics), NOT_BACKWARD),
     Pass("unflatten_reductions", _graph_only(unflatten_reductions), option="unflatten_reductions",
          enabled=Settings.unflattens),
     Pass("unpermute_reductions", _unpermute_reductions, option="unpermute_reductions",

@@ -14,7 +14,8 @@ import torch.nn as nn
 from dynamo_nvf.backend import recording
 from dynamo_nvf.runtime.stats import STATS
 
-from helpers import DEVICES, WRITE_BACK, assert_same, compile_fn, device_options, tolerance
+from helpers import (DEVICES, WRITE_BACK, assert_as_close_as_eager, assert_same, assert_same_layout, compile_fn,
+                     device_options, tolerance)
 
 aten = torch.ops.aten
 
@@ -183,6 +184,100 @@ def test_every_batch_norm_entry_point_decomposes_and_updates_stats_as_aten(name)
         torch.testing.assert_close(got_stats, stats)
 
 
+def _two_stage_notes(plans: list[Any]) -> list[str]:
+    return [n for p in plans for n in p.rewrites if "in two stages" in n]
+
+
+#: 2**23 elements, 64 channels: statistics in two stages (passes/two_stage_statistics.py).
+LARGE_SHAPE = (8, 64, 128, 128)
+
+
+def _bn_silu(device: str, dtype: torch.dtype) -> nn.Module:
+    """BatchNorm + SiLU: over 8M values a ReLU's mask flips where the two orders of summation put a
+    normalised value on either side of zero, and its gradient with it; SiLU's is continuous."""
+    torch.manual_seed(0)
+    bn = nn.BatchNorm2d(LARGE_SHAPE[1])
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.5, 0.5)
+    return nn.Sequential(bn, nn.SiLU()).to(device=device, dtype=dtype)
+
+
+def _large_steps(device: str, dtype: torch.dtype, options: dict[str, Any], steps: int = 2) -> list[Any]:
+    """`steps` training steps of _bn_silu compiled and eager on fresh inputs: outputs (assert_same),
+    gradients against an f64 copy's as eager's are (sums over 131072 rows in another order differ by
+    more than an elementwise tolerance near zero), running statistics. Returns the recorded plans."""
+    model = _bn_silu(device, dtype)
+    eager, reference = copy.deepcopy(model), copy.deepcopy(model).double()
+    compiled = compile_fn(model, options)
+    plans: list[Any] = []
+    for _ in range(steps):
+        x = _input(LARGE_SHAPE, True, device, dtype)
+        grad = torch.randn_like(x)
+        xs = [x.clone().requires_grad_(True), x.clone().requires_grad_(True), x.double().requires_grad_(True)]
+        with recording() as rec:
+            out = compiled(xs[0])
+        plans += rec.plans
+        expected, exact = eager(xs[1]), reference(xs[2])
+        assert_same_layout(out, expected)
+        assert_as_close_as_eager(out, expected, exact)
+        for y, g in ((out, grad), (expected, grad), (exact, grad.double())):
+            y.backward(g)
+        assert_as_close_as_eager(xs[0].grad, xs[1].grad, xs[2].grad)
+        for (name, pa), (_, pe), (_, px) in zip(model.named_parameters(), eager.named_parameters(),
+                                                 reference.named_parameters()):
+            assert_as_close_as_eager(pa.grad, pe.grad, px.grad)
+        for (name, ba), (_, be) in zip(model.named_buffers(), eager.named_buffers()):
+            torch.testing.assert_close(ba, be, rtol=1e-4, atol=1e-5, check_dtype=False, msg=name)
+        for p in (*model.parameters(), *eager.parameters(), *reference.parameters()):
+            p.grad = None
+    return plans
+
+
+def test_large_channels_last_statistics_reduce_row_blocks_of_a_trimmed_view():
+    """[8, 64, 128, 128] channels-last: the forward region reads the activation a second time as a
+    [2048, 64, 64] row-major view (trimmed, zero-copy), reduces it over its rows to 64 partials per
+    channel and combines them; values, gradients and running statistics are eager's (_train_steps)."""
+    plans = _large_steps("cpu", torch.float32, {"plan_cpu_as_cuda": True})
+    assert _two_stage_notes(plans), [p.rewrites for p in plans]
+    forward = [r for p in plans if p.kind == "forward" for r in p.regions]
+    assert forward and all(any(tuple(t.shape) == (2048, 64, 64) and tuple(t.stride) == (4096, 64, 1)
+                                   for t in r.inputs) for r in forward), [r.inputs for r in forward]
+    assert all("var_mean.correction(_to_copy_default" not in r.fx_code or ", [0], correction = 0" in r.fx_code
+               for r in forward)
+    assert all("[0, 1, 2], correction" not in r.fx_code for r in forward), forward[0].fx_code
+
+
+@pytest.mark.parametrize("shape, channels_last", [
+    ((8, 64, 128, 128), False),   # NCHW: the statistics are not over row-major rows
+    ((8, 16, 32, 32), True),      # fewer rows than MIN_ROWS
+    ((8, 96, 128, 128), True),    # not a power-of-two channel count
+    ((1, 64, 363, 363), True),    # 131769 rows: odd, no row block divides them
+])
+def test_statistics_stay_one_reduction_outside_the_measured_range(shape, channels_last):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.BatchNorm2d(shape[1]), nn.ReLU())
+    compiled = compile_fn(model, {"plan_cpu_as_cuda": True})
+    x = _input(shape, channels_last, "cpu", torch.float32).requires_grad_(True)
+    with recording() as rec:
+        compiled(x).sum().backward()
+    assert not _two_stage_notes(rec.plans), [p.rewrites for p in rec.plans]
+
+
+def test_row_blocks_divide_the_rows_and_the_rule_keeps_to_the_measured_range():
+    from dynamo_nvf.passes.two_stage_statistics import rows_per_block, splits
+
+    assert rows_per_block(131072, 64) == 64
+    assert rows_per_block(200704, 256) == 16
+    assert rows_per_block(200704, 24) == 128  # the largest power of two up to 4096 // 24
+    assert rows_per_block(3 * 7 * 32, 64) == 32
+    assert rows_per_block(131769, 64) == 1
+    # ResNet-50 at batch 64: the 112 x 112 and 56 x 56 statistics split, the 28 x 28 ones do not
+    assert splits(64 * 112 * 112, 64) and splits(64 * 56 * 56, 256) and splits(64 * 56 * 56, 512)
+    assert not splits(64 * 28 * 28, 256) and not splits(128 * 28 * 28, 128)
+    assert not splits(64 * 112 * 112, 96) and not splits(64 * 112 * 112, 8) and not splits(64 * 56 * 56, 1024)
+
+
 def test_resnet_block_training_has_no_batch_norm_op_left():
     torch.manual_seed(0)
     model = ConvBnBlock(8)
@@ -210,6 +305,15 @@ def test_gpu_batch_norm_training_matches_eager(device, case, dtype):
     compiled = compile_fn(model, device_options(device))
     plans = _train_steps(model, compiled, shape, channels_last, device, dtype)
     assert not [op for op in _all_ops(plans) if "batch_norm" in op]
+    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0, STATS.snapshot()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("device", [d for d in DEVICES if d.id == "cuda"])
+def test_gpu_two_stage_statistics_match_eager_on_nvfuser(device, dtype):
+    STATS.reset()
+    plans = _large_steps(device, dtype, device_options(device), steps=3)
+    assert _two_stage_notes(plans), [p.rewrites for p in plans]
     assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0, STATS.snapshot()
 
 

@@ -1,0 +1,83 @@
+"""A training BatchNorm + ReLU forward over channels-last bf16 activations, compiled three ways: nvf_bookend
+with its statistics in one `var_mean`, nvf_bookend with them in two stages (passes/two_stage_statistics.py,
+its rule replaced so that every shape gets it), and inductor. The measurements behind the pass's rule.
+
+    python scripts/batch_norm_statistics.py [--shape 64,64,112,112 ...] [--calls 20]
+
+Prints, per shape, the GPU kernel time per call (torch.profiler, after 3 warm-up calls) and the kernels per
+call of each, and which of the two nvFuser forms the pass's rule picks for that shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dynamo_nvf.passes import two_stage_statistics as pass_module  # noqa: E402  (registers the backend too)
+
+#: ResNet-50's BatchNorm inputs at batch 64, and MobileNet-style narrow ones.
+SHAPES = ["64,64,112,112", "64,64,56,56", "64,128,56,56", "64,256,56,56", "64,128,28,28", "64,512,28,28",
+          "64,256,14,14", "64,1024,14,14", "64,2048,7,7", "64,16,112,112", "64,32,112,112", "64,96,112,112"]
+
+
+def kernel_us(fn: Callable[[], object], calls: int) -> tuple[float, float]:
+    """(GPU kernel µs per call, kernels per call) over `calls` calls after 3 warm-up calls."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.time_range.elapsed_us() for e in events) / calls, len(events) / calls
+
+
+def measure(shape: list[int], calls: int) -> dict[str, tuple[float, float]]:
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(shape[1]).cuda().to(torch.bfloat16)
+    model = torch.nn.Sequential(bn, torch.nn.ReLU()).train()
+    x = (torch.randn(shape, device="cuda") * 2 + 3).to(torch.bfloat16).to(memory_format=torch.channels_last)
+    rule = pass_module.splits
+    forms = {"nvf one var_mean": lambda rows, channels: False,
+             "nvf two stages": lambda rows, channels: pass_module.rows_per_block(rows, channels) >= 2}
+    results = {}
+    try:
+        for name, splits in forms.items():
+            pass_module.splits = splits
+            torch._dynamo.reset()
+            compiled = torch.compile(model, backend="nvf_bookend")
+            with torch.no_grad():
+                results[name] = kernel_us(lambda: compiled(x), calls)
+    finally:
+        pass_module.splits = rule
+    torch._dynamo.reset()
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        results["inductor"] = kernel_us(lambda: compiled(x), calls)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", nargs="*", default=SHAPES, help="N,C,H,W of each activation")
+    parser.add_argument("--calls", type=int, default=20, help="calls profiled per form")
+    args = parser.parse_args()
+    torch._dynamo.config.cache_size_limit = 64
+    print(f"{'shape':>22} | {'one var_mean':>16} | {'two stages':>16} | {'inductor':>16} | pass picks")
+    for text in args.shape:
+        shape = [int(s) for s in text.split(",")]
+        r = measure(shape, args.calls)
+        picks = "two stages" if pass_module.splits(shape[0] * shape[2] * shape[3], shape[1]) else "one var_mean"
+        cells = [f"{r[k][0]:8.1f} us {r[k][1]:3.0f} k" for k in ("nvf one var_mean", "nvf two stages", "inductor")]
+        print(f"{str(tuple(shape)):>22} | " + " | ".join(cells) + f" | {picks}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
