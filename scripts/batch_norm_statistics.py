@@ -20,6 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dynamo_nvf.passes import two_stage_statistics as pass_module  # noqa: E402  (registers the backend too)
+from perf.measure import profile_counts  # noqa: E402
 
 #: ResNet-50's BatchNorm inputs at batch 64, and MobileNet-style narrow ones.
 SHAPES = ["64,64,112,112", "64,64,56,56", "64,128,56,56", "64,256,56,56", "64,128,28,28", "64,512,28,28",
@@ -27,16 +28,11 @@ SHAPES = ["64,64,112,112", "64,64,56,56", "64,128,56,56", "64,256,56,56", "64,12
 
 
 def kernel_us(fn: Callable[[], object], calls: int) -> tuple[float, float]:
-    """(GPU kernel µs per call, kernels per call) over `calls` calls after 3 warm-up calls."""
+    """(GPU µs per call, kernels per call) over `calls` calls after 3 warm-up calls."""
     for _ in range(3):
         fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return sum(e.time_range.elapsed_us() for e in events) / calls, len(events) / calls
+    kernels, memops, device_us = profile_counts(fn, calls)
+    return device_us, kernels + memops
 
 
 def measure(shape: list[int], calls: int) -> dict[str, tuple[float, float]]:

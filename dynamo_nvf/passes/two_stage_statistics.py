@@ -50,7 +50,7 @@ from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import keeps_reduced_dims, reduced_dims
 from dynamo_nvf.ops.metadata import static_sizes, tensor_val
-from dynamo_nvf.passes import add_note, call_like
+from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
 
 log = logging.getLogger("dynamo_nvf")
@@ -130,8 +130,11 @@ def _split(gm: GraphModule, node: Node, src: Node, dtype: Optional[torch.dtype])
     if any(u.target is not operator.getitem for u in getitems):
         return False
 
+    made: list[Node] = []
+
     def new(target, args, kwargs=None) -> Node:  # noqa: ANN001, ANN202 (aten overloads and their args)
-        return call_like(gm, target, args, node, mode, kwargs)
+        made.append(call_like(gm, target, args, node, mode, kwargs))
+        return made[-1]
 
     with gm.graph.inserting_before(node):
         blocks = new(aten.view.default, (src, [rows // k, k, c]))
@@ -150,9 +153,11 @@ def _split(gm: GraphModule, node: Node, src: Node, dtype: Optional[torch.dtype])
             else:
                 stat = new(aten.squeeze.dims, (stat, [0]))
             results.append(stat)
-    for old, stat in zip(node.meta["val"], results):
-        if list(old.shape) != list(stat.meta["val"].shape) or old.dtype != stat.meta["val"].dtype:
-            raise AssertionError(f"two_stage_statistics: {node.name} {old.shape} != {stat.meta['val'].shape}")
+    if any(list(old.shape) != list(stat.meta["val"].shape) or old.dtype != stat.meta["val"].dtype
+           for old, stat in zip(node.meta["val"], results)):  # not the statistics after all: as it was
+        for added in reversed(made):
+            gm.graph.erase_node(added)
+        return False
     for getitem in getitems:
         getitem.replace_all_uses_with(results[getitem.args[1]])
         gm.graph.erase_node(getitem)
@@ -164,15 +169,14 @@ def _split(gm: GraphModule, node: Node, src: Node, dtype: Optional[torch.dtype])
     return True
 
 
+def _rewrite_at(gm: GraphModule, node: Node) -> bool:
+    found = _statistics_source(node) if node.op == "call_function" else None
+    return found is not None and _split(gm, node, *found)
+
+
 def two_stage_statistics(gm: GraphModule) -> GraphModule:
     """Splits each eligible BatchNorm `var_mean` of a region in two stages (module docstring)."""
-    changed = 0
-    for node in list(gm.graph.nodes):
-        found = _statistics_source(node) if node.op == "call_function" else None
-        if found is not None and _split(gm, node, *found):
-            changed += 1
+    changed = rewrite_to_fixpoint(gm, _rewrite_at)  # the new var_means reduce [0]: never offered again
     if changed:
-        gm.graph.lint()
-        gm.recompile()
         log.debug("dynamo_nvf: %d BatchNorm statistics in two stages", changed)
     return gm
