@@ -33,7 +33,8 @@ MAX_TAPS = 25
 _ORDERS = {torch.contiguous_format: (0, 1, 2, 3), torch.channels_last: (0, 2, 3, 1)}
 
 
-def _pair(value: Any) -> Optional[tuple[int, int]]:
+def pair(value: Any) -> Optional[tuple[int, int]]:
+    """A pooling argument (an int or a list of one or two) as (height, width); None for anything else."""
     values = [value] if isinstance(value, int) else list(value)
     if len(values) == 1:
         values = values * 2
@@ -108,9 +109,9 @@ def pool_window(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: An
         return None
     if not all(isinstance(v, int) for v in x.shape) or x.numel() == 0:
         return None
-    kernel, dil = _pair(kernel_size), _pair(dilation)
-    strides = _pair(stride) if (isinstance(stride, int) or len(stride)) else kernel
-    pads = _pair(padding)
+    kernel, dil = pair(kernel_size), pair(dilation)
+    strides = pair(stride) if (isinstance(stride, int) or len(stride)) else kernel
+    pads = pair(padding)
     if None in (kernel, dil, strides, pads) or dil != (1, 1) or kernel[0] * kernel[1] > MAX_TAPS:
         return None
     if suggest_memory_format(x) not in _ORDERS:

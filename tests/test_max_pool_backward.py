@@ -69,3 +69,53 @@ def test_max_pool_backward_does_not_save_the_pooled_activation(device, channels_
     # backward), not also as the ReLU's output
     pooled_input = [s for s in _saved_shapes(backward) if s[0] == (2, 8, 16, 16)]
     assert len(pooled_input) == 1, _saved_shapes(backward)
+
+
+#: (kernel, stride, padding, ceil_mode) of the pools whose indices travel as window offsets.
+POOLS = [(3, 2, 1, False), ((3, 2), (2, 1), (1, 0), False), (2, 2, 0, True), (3, 3, 1, True), (5, 1, 2, False)]
+
+
+@pytest.mark.parametrize("pool", POOLS, ids=[str(p) for p in POOLS])
+@pytest.mark.parametrize("device", DEVICES)
+def test_max_pool_indices_reach_the_backward_as_bf16_window_offsets(device, pool):
+    """The backward takes the maxima's offsets in their windows as bf16 (a quarter of ATen's int64
+    indices) and rebuilds ATen's indices in a region: the same indices, so the same gradients as
+    eager's, ties included (integer-valued inputs), for padded, strided, rectangular and ceil-mode
+    windows."""
+    kernel, stride, padding, ceil_mode = pool
+    torch.manual_seed(0)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.max_pool2d(x * 2, kernel, stride, padding, ceil_mode=ceil_mode)
+
+    compiled = compile_fn(fn, device_options(device))
+    x = torch.randint(-3, 4, (2, 8, 13, 11), device=device).float().to(memory_format=torch.channels_last)
+    xa, xe = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    expected = fn(xe)
+    grad = torch.randn_like(expected)
+    with recording() as rec:
+        out = compiled(xa)
+        out.backward(grad)
+    expected.backward(grad)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    torch.testing.assert_close(xa.grad, xe.grad, rtol=0, atol=0)
+    backward = next(gm for gm, p in zip(rec.graph_modules, rec.plans) if p.kind == "backward")
+    saved = _saved_shapes(backward)
+    assert (tuple(expected.shape), torch.bfloat16) in saved, saved
+    assert not [s for s in saved if s[1] == torch.int64], saved
+    plan = next(p for p in rec.plans if p.kind == "backward")
+    rebuilt = [r for r in plan.regions if "div.Scalar_mode" in r.fx_code and "arange" in r.fx_code]
+    assert rebuilt, [r.fx_code for r in plan.regions]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_dilated_max_pool_keeps_aten_indices(device):
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.max_pool2d(x * 2, 3, 1, 0, dilation=2)
+
+    compiled = compile_fn(fn, device_options(device))
+    x = torch.randn(2, 4, 9, 9, device=device, requires_grad=True)
+    with recording() as rec:
+        compiled(x).sum().backward()
+    backward = next(gm for gm, p in zip(rec.graph_modules, rec.plans) if p.kind == "backward")
+    assert [s for s in _saved_shapes(backward) if s[1] == torch.int64], _saved_shapes(backward)
