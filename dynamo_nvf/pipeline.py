@@ -221,7 +221,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("keep_known_bugs_eager", _graph_only(keep_known_bugs_eager)),
     Pass("split_channel_statistics", _graph_only(split_channel_statistics), NOT_BACKWARD),
     Pass("channels_last_regions", _graph_only(channels_last_regions), option="channels_last_regions"),
-    Pass("two_stage_statistics", _graph_only(two_stage_statistics), NOT_BACKWARD),
+    Pass("two_stage_statistics", _graph_only(two_stage_statistics), NOT_BACKWARD, option="bookend"),
     Pass("unflatten_reductions", _graph_only(unflatten_reductions), option="unflatten_reductions",
          enabled=Settings.unflattens),
     Pass("unpermute_reductions", _unpermute_reductions, option="unpermute_reductions",

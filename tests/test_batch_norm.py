@@ -264,6 +264,18 @@ def test_statistics_stay_one_reduction_outside_the_measured_range(shape, channel
     assert not _two_stage_notes(rec.plans), [p.rewrites for p in rec.plans]
 
 
+def test_without_bookend_the_statistics_stay_one_reduction():
+    """Without the bookend pass nothing trims the [M / k, k, C] view: the split would put a reshape
+    inside nvFuser's kernel, so it is not made."""
+    model = _bn_silu("cpu", torch.float32)
+    compiled = compile_fn(model, {"plan_cpu_as_cuda": True, "bookend": False})
+    x = _input(LARGE_SHAPE, True, "cpu", torch.float32).requires_grad_(True)
+    with recording() as rec:
+        compiled(x).sum().backward()
+    assert not _two_stage_notes(rec.plans), [p.rewrites for p in rec.plans]
+    assert all("view" not in r.fx_code for p in rec.plans for r in p.regions)
+
+
 def test_row_blocks_divide_the_rows_and_the_rule_keeps_to_the_measured_range():
     from dynamo_nvf.passes.two_stage_statistics import rows_per_block, splits
 

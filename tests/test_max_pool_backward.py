@@ -119,3 +119,41 @@ def test_a_dilated_max_pool_keeps_aten_indices(device):
         compiled(x).sum().backward()
     backward = next(gm for gm, p in zip(rec.graph_modules, rec.plans) if p.kind == "backward")
     assert [s for s in _saved_shapes(backward) if s[1] == torch.int64], _saved_shapes(backward)
+
+
+def test_window_offsets_round_trip_aten_indices_and_an_index_outside_its_window():
+    """Every in-window index comes back as it was; an index outside its window (ATen's channels-last
+    CUDA kernel leaves 0 where a window is all -inf) is stored as -1 and comes back as 0."""
+    from dynamo_nvf.decompositions import indices_from_offsets, window_offsets
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 11).to(memory_format=torch.channels_last)
+    _, indices = aten.max_pool2d_with_indices(x, [3, 2], [2, 3], [1, 1], [1, 1], True)
+    out_h, out_w = indices.shape[-2:]
+    top = torch.arange(out_h).view(out_h, 1) * 2 - 1
+    left = torch.arange(out_w) * 3 - 1
+    indices = indices.clone()
+    indices[0, 1, 3, 2] = 0  # window (3, 2) starts at row 5, column 5: (0, 0) is outside it
+    offsets = window_offsets(indices, 11, top, left, (3, 2))
+    assert offsets.dtype == torch.bfloat16 and offsets[0, 1, 3, 2] == -1
+    assert offsets[offsets >= 0].max() < 6
+    assert torch.equal(indices_from_offsets(offsets, 11, top, left, (3, 2)), indices)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_max_pool_window_of_only_minus_infinity_gets_eager_gradients(device):
+    """Where every value of a window is -inf, the gradient goes where eager's kernel sends it."""
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.max_pool2d(x * 2, 3, 2, 1)
+
+    compiled = compile_fn(fn, device_options(device))
+    x = torch.randn(2, 4, 12, 12, device=device)
+    x[:, :, 4:9, 4:9] = float("-inf")  # the window of output (3, 3) reads rows and columns 5-7 only
+    x = x.to(memory_format=torch.channels_last)
+    xa, xe = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    out, expected = compiled(xa), fn(xe)
+    grad = torch.randn_like(expected)
+    out.backward(grad)
+    expected.backward(grad)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    torch.testing.assert_close(xa.grad, xe.grad, rtol=0, atol=0)

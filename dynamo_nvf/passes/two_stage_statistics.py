@@ -33,8 +33,10 @@ split adds a kernel per BatchNorm.
 
 Only `var_mean` with `correction=0` (a training BatchNorm's biased statistics) of a 4-D value that
 is read from outside the region (or through a permute of one), row-major, optionally through a
-dtype-only `_to_copy`, reduced over [0, 1, 2]. Values are those of the same statistics in another
-order of summation. Forward graphs (the backward has no `var_mean`).
+dtype-only `_to_copy`, reduced over [0, 1, 2], with static sizes (a graph compiled for dynamic
+shapes keeps one `var_mean`). Values are those of the same statistics in another order of
+summation. Forward graphs (the backward has no `var_mean`), and only with `bookend` on: without it
+nothing would trim the view, and nvFuser would reshape its input in the kernel.
 
 Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), GraphModule out.
 """
