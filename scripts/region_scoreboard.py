@@ -8,7 +8,8 @@ region loses, by how much, with which launch configuration, and whether any nvFu
 The nvFuser column compiles each region as the runtime does (a `*` marks fast math); options swept
 on a losing region add to those. GPU time per call is torch.profiler's kernel time (memsets and fills included) over `--calls` calls,
 each call launched alone (the host is slower than these kernels), so it is each kernel's own latency.
-Inductor's code goes to stderr with `TORCH_LOGS=output_code`.
+Inductor's code goes to stderr with `TORCH_LOGS=output_code`. Each region's scratch memory (what a call
+allocates beyond its outputs, freed before it returns) is listed beside inductor's for the same graph.
 """
 
 from __future__ import annotations
@@ -95,6 +96,19 @@ def kernel_time(call: Callable[[], Any], calls: int) -> tuple[float, float, list
             [f"{n[:90]} x{c / calls:g} {spent[n] / calls:.1f}us" for n, c in names.items()])
 
 
+def scratch_mib(call: Callable[[], Any]) -> float:
+    """MiB a call allocates beyond what it returns (freed before it returns: nvFuser's intermediates
+    between segments and its work buffers, inductor's temporaries): what the region adds to a step's
+    peak memory above its inputs and outputs."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    out = call()
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()
+    del out
+    return extra / 2**20
+
+
 def nvf_call(nvf, graph, args, enable: Sequence[str] = (), disable: Sequence[str] = ()) -> tuple[Any, Any, Callable]:
     fd = build_fusion(nvf, graph, args).fd
     first = fd.execute(list(args), _enable_options=list(enable), _disable_options=list(disable))
@@ -153,6 +167,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             continue
         definitions.add(repr(fd))
         row["nvf_us"], row["nvf_kernels"], row["nvf_names"] = kernel_time(call, args.calls)
+        row["nvf_scratch_mib"] = scratch_mib(call)
         row["launches"] = launches(fd, region_args)
         try:
             compiled = torch._inductor.compile(graph, list(region_args))
@@ -162,6 +177,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             except TypeError:
                 ind_call = lambda: compiled(list(region_args))  # noqa: E731
             row["inductor_us"], row["inductor_kernels"], row["inductor_names"] = kernel_time(ind_call, args.calls)
+            row["inductor_scratch_mib"] = scratch_mib(ind_call)
         except Exception as exc:
             row["inductor_error"] = str(exc)[:200]
         row["eager_us"], row["eager_kernels"], _ = kernel_time(lambda: graph(*region_args), args.calls)
@@ -195,6 +211,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     nvf_with_ind = sum(r.get("nvf_us", 0.0) for r in rows if "inductor_us" in r)
     print(f"TOTAL nvf {nvf_total:.1f} us over {len(rows)} regions; where inductor compiled: nvf {nvf_with_ind:.1f} "
           f"against inductor {ind_total:.1f} us")
+    scratch = sorted(((r.get("nvf_scratch_mib", 0.0), r["region"]) for r in rows), reverse=True)[:5]
+    print("largest nvFuser scratch (MiB): " + ", ".join(f"{label} {mib:.1f}" for mib, label in scratch))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -213,6 +231,9 @@ def _line(row: dict) -> str:
             f"ind {row.get('inductor_us', float('nan')):6.2f}us/{row.get('inductor_kernels', 0):.0f}k "
             f"eager {row.get('eager_us', 0):6.2f}us/{row.get('eager_kernels', 0):.0f}k")
     lines = [head, "    inputs: " + " ".join(row.get("inputs", []))]
+    if "nvf_scratch_mib" in row:
+        lines.append(f"    scratch MiB (allocated beyond the outputs): nvf {row['nvf_scratch_mib']:.1f} "
+                     f"ind {row.get('inductor_scratch_mib', float('nan')):.1f}")
     lines += [f"    nvf: {n}" for n in row.get("nvf_names", [])]
     lines += [f"    launch: {n}" for n in row.get("launches", [])]
     lines += [f"    ind: {n}" for n in row.get("inductor_names", [])]
