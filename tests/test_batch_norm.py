@@ -264,6 +264,21 @@ def test_statistics_stay_one_reduction_outside_the_measured_range(shape, channel
     assert not _two_stage_notes(rec.plans), [p.rewrites for p in rec.plans]
 
 
+def test_statistics_without_keepdim_split_too():
+    """A hand-written BatchNorm: `var_mean` over N, H and W without keepdim, then broadcast back."""
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        var, mean = torch.var_mean(x, [0, 2, 3], correction=0)
+        return (x - mean[:, None, None]) * torch.rsqrt(var[:, None, None] + 1e-5)
+
+    x = _input(LARGE_SHAPE, True, "cpu", torch.float32)
+    compiled = compile_fn(fn, {"plan_cpu_as_cuda": True})
+    with torch.no_grad(), recording() as rec:
+        out = compiled(x)
+    assert _two_stage_notes(rec.plans), [p.rewrites for p in rec.plans]
+    assert_same_layout(out, fn(x))
+    assert_as_close_as_eager(out, fn(x), fn(x.double()))
+
+
 def test_without_bookend_the_statistics_stay_one_reduction():
     """Without the bookend pass nothing trims the [M / k, k, C] view: the split would put a reshape
     inside nvFuser's kernel, so it is not made."""
