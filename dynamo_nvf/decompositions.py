@@ -150,13 +150,13 @@ def _max_pool_saving_window_offsets(x: torch.Tensor, kernel_size: Any, stride: A
     regions take in, and that torch's min-cut partitioner recomputes in the backward rather than
     save, so the step saves the offsets only. Inductor's lowering saves them as int8
     (`_low_memory_max_pool_with_offsets`); nvFuser has no 8-bit integer type, and bf16 holds every
-    integer up to 256 exactly, so they are 2 bytes here, a quarter of ATen's. Dilated pools, windows
-    of more than 127 taps and unbatched inputs keep ATen's indices.
+    integer up to 256 exactly, so they are 2 bytes here, a quarter of ATen's. Dilated pools and
+    windows of more than 127 taps keep ATen's indices.
     """
     kernel, dilation_ = pair(kernel_size), pair(dilation)
     stride_ = pair(stride) if (isinstance(stride, int) or len(stride)) else kernel
     padding_ = pair(padding)
-    if getattr(_IN_POOL_FORWARD, "active", False) or not _on_gpu(x, any_device) or x.dim() != 4 \
+    if getattr(_IN_POOL_FORWARD, "active", False) or not _on_gpu(x, any_device) or x.dim() not in (3, 4) \
             or None in (kernel, stride_, padding_) or dilation_ != (1, 1) or kernel[0] * kernel[1] > 127:
         return NotImplemented
     _IN_POOL_FORWARD.active = True

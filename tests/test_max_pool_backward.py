@@ -109,6 +109,24 @@ def test_max_pool_indices_reach_the_backward_as_bf16_window_offsets(device, pool
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_an_unbatched_max_pool_saves_window_offsets_too(device):
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.max_pool2d(x * 2, 3, 2, 1)
+
+    compiled = compile_fn(fn, device_options(device))
+    x = torch.randint(-3, 4, (4, 10, 9), device=device).float()
+    xa, xe = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    expected = fn(xe)
+    grad = torch.randn_like(expected)
+    with recording() as rec:
+        compiled(xa).backward(grad)
+    expected.backward(grad)
+    torch.testing.assert_close(xa.grad, xe.grad, rtol=0, atol=0)
+    backward = next(gm for gm, p in zip(rec.graph_modules, rec.plans) if p.kind == "backward")
+    assert (tuple(expected.shape), torch.bfloat16) in _saved_shapes(backward), _saved_shapes(backward)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_a_dilated_max_pool_keeps_aten_indices(device):
     def fn(x: torch.Tensor) -> torch.Tensor:
         return nn.functional.max_pool2d(x * 2, 3, 1, 0, dilation=2)
