@@ -93,7 +93,21 @@ def _convolution_without_bias(x: torch.Tensor, weight: torch.Tensor, bias: Any, 
     return out + bias.view([out.shape[1]] + [1] * (out.dim() - 2))
 
 
-_IN_POOL_BACKWARD = threading.local()
+_UNDECOMPOSED = threading.local()
+
+
+def _undecomposed() -> bool:
+    """Whether a decomposition below is calling the op it decomposes (`_call_undecomposed`)."""
+    return getattr(_UNDECOMPOSED, "active", False)
+
+
+def _call_undecomposed(op: Any, *args: Any) -> Any:
+    """`op(*args)` traced as the op itself from inside the decomposition of that op."""
+    _UNDECOMPOSED.active = True
+    try:
+        return op(*args)
+    finally:
+        _UNDECOMPOSED.active = False
 
 
 def _max_pool_backward_reading_sizes(op: Any, grad_output: torch.Tensor, x: torch.Tensor, *args: Any) -> Any:
@@ -105,18 +119,11 @@ def _max_pool_backward_reading_sizes(op: Any, grad_output: torch.Tensor, x: torc
     partition recomputes that activation where the backward needs it (its ReLU's mask) instead.
     Where the input is saved anyway (a graph input), the backward holds one more tensor of its size.
     """
-    if getattr(_IN_POOL_BACKWARD, "active", False) or torch.are_deterministic_algorithms_enabled():
-        # the call below, traced as the op itself; deterministic mode fills empty tensors with NaN (a kernel)
+    if _undecomposed() or torch.are_deterministic_algorithms_enabled():
+        # deterministic mode fills empty tensors with NaN (a kernel)
         return NotImplemented
     sizes = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
-    _IN_POOL_BACKWARD.active = True
-    try:
-        return op(grad_output, sizes, *args)
-    finally:
-        _IN_POOL_BACKWARD.active = False
-
-
-_IN_POOL_FORWARD = threading.local()
+    return _call_undecomposed(op, grad_output, sizes, *args)
 
 
 def window_offsets(indices: torch.Tensor, width: Any, top: torch.Tensor, left: torch.Tensor,
@@ -156,14 +163,11 @@ def _max_pool_saving_window_offsets(x: torch.Tensor, kernel_size: Any, stride: A
     kernel, dilation_ = pair(kernel_size), pair(dilation)
     stride_ = pair(stride) if (isinstance(stride, int) or len(stride)) else kernel
     padding_ = pair(padding)
-    if getattr(_IN_POOL_FORWARD, "active", False) or not _on_gpu(x, any_device) or x.dim() not in (3, 4) \
+    if _undecomposed() or not _on_gpu(x, any_device) or x.dim() not in (3, 4) \
             or None in (kernel, stride_, padding_) or dilation_ != (1, 1) or kernel[0] * kernel[1] > 127:
         return NotImplemented
-    _IN_POOL_FORWARD.active = True
-    try:  # traced as the op itself
-        values, indices = aten.max_pool2d_with_indices.default(x, kernel_size, stride, padding, dilation, ceil_mode)
-    finally:
-        _IN_POOL_FORWARD.active = False
+    values, indices = _call_undecomposed(aten.max_pool2d_with_indices.default, x, kernel_size, stride, padding,
+                                         dilation, ceil_mode)
     width = x.shape[-1]
     out_h, out_w = values.shape[-2:]
     # the input row and column of each window's first tap (before padding)

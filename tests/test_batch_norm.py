@@ -204,8 +204,8 @@ def _bn_silu(device: str, dtype: torch.dtype) -> nn.Module:
 
 
 def _large_steps(device: str, dtype: torch.dtype, options: dict[str, Any], steps: int = 2) -> list[Any]:
-    """`steps` training steps of _bn_silu compiled and eager on fresh inputs: outputs (assert_same),
-    gradients against an f64 copy's as eager's are (sums over 131072 rows in another order differ by
+    """`steps` training steps of _bn_silu compiled and eager on fresh inputs: outputs (their layout, and
+    their values) and gradients against an f64 copy's as eager's are (sums over 131072 rows in another order differ by
     more than an elementwise tolerance near zero), running statistics. Returns the recorded plans."""
     model = _bn_silu(device, dtype)
     eager, reference = copy.deepcopy(model), copy.deepcopy(model).double()
@@ -237,7 +237,7 @@ def _large_steps(device: str, dtype: torch.dtype, options: dict[str, Any], steps
 def test_large_channels_last_statistics_reduce_row_blocks_of_a_trimmed_view():
     """[8, 64, 128, 128] channels-last: the forward region reads the activation a second time as a
     [2048, 64, 64] row-major view (trimmed, zero-copy), reduces it over its rows to 64 partials per
-    channel and combines them; values, gradients and running statistics are eager's (_train_steps)."""
+    channel and combines them; values, gradients and running statistics are eager's (_large_steps)."""
     plans = _large_steps("cpu", torch.float32, {"plan_cpu_as_cuda": True})
     assert _two_stage_notes(plans), [p.rewrites for p in plans]
     forward = [r for p in plans if p.kind == "forward" for r in p.regions]
