@@ -16,7 +16,6 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch._decomp import get_decompositions
 
-from dynamo_nvf.pool_windows import pair
 
 aten = torch.ops.aten
 
@@ -124,57 +123,6 @@ def _max_pool_backward_reading_sizes(op: Any, grad_output: torch.Tensor, x: torc
         return NotImplemented
     sizes = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
     return _call_undecomposed(op, grad_output, sizes, *args)
-
-
-def window_offsets(indices: torch.Tensor, width: Any, top: torch.Tensor, left: torch.Tensor,
-                   kernel: tuple[int, int]) -> torch.Tensor:
-    """ATen's max-pool indices (into the input plane, `width` wide) as each maximum's offset in its
-    window (kernel row x width + column), bf16; -1 for an index outside its window: ATen's
-    channels-last CUDA kernel leaves index 0 where every value of a window is -inf."""
-    row = aten.div.Scalar_mode(indices, width, rounding_mode="trunc")  # indices >= 0: trunc is floor
-    down, across = row - top, indices - row * width - left
-    inside = (down >= 0) & (down < kernel[0]) & (across >= 0) & (across < kernel[1])
-    return torch.where(inside, down * kernel[1] + across, -1).to(torch.bfloat16)
-
-
-def indices_from_offsets(offsets: torch.Tensor, width: Any, top: torch.Tensor, left: torch.Tensor,
-                         kernel: tuple[int, int]) -> torch.Tensor:
-    """`window_offsets` back to ATen's int64 indices (0 where the offset is -1)."""
-    wide = offsets.to(torch.int64)
-    tap_row = aten.div.Scalar_mode(wide, kernel[1], rounding_mode="trunc")
-    rebuilt = (top + tap_row) * width + (left + wide - tap_row * kernel[1])
-    return torch.where(wide < 0, 0, rebuilt)
-
-
-def _max_pool_saving_window_offsets(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
-                                    dilation: Any = 1, ceil_mode: bool = False, *, any_device: bool) -> Any:
-    """A 2-D max pool whose indices reach its backward as offsets within the window, in bf16.
-
-    ATen's indices are int64, four times the bytes of a bf16 activation, and a training step keeps
-    them from the forward to the backward: ResNet's stem pool, [N, 64, 56, 56]. Here the forward
-    turns them into each maximum's offset in its window (`window_offsets`) and the backward rebuilds
-    ATen's indices from those (`indices_from_offsets`): pointwise integer ops (and aranges) that
-    regions take in, and that torch's min-cut partitioner recomputes in the backward rather than
-    save, so the step saves the offsets only. Inductor's lowering saves them as int8
-    (`_low_memory_max_pool_with_offsets`); nvFuser has no 8-bit integer type, and bf16 holds every
-    integer up to 256 exactly, so they are 2 bytes here, a quarter of ATen's. Dilated pools and
-    windows of more than 127 taps keep ATen's indices.
-    """
-    kernel, dilation_ = pair(kernel_size), pair(dilation)
-    stride_ = pair(stride) if (isinstance(stride, int) or len(stride)) else kernel
-    padding_ = pair(padding)
-    if _undecomposed() or not _on_gpu(x, any_device) or x.dim() not in (3, 4) \
-            or None in (kernel, stride_, padding_) or dilation_ != (1, 1) or kernel[0] * kernel[1] > 127:
-        return NotImplemented
-    values, indices = _call_undecomposed(aten.max_pool2d_with_indices.default, x, kernel_size, stride, padding,
-                                         dilation, ceil_mode)
-    width = x.shape[-1]
-    out_h, out_w = values.shape[-2:]
-    # the input row and column of each window's first tap (before padding)
-    top = aten.arange.start(0, out_h, device=x.device, dtype=torch.int64).view(out_h, 1) * stride_[0] - padding_[0]
-    left = aten.arange.start(0, out_w, device=x.device, dtype=torch.int64) * stride_[1] - padding_[1]
-    offsets = window_offsets(indices, width, top, left, kernel)
-    return values, indices_from_offsets(offsets, width, top, left, kernel)
 
 
 def _convolution_backward_bias_as_sum(grad_output: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
@@ -468,8 +416,6 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
                                                                  any_device=plan_cpu_as_cuda)
     table[aten.roll.default] = functools.partial(_roll_as_slices, any_device=plan_cpu_as_cuda)
     table[aten._safe_softmax.default] = _safe_softmax_as_masked
-    table[aten.max_pool2d_with_indices.default] = functools.partial(_max_pool_saving_window_offsets,
-                                                                    any_device=plan_cpu_as_cuda)
     for pool_backward in (aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default):
         table[pool_backward] = functools.partial(_max_pool_backward_reading_sizes, pool_backward)
     if fuse_cross_entropy:
