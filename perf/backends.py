@@ -125,6 +125,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_split_by_stage",
+            _nvf({"split_by_stage": True}),
+            "dynamo_nvf with split_by_stage on: regions no single scheduler takes run as pieces, one per "
+            "stage of their reductions (shorter first call, lower peak); opt-in",
+            nvf=True,
+        ),
+        Backend(
             "nvf_whole_norm_bwd",
             _nvf({"segment_norm_backward": False}),
             'dynamo_nvf with segment_norm_backward off: without graphs, norm backwards as one inner-outer '

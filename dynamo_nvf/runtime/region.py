@@ -40,8 +40,9 @@ from dynamo_nvf.ops import fast_math
 from dynamo_nvf.ops.static_sizes import region_static_sizes
 from dynamo_nvf.runtime import direct_launch, kernel_cache
 from dynamo_nvf.runtime.fusion_cache import SHARED_FUSIONS
-from dynamo_nvf.runtime.split_region import Piece, computes, run_pieces, split_region
+from dynamo_nvf.runtime.split_region import Piece, computes, run_pieces, split_by_stage, split_region
 from dynamo_nvf.runtime.stats import STATS
+from dynamo_nvf.segmenter import oracle_for
 from dynamo_nvf.settings import Settings
 
 log = logging.getLogger("dynamo_nvf")
@@ -408,6 +409,8 @@ class RegionRuntime:
         self._pieces: Optional[Callable[..., tuple]] = None
         self._piece_runtimes: list[RegionRuntime] = []
         self._piece_warned = False
+        #: Whether the first call asked if the region runs as its stages' pieces (_split_by_stage).
+        self._stages_asked = False
         self._enable_options = [fast_math.ENABLE_OPTION] if plan.fast_math else []
         plan.static_sizes, plan.sizes = region_static_sizes(eager, settings.static_resize_sizes)
         random = has_random_ops(eager)
@@ -467,6 +470,10 @@ class RegionRuntime:
             return self._pieces(*args)
         if self._nvf is None or self.failed is not None:
             return self._run_eager(args)
+        if not self._stages_asked:
+            self._stages_asked = True
+            if self._split_by_stage():
+                return self._pieces(*args)
         entry = self._by_exact.get(_exact_key(args))
         if entry is None:
             entry = self._lookup(args)
@@ -771,6 +778,29 @@ class RegionRuntime:
         if self._split_or_warn(message):
             return self._pieces(*args)
         return self._run_eager(args)
+
+    def _split_by_stage(self) -> bool:
+        """Before the first compile: a region that no single nvFuser scheduler takes whole (the
+        segmenter oracle's answer, per fusion key) runs as its stages' pieces, each a RegionRuntime of
+        its own (split_region.split_by_stage), so that nvFuser's segmenter has little to do. Why:
+        settings.split_by_stage."""
+        if self.parent is not None or not self.settings.split_by_stage or _capturing():
+            return False
+        pieces = split_by_stage(self.eager)
+        if pieces is None:
+            return False
+        oracle = oracle_for(self.settings)
+        if oracle is None or oracle.schedulers(self.eager) != ():  # one kernel, or no answer
+            return False
+        runners = [self._piece_runtime(i, piece) for i, piece in enumerate(pieces)]
+        self._pieces = run_pieces(self.eager, pieces, runners)
+        self._piece_runtimes = [r for r in runners if isinstance(r, RegionRuntime)]
+        self.plan.executor = "pieces"
+        self.plan.executor_reason = (f"{len(pieces)} pieces, one per stage of reductions: no single nvFuser "
+                                     "scheduler takes the whole region")
+        self.plan.pieces = [r.plan for r in self._piece_runtimes]
+        STATS.stage_split_regions += 1
+        return True
 
     def _split_or_warn(self, message: str) -> bool:
         """After an nvFuser error on the whole region: its pieces from now on, each a RegionRuntime of

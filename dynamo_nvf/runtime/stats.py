@@ -18,6 +18,8 @@ class RuntimeStats:
     fallbacks: int = 0
     #: regions that run as pieces after an nvFuser error on the whole (runtime/split_region.py)
     split_regions: int = 0
+    #: regions that run as their stages' pieces because no single nvFuser scheduler takes them whole
+    stage_split_regions: int = 0
     #: nvFuser calls launched by runtime/direct_launch.py instead of fec.execute (part of nvfuser_calls)
     direct_launches: int = 0
 
