@@ -128,10 +128,10 @@ class Settings:
     #: A region that no single nvFuser scheduler takes whole (asked of nvFuser on its first call, per
     #: fusion key; needs ask_segmenter), whose reductions all keep the innermost dim (a channels-last
     #: BatchNorm's), runs as pieces, one per stage of its reductions (runtime/split_region.
-    #: split_by_stage), each compiled as a fusion of its own. A choice between first call and peak
-    #: memory, and steady steps without CUDA graphs: timm ResNet-50 training (H100, 2026-11-27,
-    #: docs/options.md) first call 73.0 -> 55.6 s, peak 1719 -> 1240 MiB (nvFuser's segments' own
-    #: intermediates), but GPU time per step 7.38 -> 8.18 ms and 28 more region calls per step.
+    #: split_by_stage), each compiled as a fusion of its own. A choice of first call and peak memory
+    #: over the steady step without CUDA graphs: timm ResNet-50 training (H100, 2026-11-27,
+    #: docs/options.md) first call 73.0 -> 55.6 s, peak 1719 -> 1240 MiB, GPU time per step 7.34 ->
+    #: 6.48 ms, but step time without graphs 9.24 -> 12.09 ms (88 nvFuser calls per step, not 42).
     split_by_stage: bool = False
     #: Without CUDA graphs, where split_norm_backward would cut a norm backward under graphs (the same
     #: rules: up to AUTO_SPLIT_ROWS rows, or narrow rows at any count), keep the region whole and have

@@ -132,6 +132,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_cudagraphs_split_by_stage",
+            _nvf({"split_by_stage": True, "cuda_graphs": True}),
+            "dynamo_nvf's CUDA graphs (option cuda_graphs) with split_by_stage on; opt-in",
+            cuda_graphs=True,
+            nvf=True,
+        ),
+        Backend(
             "nvf_whole_norm_bwd",
             _nvf({"segment_norm_backward": False}),
             'dynamo_nvf with segment_norm_backward off: without graphs, norm backwards as one inner-outer '

@@ -11,6 +11,9 @@ import torch.nn.functional as F
 from helpers import assert_same_layout, check_inference, check_training
 
 ON = {"plan_cpu_as_cuda": True, "channels_last_regions": True}
+#: The convolution's weight gradient sums 8192 products of the BatchNorm backward's input gradient,
+#: which the region computes in NHWC order: f32 values of up to ~0.2 differ from eager's by ~1e-4.
+GRAD_TOL = {"atol": 1e-4}
 
 
 def _conv_bn_relu() -> torch.nn.Module:
@@ -31,7 +34,7 @@ def _activation_inputs(region):
 def test_batch_norm_training_regions_compute_in_nhwc_order():
     m = _conv_bn_relu()
     x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
-    plans = check_training(m, [x], ON, params=list(m.parameters()))
+    plans = check_training(m, [x], ON, params=list(m.parameters()), **GRAD_TOL)
     assert _notes(plans, "forward") and _notes(plans, "backward"), [p.rewrites for p in plans]
     for plan in plans:
         for region in plan.regions:
@@ -49,7 +52,7 @@ def test_pooled_head_backward_computes_in_nhwc_order():
     m = torch.nn.Sequential(_conv_bn_relu(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
                             torch.nn.Linear(16, 4)).to(memory_format=torch.channels_last)
     x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
-    plans = check_training(m, [x], ON, params=list(m.parameters()))
+    plans = check_training(m, [x], ON, params=list(m.parameters()), **GRAD_TOL)
     backward = [r for p in plans if p.kind == "backward" for r in p.regions if "expand" in r.fx_code]
     assert backward and _notes(plans, "backward"), [p.rewrites for p in plans]
     for region in backward:
@@ -101,9 +104,9 @@ def test_nchw_small_and_unknown_regions_stay_as_written():
 def test_on_by_default_and_off_leaves_every_region_alone():
     m = _conv_bn_relu()
     x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
-    assert _notes(check_training(m, [x], {"plan_cpu_as_cuda": True}, params=list(m.parameters())))
+    assert _notes(check_training(m, [x], {"plan_cpu_as_cuda": True}, params=list(m.parameters()), **GRAD_TOL))
     off = {"plan_cpu_as_cuda": True, "channels_last_regions": False}
-    assert not _notes(check_training(m, [x], off, params=list(m.parameters())))
+    assert not _notes(check_training(m, [x], off, params=list(m.parameters()), **GRAD_TOL))
 
 
 def test_a_region_whose_outputs_eager_lays_out_otherwise_stays_as_written():

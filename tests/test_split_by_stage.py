@@ -54,6 +54,24 @@ def test_column_sums_share_a_piece_and_the_gradient_that_reads_them_gets_another
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def test_per_channel_outputs_get_a_piece_apart_from_the_normalised_activation():
+    """A BatchNorm forward's last piece: the normalised activation in one piece, the new running
+    mean (per channel) in another, both reading the statistics piece's results."""
+    def forward(x, running_mean):
+        var, mean = torch.var_mean(x, [0, 2, 3], correction=0)
+        y = (x - mean[None, :, None, None]) * torch.rsqrt(var + 1e-5)[None, :, None, None]
+        return y.relu(), running_mean * 0.9 + mean * 0.1
+
+    args = [torch.randn(4, 8, 5, 5).to(memory_format=torch.channels_last), torch.randn(8)]
+    region = make_fx(forward)(*args)
+    pieces = split_by_stage(region)
+    assert pieces is not None and len(pieces) == 3
+    assert [tuple(p.writes[0].meta["val"].shape) for p in pieces[1:]] == [(4, 8, 5, 5), (8,)]
+    run = run_pieces(region, pieces, [p.module for p in pieces])
+    for got, want in zip(run(*args), region(*args)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_a_chain_of_reductions_gets_one_piece_per_stage():
     def normalise(x):
         mean = x.mean(0, keepdim=True)

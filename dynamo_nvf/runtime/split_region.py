@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch.fx import Graph, GraphModule, Node
 
+from dynamo_nvf._compat import hint_int
 from dynamo_nvf.ops.lowerings import draws_random_numbers, is_reduction, reduced_dims
 from dynamo_nvf.ops.metadata import is_metadata, tensor_val
 
@@ -174,7 +175,8 @@ def split_by_stage(region: GraphModule) -> Optional[list[Piece]]:
     For a region nvFuser would segment anyway (no single scheduler takes it): each piece is then one
     that a scheduler takes whole, mostly, and nvFuser's segmenter, which tries merges of the region's
     expressions one pair at a time (1-5 s for a BatchNorm training region of 20-40 ops, most of a conv
-    net's first call), has little or nothing to do. Only regions whose cut points are all reductions
+    net's first call), has little or nothing to do. The rest's largest outputs and its smaller ones
+    are pieces apart (`_by_size`). Only regions whose cut points are all reductions
     that keep the innermost dim (`keeps_innermost_dim`) are split: a row reduction and the one that
     reads its result (a softmax's max and sum, a cross-entropy's) are what nvFuser's persistent
     schedulers run as one kernel, where pieces would read the rows twice (a LLaMA-style training
@@ -192,9 +194,24 @@ def split_by_stage(region: GraphModule) -> Optional[list[Piece]]:
         pieces.append(_piece(region, written, available))
         available.update(written)
     rest = [n for n in output.all_input_nodes if n not in available]
-    if rest:
-        pieces.append(_piece(region, rest, available))
+    for outputs in _by_size(rest):
+        pieces.append(_piece(region, outputs, available))
     return pieces if len(pieces) > 1 else None
+
+
+def _by_size(outputs: list[Node]) -> list[list[Node]]:
+    """The last piece's outputs as the largest ones and the rest (a BatchNorm's per-channel values
+    beside its normalised activation), each a piece of its own: nvFuser 0.2.36 gives a pointwise
+    fusion that also writes values derived from two BatchNorms' statistics a 1-D, unvectorised
+    schedule (scripts/nvfuser_repros/two_batch_norm_slow_pointwise.py), 1414 µs in 4 calls of a timm
+    ResNet-50 training step where nvFuser's own segments took 21 µs (H100, 2026-11-27)."""
+    if not outputs:
+        return []
+    sizes = [hint_int(val.numel()) if (val := tensor_val(node)) is not None else 0 for node in outputs]
+    largest = max(sizes)
+    full = [n for n, size in zip(outputs, sizes) if size == largest]
+    small = [n for n, size in zip(outputs, sizes) if size != largest]
+    return [full, small] if small else [full]
 
 
 def run_pieces(region: GraphModule, pieces: Sequence[Piece],
