@@ -10,7 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import pytest
 
-from dynamo_nvf.runtime.split_region import run_pieces, split_by_stage
+from dynamo_nvf.runtime.split_region import keeps_innermost_dim, run_pieces, split_by_stage
 from dynamo_nvf.runtime.stats import STATS
 
 from helpers import DEVICES, device_options
@@ -50,8 +50,10 @@ def test_column_sums_share_a_piece_and_the_gradient_that_reads_them_gets_another
     assert set(sums.writes) <= set(gradient.reads)  # the sums go through memory; the rest is recomputed
     args = _inputs()
     run = run_pieces(region, pieces, [p.module for p in pieces])
-    for got, want in zip(run(*args), region(*args)):
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    got, want = run(*args), region(*args)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_per_channel_outputs_get_a_piece_apart_from_the_normalised_activation():
@@ -68,8 +70,10 @@ def test_per_channel_outputs_get_a_piece_apart_from_the_normalised_activation():
     assert pieces is not None and len(pieces) == 3
     assert [tuple(p.writes[0].meta["val"].shape) for p in pieces[1:]] == [(4, 8, 5, 5), (8,)]
     run = run_pieces(region, pieces, [p.module for p in pieces])
-    for got, want in zip(run(*args), region(*args)):
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    got, want = run(*args), region(*args)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_a_chain_of_reductions_gets_one_piece_per_stage():
@@ -85,6 +89,17 @@ def test_a_chain_of_reductions_gets_one_piece_per_stage():
     assert [len(_reductions(p.module)) for p in pieces] == [1, 1, 0]
     run = run_pieces(region, pieces, [p.module for p in pieces])
     torch.testing.assert_close(run(x)[0], region(x)[0], rtol=0, atol=0)
+
+
+def test_the_innermost_dim_is_the_smallest_stride_that_is_not_a_broadcast():
+    def means(c, x):
+        return c.expand(64, 16).mean(0), x.mean(0), x.t().mean(1)
+
+    region = make_fx(means)(torch.randn(64, 1), torch.randn(64, 16))
+    reductions = [n for n in region.graph.nodes if n.op == "call_function" and "mean" in str(n.target)]
+    # an expanded column's mean over its rows reads memory along dim 0; a row-major [64, 16]'s over dim 0
+    # keeps its contiguous dim; its transpose's over dim 1 too
+    assert [keeps_innermost_dim(n) for n in reductions] == [False, True, True]
 
 
 def test_row_reductions_pointwise_regions_or_random_numbers_are_not_split():
@@ -127,3 +142,84 @@ def test_gpu_a_batch_norm_nvfuser_would_segment_runs_as_stage_pieces(device, dty
     assert STATS.stage_split_regions > 0 and STATS.fallbacks == 0, STATS.snapshot()
     whole = _large_steps(device, dtype, device_options(device), steps=2)
     assert not _stage_pieces(whole)
+
+
+# --------------------------------------------------------------------------------------------------
+# The runtime's decision, on the CPU: nvFuser's answer stubbed, every piece running eagerly
+# --------------------------------------------------------------------------------------------------
+
+
+class _Oracle:
+    def __init__(self, answer):
+        self.answer = answer
+
+    def schedulers(self, region):
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def _runtime(monkeypatch, answer, **options):
+    """A RegionRuntime of the BatchNorm backward region, as if nvFuser were there (its pieces and the
+    whole region then find CPU inputs and run eagerly), the oracle answering `answer`."""
+    from dynamo_nvf.plan import RegionPlan
+    from dynamo_nvf.runtime import region as region_module
+    from dynamo_nvf.settings import Settings
+
+    monkeypatch.setattr(region_module, "oracle_for", lambda settings: _Oracle(answer))
+    gm = make_fx(_batch_norm_backward)(*_inputs())
+    plan = RegionPlan(id=0, name="nvf_region_0", ops=[], nodes=[], fx_code=gm.code)
+    runtime = region_module.RegionRuntime(gm, plan, Settings(**options))
+    runtime._nvf = object()
+    return runtime, gm
+
+
+@pytest.mark.parametrize("answer,split", [((), True), (("reduction",), False), (None, False),
+                                          (RuntimeError("no answer"), False)],
+                         ids=["segments", "one_kernel", "unknown", "raises"])
+def test_the_runtime_splits_only_where_nvfuser_has_no_single_scheduler(monkeypatch, answer, split):
+    STATS.reset()
+    runtime, gm = _runtime(monkeypatch, answer, split_by_stage=True)
+    for _ in range(2):
+        args = _inputs()
+        got, want = runtime(*args), gm(*args)
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert (runtime.plan.executor == "pieces") == split, (runtime.plan.executor, runtime.plan.executor_reason)
+    assert len(runtime.plan.pieces) == (2 if split else 0)
+    assert STATS.stage_split_regions == int(split) and STATS.fallbacks == 0, STATS.snapshot()
+
+
+def test_off_by_default(monkeypatch):
+    STATS.reset()
+    runtime, gm = _runtime(monkeypatch, ())
+    runtime(*_inputs())
+    assert runtime.plan.executor != "pieces" and STATS.stage_split_regions == 0
+
+
+def test_when_every_piece_fails_the_region_runs_in_eager_with_one_warning(monkeypatch):
+    """Every piece's build fails: each piece, then the region, runs in eager; the whole region is
+    never built after its pieces failed, and the region warns and counts once."""
+    from dynamo_nvf.runtime import region as region_module
+
+    builds = []
+
+    def failing_build(*args, **kwargs):
+        builds.append(args[1])
+        raise RuntimeError("nvFuser refused")
+
+    monkeypatch.setattr(region_module.nvf_env, "nvfuser_available", lambda: True)
+    monkeypatch.setattr(region_module.nvf_env, "nvfuser_module", lambda: object())
+    monkeypatch.setattr(region_module, "_runs_on_nvfuser", lambda args, home=None: "")
+    monkeypatch.setattr(region_module, "build_fusion", failing_build)
+    STATS.reset()
+    runtime, gm = _runtime(monkeypatch, (), split_by_stage=True)
+    with pytest.warns(RuntimeWarning, match="a piece of nvf_region_0"):
+        for _ in range(3):
+            args = _inputs()
+            for a, b in zip(runtime(*args), gm(*args)):
+                torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert len(builds) == 2 and gm not in builds  # one build per piece, never the whole region
+    assert runtime.failed and runtime.plan.executor == "eager", runtime.plan.executor_reason
+    assert STATS.fallbacks == 1 and STATS.split_regions == 0, STATS.snapshot()

@@ -470,7 +470,7 @@ class RegionRuntime:
             return self._pieces(*args)
         if self._nvf is None or self.failed is not None:
             return self._run_eager(args)
-        if not self._stages_asked:
+        if not self._stages_asked and not _capturing():
             self._stages_asked = True
             if self._split_by_stage():
                 return self._pieces(*args)
@@ -784,15 +784,19 @@ class RegionRuntime:
         segmenter oracle's answer, per fusion key) runs as its stages' pieces, each a RegionRuntime of
         its own (split_region.split_by_stage), so that nvFuser's segmenter has little to do. Why:
         settings.split_by_stage."""
-        if self.parent is not None or not self.settings.split_by_stage or _capturing():
+        if self.parent is not None or not self.settings.split_by_stage:
             return False
-        pieces = split_by_stage(self.eager)
-        if pieces is None:
+        try:
+            pieces = split_by_stage(self.eager)
+            if pieces is None:
+                return False
+            oracle = oracle_for(self.settings)
+            if oracle is None or oracle.schedulers(self.eager) != ():  # one kernel, or no answer
+                return False
+            runners = [self._piece_runtime(i, piece) for i, piece in enumerate(pieces)]
+        except Exception as exc:  # never let an optimisation cost the call: the region stays whole
+            log.info("%s: not split by stage: %s", self.plan.name, _short_error(exc))
             return False
-        oracle = oracle_for(self.settings)
-        if oracle is None or oracle.schedulers(self.eager) != ():  # one kernel, or no answer
-            return False
-        runners = [self._piece_runtime(i, piece) for i, piece in enumerate(pieces)]
         self._pieces = run_pieces(self.eager, pieces, runners)
         self._piece_runtimes = [r for r in runners if isinstance(r, RegionRuntime)]
         self.plan.executor = "pieces"
@@ -846,6 +850,7 @@ class RegionRuntime:
         whole region runs in eager (its pieces would recompute their pointwise ops there)."""
         if all(r.failed is not None for r in self._piece_runtimes):
             self._pieces = None
+            self.failed = self.failed or message  # eager from now on, not the whole region again
             self.plan.executor = "eager"
             self.plan.executor_reason = f"fallback after nvFuser errors on the region and on each of its pieces: {message}"
         if self._piece_warned:

@@ -140,7 +140,7 @@ def keeps_innermost_dim(node: Node) -> bool:
     x = tensor_val(node.args[0]) if is_reduction(node) and node.target is not torch.ops.aten.sum.default else None
     if x is None or x.dim() < 2:
         return False
-    wide = [d for d in range(x.dim()) if x.shape[d] != 1]
+    wide = [d for d in range(x.dim()) if x.shape[d] != 1 and x.stride(d) != 0]  # not broadcast dims
     if not wide:
         return False
     innermost = min(wide, key=lambda d: x.stride(d))
