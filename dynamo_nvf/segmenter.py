@@ -14,7 +14,8 @@ scripts/repros/segmenter_oracle.py at commit 2828583) it takes 10-350 ms per reg
 (a model's identical layers ask once), and only regions a rule would act on are asked. The answer
 agreed with the segments nvFuser then ran for the norm backwards asked about (one inner_outer_persistent
 kernel up to [4096, 16384], none at [2048, 32768] except a bf16 RMSNorm's); for other regions it is
-less reliable (pre-segmentation passes change them), which is why nothing else asks. A timing
+less reliable (pre-segmentation passes change them). The runtime asks it too, on a region's first call,
+where option split_by_stage would run a region of column reductions as pieces (runtime/region.py). A timing
 compiles the region (a second compile where the runtime later builds the same one): seconds of
 compile time, paid only where nvFuser would segment.
 """
