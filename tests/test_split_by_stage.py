@@ -76,6 +76,28 @@ def test_per_channel_outputs_get_a_piece_apart_from_the_normalised_activation():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_views_of_the_statistics_get_a_piece_without_compute():
+    """A BatchNorm forward also returns its mean squeezed to [C] (saved for the backward): a view of
+    what the statistics piece wrote, run by PyTorch, not an output of a compute piece."""
+    from dynamo_nvf.runtime.split_region import computes
+
+    def forward(x, running_mean):
+        var, mean = torch.var_mean(x, [0, 2, 3], correction=0, keepdim=True)
+        y = (x - mean) * torch.rsqrt(var + 1e-5)
+        return y.relu(), running_mean * 0.9 + mean.squeeze() * 0.1, mean.squeeze()
+
+    args = [torch.randn(4, 8, 5, 5).to(memory_format=torch.channels_last), torch.randn(8)]
+    region = make_fx(forward)(*args)
+    pieces = split_by_stage(region)
+    # the statistics; the activation; the running mean; the saved mean, a view
+    assert pieces is not None and [computes(p.module) for p in pieces] == [True, True, True, False]
+    got = run_pieces(region, pieces, [p.module for p in pieces])(*args)
+    want = region(*args)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_a_chain_of_reductions_gets_one_piece_per_stage():
     def normalise(x):
         mean = x.mean(0, keepdim=True)

@@ -176,7 +176,8 @@ def split_by_stage(region: GraphModule) -> Optional[list[Piece]]:
     that a scheduler takes whole, mostly, and nvFuser's segmenter, which tries merges of the region's
     expressions one pair at a time (1-5 s for a BatchNorm training region of 20-40 ops, most of a conv
     net's first call), has little or nothing to do. The rest's largest outputs and its smaller ones
-    are pieces apart (`_by_size`). Only regions whose cut points are all reductions
+    are pieces apart (`_by_size`), and its outputs that are views of earlier pieces' values a piece
+    without compute (`_views_only`). Only regions whose cut points are all reductions
     that keep the innermost dim (`keeps_innermost_dim`) are split: a row reduction and the one that
     reads its result (a softmax's max and sum, a cross-entropy's) are what nvFuser's persistent
     schedulers run as one kernel, where pieces would read the rows twice (a LLaMA-style training
@@ -194,9 +195,28 @@ def split_by_stage(region: GraphModule) -> Optional[list[Piece]]:
         pieces.append(_piece(region, written, available))
         available.update(written)
     rest = [n for n in output.all_input_nodes if n not in available]
-    for outputs in _by_size(rest):
+    views = [n for n in rest if _views_only(n, available)]
+    for outputs in _by_size([n for n in rest if n not in views]):
         pieces.append(_piece(region, outputs, available))
+    if views:  # a piece without compute: its views run in PyTorch, zero-copy (RegionRuntime._piece_runtime)
+        pieces.append(_piece(region, views, available))
     return pieces if len(pieces) > 1 else None
+
+
+def _views_only(node: Node, available: set[Node]) -> bool:
+    """Whether `node` is views (or getitems) of available values only: a BatchNorm's saved mean,
+    squeezed from the statistics a stage piece wrote. In a piece with compute it would be an output
+    nvFuser aliases rather than writes, which keeps that piece off the direct launcher."""
+    stack, seen = [node], set()
+    while stack:
+        current = stack.pop()
+        if current in available or current in seen:
+            continue
+        seen.add(current)
+        if current.op != "call_function" or not (current.target is operator.getitem or is_metadata(current)):
+            return False
+        stack.extend(current.all_input_nodes)
+    return True
 
 
 def _by_size(outputs: list[Node]) -> list[list[Node]]:
