@@ -101,7 +101,7 @@ def render_plan_text(plan: GraphPlan, show_definitions: bool = True) -> str:
         if region.pieces:
             lines.append("pieces:")
             lines.extend(f"  {p.name}: {len(p.compute_ops)} compute, executor {region_status(p)}"
-                         for p in region.pieces)
+                         f"{f'; launch: {p.launch}' if p.launch else ''}" for p in region.pieces)
         if region.kernels:
             first = "" if region.first_run_ms is None else f"; first run with compile {region.first_run_ms:.1f} ms"
             counted = (f"nvFuser segments: {region.segments}" if region.segments is not None

@@ -245,3 +245,16 @@ def test_when_every_piece_fails_the_region_runs_in_eager_with_one_warning(monkey
     assert len(builds) == 2 and gm not in builds  # one build per piece, never the whole region
     assert runtime.failed and runtime.plan.executor == "eager", runtime.plan.executor_reason
     assert STATS.fallbacks == 1 and STATS.split_regions == 0, STATS.snapshot()
+
+
+def test_explain_lists_each_piece_with_how_it_launches(monkeypatch):
+    """explain()'s text names each piece, its executor and its launch (direct, or why fec.execute)."""
+    from dynamo_nvf.plan import GraphPlan
+    from dynamo_nvf.plan_text import render_plan_text
+
+    runtime, _ = _runtime(monkeypatch, (), split_by_stage=True)
+    runtime(*_inputs())
+    runtime.plan.pieces[0].launch = "fec.execute (an output no kernel writes)"
+    text = render_plan_text(GraphPlan(kind="backward", graph_id=0, regions=[runtime.plan]))
+    assert "nvf_region_0.piece0" in text and "nvf_region_0.piece1" in text, text
+    assert "launch: fec.execute (an output no kernel writes)" in text, text
