@@ -36,6 +36,18 @@ def _inputs() -> list[torch.Tensor]:
     return [activation(), activation(), torch.randn(8), torch.rand(8) + 0.5, torch.randn(8), activation() > 0.3]
 
 
+def _assert_same_outputs(got, want) -> None:
+    """The pieces' (or the runtime's) outputs are the region's, bit for bit, none missing."""
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def _run_pieces(region: GraphModule, pieces, *args):
+    """The pieces run as their FX modules, in order, on `args`."""
+    return run_pieces(region, pieces, [p.module for p in pieces])(*args)
+
+
 def _reductions(module: GraphModule) -> list[str]:
     return [n.name for n in module.graph.nodes if n.op == "call_function" and any(r in str(n.target) for r in ("sum", "mean"))]
 
@@ -49,11 +61,7 @@ def test_column_sums_share_a_piece_and_the_gradient_that_reads_them_gets_another
     assert not _reductions(gradient.module)
     assert set(sums.writes) <= set(gradient.reads)  # the sums go through memory; the rest is recomputed
     args = _inputs()
-    run = run_pieces(region, pieces, [p.module for p in pieces])
-    got, want = run(*args), region(*args)
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    _assert_same_outputs(_run_pieces(region, pieces, *args), region(*args))
 
 
 def test_per_channel_outputs_get_a_piece_apart_from_the_normalised_activation():
@@ -69,11 +77,7 @@ def test_per_channel_outputs_get_a_piece_apart_from_the_normalised_activation():
     pieces = split_by_stage(region)
     assert pieces is not None and len(pieces) == 3
     assert [tuple(p.writes[0].meta["val"].shape) for p in pieces[1:]] == [(4, 8, 5, 5), (8,)]
-    run = run_pieces(region, pieces, [p.module for p in pieces])
-    got, want = run(*args), region(*args)
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    _assert_same_outputs(_run_pieces(region, pieces, *args), region(*args))
 
 
 def test_views_of_the_statistics_get_a_piece_without_compute():
@@ -91,11 +95,7 @@ def test_views_of_the_statistics_get_a_piece_without_compute():
     pieces = split_by_stage(region)
     # the statistics; the activation; the running mean; the saved mean, a view
     assert pieces is not None and [computes(p.module) for p in pieces] == [True, True, True, False]
-    got = run_pieces(region, pieces, [p.module for p in pieces])(*args)
-    want = region(*args)
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    _assert_same_outputs(_run_pieces(region, pieces, *args), region(*args))
 
 
 def test_a_chain_of_reductions_gets_one_piece_per_stage():
@@ -109,8 +109,7 @@ def test_a_chain_of_reductions_gets_one_piece_per_stage():
     pieces = split_by_stage(region)
     assert pieces is not None and len(pieces) == 3
     assert [len(_reductions(p.module)) for p in pieces] == [1, 1, 0]
-    run = run_pieces(region, pieces, [p.module for p in pieces])
-    torch.testing.assert_close(run(x)[0], region(x)[0], rtol=0, atol=0)
+    _assert_same_outputs(_run_pieces(region, pieces, x), region(x))
 
 
 def test_the_innermost_dim_is_the_smallest_stride_that_is_not_a_broadcast():
@@ -204,10 +203,7 @@ def test_the_runtime_splits_only_where_nvfuser_has_no_single_scheduler(monkeypat
     runtime, gm = _runtime(monkeypatch, answer, split_by_stage=True)
     for _ in range(2):
         args = _inputs()
-        got, want = runtime(*args), gm(*args)
-        assert len(got) == len(want)
-        for a, b in zip(got, want):
-            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        _assert_same_outputs(runtime(*args), gm(*args))
     assert (runtime.plan.executor == "pieces") == split, (runtime.plan.executor, runtime.plan.executor_reason)
     assert len(runtime.plan.pieces) == (2 if split else 0)
     assert STATS.stage_split_regions == int(split) and STATS.fallbacks == 0, STATS.snapshot()
@@ -240,8 +236,7 @@ def test_when_every_piece_fails_the_region_runs_in_eager_with_one_warning(monkey
     with pytest.warns(RuntimeWarning, match="a piece of nvf_region_0"):
         for _ in range(3):
             args = _inputs()
-            for a, b in zip(runtime(*args), gm(*args)):
-                torch.testing.assert_close(a, b, rtol=0, atol=0)
+            _assert_same_outputs(runtime(*args), gm(*args))
     assert len(builds) == 2 and gm not in builds  # one build per piece, never the whole region
     assert runtime.failed and runtime.plan.executor == "eager", runtime.plan.executor_reason
     assert STATS.fallbacks == 1 and STATS.split_regions == 0, STATS.snapshot()

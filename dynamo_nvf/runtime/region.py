@@ -409,8 +409,9 @@ class RegionRuntime:
         self._pieces: Optional[Callable[..., tuple]] = None
         self._piece_runtimes: list[RegionRuntime] = []
         self._piece_warned = False
-        #: Whether the first call asked if the region runs as its stages' pieces (_split_by_stage).
-        self._stages_asked = False
+        #: Whether the region's first call outside a capture has asked if it runs as its stages'
+        #: pieces (_split_by_stage); never to be asked of a piece, or with split_by_stage off.
+        self._stages_asked = parent is not None or not settings.split_by_stage
         self._enable_options = [fast_math.ENABLE_OPTION] if plan.fast_math else []
         plan.static_sizes, plan.sizes = region_static_sizes(eager, settings.static_resize_sizes)
         random = has_random_ops(eager)
@@ -784,8 +785,6 @@ class RegionRuntime:
         segmenter oracle's answer, per fusion key) runs as its stages' pieces, each a RegionRuntime of
         its own (split_region.split_by_stage), so that nvFuser's segmenter has little to do. Why:
         settings.split_by_stage."""
-        if self.parent is not None or not self.settings.split_by_stage:
-            return False
         try:
             pieces = split_by_stage(self.eager)
             if pieces is None:
@@ -797,14 +796,20 @@ class RegionRuntime:
         except Exception as exc:  # never let an optimisation cost the call: the region stays whole
             log.info("%s: not split by stage: %s", self.plan.name, _short_error(exc))
             return False
-        self._pieces = run_pieces(self.eager, pieces, runners)
-        self._piece_runtimes = [r for r in runners if isinstance(r, RegionRuntime)]
-        self.plan.executor = "pieces"
-        self.plan.executor_reason = (f"{len(pieces)} pieces, one per stage of reductions: no single nvFuser "
-                                     "scheduler takes the whole region")
-        self.plan.pieces = [r.plan for r in self._piece_runtimes]
+        self._run_as_pieces(pieces, runners, f"{len(pieces)} pieces, one per stage of reductions: no single "
+                                             "nvFuser scheduler takes the whole region")
         STATS.stage_split_regions += 1
         return True
+
+    def _run_as_pieces(self, pieces: Sequence[Piece], runners: Sequence[Callable[..., Any]], reason: str) -> None:
+        """From now on every call runs `pieces` in order (split_region.run_pieces); explain() lists them."""
+        self._pieces = run_pieces(self.eager, pieces, runners)
+        self._piece_runtimes = [r for r in runners if isinstance(r, RegionRuntime)]
+        self._fast = None
+        self._direct = None
+        self.plan.executor = "pieces"
+        self.plan.executor_reason = reason
+        self.plan.pieces = [r.plan for r in self._piece_runtimes]
 
     def _split_or_warn(self, message: str) -> bool:
         """After an nvFuser error on the whole region: its pieces from now on, each a RegionRuntime of
@@ -821,14 +826,9 @@ class RegionRuntime:
         if pieces is None:
             self._warn(message)
             return False
-        self._pieces = run_pieces(self.eager, pieces, runners)
-        self._piece_runtimes = [r for r in runners if isinstance(r, RegionRuntime)]
+        self._run_as_pieces(pieces, runners, f"{len(pieces)} pieces after an nvFuser error on the whole region: "
+                                             f"{message}")
         self.failed = message
-        self._fast = None
-        self._direct = None
-        self.plan.executor = "pieces"
-        self.plan.executor_reason = f"{len(pieces)} pieces after an nvFuser error on the whole region: {message}"
-        self.plan.pieces = [r.plan for r in runners if isinstance(r, RegionRuntime)]
         STATS.split_regions += 1
         warnings.warn(f"dynamo_nvf: {self.plan.name} runs as {len(pieces)} pieces from now on (each on nvFuser, "
                       f"or in eager where it fails too): {message}", RuntimeWarning, stacklevel=4)
