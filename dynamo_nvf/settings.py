@@ -128,11 +128,12 @@ class Settings:
     #: A region that no single nvFuser scheduler takes whole (asked of nvFuser on its first call, per
     #: fusion key; needs ask_segmenter), whose reductions all keep the innermost dim (a channels-last
     #: BatchNorm's), runs as pieces, one per stage of its reductions (runtime/split_region.
-    #: split_by_stage), each compiled as a fusion of its own. A choice of first call and peak memory
-    #: over the steady step without CUDA graphs: timm ResNet-50 training (H100, 2026-11-27,
-    #: docs/options.md) first call 73.0 -> 55.6 s, peak 1719 -> 1240 MiB, GPU time per step 7.34 ->
-    #: 6.48 ms, but step time without graphs 9.24 -> 12.09 ms (88 nvFuser calls per step, not 42).
-    split_by_stage: bool = False
+    #: split_by_stage), each compiled as a fusion of its own. None (the default): on with cuda_graphs,
+    #: off without. Why: on an H100 (2026-11-27, docs/options.md) timm ResNet-50 training under CUDA
+    #: graphs took 6.51 ms per step split against 7.51 whole, first call 54 s against 84, peak 1240
+    #: MiB against 1719 (without graphs); without graphs the pieces' calls cost more host time than the
+    #: GPU time they save (12.09 against 9.24 ms per step).
+    split_by_stage: Optional[bool] = None
     #: Without CUDA graphs, where split_norm_backward would cut a norm backward under graphs (the same
     #: rules: up to AUTO_SPLIT_ROWS rows, or narrow rows at any count), keep the region whole and have
     #: its column sums read their inputs through nvFuser's `segment_set` instead: nvFuser runs the row part and the column sums as separate kernels of one
@@ -296,6 +297,10 @@ class Settings:
         """direct_launch where it saves host time: not under CUDA graphs."""
         return self.direct_launch and not self.cuda_graphs
 
+    def splits_by_stage(self) -> bool:
+        """split_by_stage, with None read as: where CUDA graphs replay the pieces without host time."""
+        return self.cuda_graphs if self.split_by_stage is None else self.split_by_stage
+
     def recomputes_saved_views(self) -> bool:
         """recompute_saved_views where it saves host time: under CUDA graphs."""
         return self.recompute_saved_views and self.cuda_graphs
@@ -339,7 +344,10 @@ class Settings:
         values: dict[str, Any] = {}
         for name, value in options.items():
             default = getattr(cls, name)
-            if isinstance(default, bool):
+            if name in _OPTIONAL_BOOLS:
+                if value is not None and not isinstance(value, bool):
+                    raise TypeError(f"option {name!r} takes a bool or None, got {value!r}")
+            elif isinstance(default, bool):
                 if not isinstance(value, bool):
                     raise TypeError(f"option {name!r} takes a bool, got {value!r}")
             elif isinstance(default, int) and (not isinstance(value, int) or isinstance(value, bool)):
@@ -375,6 +383,9 @@ class Settings:
             log.warning("dynamo_nvf: mode=%r: %s", mode, note)
         return replace(self, **changes) if changes else self
 
+
+#: Options that take a bool or None (None: a choice made from the other options).
+_OPTIONAL_BOOLS = frozenset({"split_by_stage"})
 
 #: Rows up to which a norm backward's column sums get a region of their own under CUDA graphs (see
 #: `Settings.split_norm_backward_rows`): between the 512 rows where cutting measured 9% less GPU time

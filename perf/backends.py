@@ -127,14 +127,16 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "nvf_split_by_stage",
             _nvf({"split_by_stage": True}),
-            "dynamo_nvf with split_by_stage on: regions no single scheduler takes run as pieces, one per "
-            "stage of their reductions (shorter first call, lower peak); opt-in",
+            "dynamo_nvf with split_by_stage on without CUDA graphs (its default there is off): regions no "
+            "single scheduler takes run as pieces, one per stage of their reductions (shorter first call, "
+            "lower peak, more host time); opt-in",
             nvf=True,
         ),
         Backend(
-            "nvf_cudagraphs_split_by_stage",
-            _nvf({"split_by_stage": True, "cuda_graphs": True}),
-            "dynamo_nvf's CUDA graphs (option cuda_graphs) with split_by_stage on; opt-in",
+            "nvf_cudagraphs_whole_stages",
+            _nvf({"split_by_stage": False, "cuda_graphs": True}),
+            "nvf_cudagraphs with split_by_stage off: regions no single scheduler takes stay whole, for "
+            "nvFuser's segmenter (the default under graphs runs them as their stages' pieces); opt-in",
             cuda_graphs=True,
             nvf=True,
         ),

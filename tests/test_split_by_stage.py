@@ -154,7 +154,8 @@ def _stage_pieces(plans) -> list[str]:
 def test_gpu_a_batch_norm_nvfuser_would_segment_runs_as_stage_pieces(device, dtype):
     """[8, 64, 128, 128] channels-last BatchNorm + SiLU training steps with split_by_stage on: outputs,
     gradients and running statistics as eager's (test_batch_norm._large_steps checks them against an
-    f64 copy); the regions no scheduler takes whole ran as pieces. By default none did."""
+    f64 copy); the regions no scheduler takes whole ran as pieces. By default, without CUDA graphs,
+    none did."""
     from test_batch_norm import _large_steps
 
     STATS.reset()
@@ -209,11 +210,26 @@ def test_the_runtime_splits_only_where_nvfuser_has_no_single_scheduler(monkeypat
     assert STATS.stage_split_regions == int(split) and STATS.fallbacks == 0, STATS.snapshot()
 
 
-def test_off_by_default(monkeypatch):
+@pytest.mark.parametrize("options,split", [({}, False), ({"cuda_graphs": True}, True),
+                                           ({"cuda_graphs": True, "split_by_stage": False}, False),
+                                           ({"split_by_stage": True}, True)],
+                         ids=["default", "default_graphs", "off_graphs", "on"])
+def test_by_default_on_with_cuda_graphs_and_off_without(monkeypatch, options, split):
+    """split_by_stage=None (the default) splits where CUDA graphs replay the pieces without host time."""
     STATS.reset()
-    runtime, gm = _runtime(monkeypatch, ())
+    runtime, gm = _runtime(monkeypatch, (), **options)
     runtime(*_inputs())
-    assert runtime.plan.executor != "pieces" and STATS.stage_split_regions == 0
+    assert (runtime.plan.executor == "pieces") == split and STATS.stage_split_regions == int(split)
+
+
+@pytest.mark.parametrize("value", [1, "on"])
+def test_split_by_stage_takes_a_bool_or_none(value):
+    from dynamo_nvf.settings import Settings
+
+    assert Settings.from_options({"split_by_stage": None}).split_by_stage is None
+    assert Settings.from_options({"split_by_stage": True}).splits_by_stage()
+    with pytest.raises(TypeError, match="bool or None"):
+        Settings.from_options({"split_by_stage": value})
 
 
 def test_when_every_piece_fails_the_region_runs_in_eager_with_one_warning(monkeypatch):

@@ -410,8 +410,8 @@ class RegionRuntime:
         self._piece_runtimes: list[RegionRuntime] = []
         self._piece_warned = False
         #: Whether the region's first call outside a capture has asked if it runs as its stages'
-        #: pieces (_split_by_stage); never to be asked of a piece, or with split_by_stage off.
-        self._stages_asked = parent is not None or not settings.split_by_stage
+        #: pieces (_split_by_stage); never to be asked of a piece, or where split_by_stage is off.
+        self._stages_asked = parent is not None or not settings.splits_by_stage()
         self._enable_options = [fast_math.ENABLE_OPTION] if plan.fast_math else []
         plan.static_sizes, plan.sizes = region_static_sizes(eager, settings.static_resize_sizes)
         random = has_random_ops(eager)
