@@ -600,3 +600,57 @@ def test_a_region_runs_declined_calls_through_fec_execute_says_so_once_and_expla
     assert torch.equal(got, x * 2) and runtime._direct is None
     assert runtime.plan.launch.startswith("fec.execute (direct launch failed")
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
+
+
+def _symbolic_runtime(settings):
+    """A region traced with symbolic sizes (a dynamic-shape graph's): not static, so no `_fast` path."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.plan import RegionPlan
+
+    gm = make_fx(lambda t: (t * 2,), tracing_mode="symbolic")(torch.randn(32, 8))
+    return RegionRuntime(gm, RegionPlan(id=0, name="nvf_region_0", ops=[], nodes=[]), settings)
+
+
+def test_symbolic_regions_get_a_launcher_per_set_of_input_sizes_only_where_direct_launch_is_on():
+    x = torch.randn(4, 8)
+    assert _runtime(lambda t: (t * 2,), Settings(), x)._sized is None  # static: `_direct` instead
+    assert _symbolic_runtime(Settings())._sized == {}
+    assert _symbolic_runtime(Settings(cuda_graphs=True))._sized is None
+    assert _symbolic_runtime(Settings(direct_launch=False))._sized is None
+
+
+def test_a_symbolic_region_launches_directly_at_sizes_seen_in_steady_calls_and_fec_execute_elsewhere(monkeypatch):
+    """Each set of input sizes gets its launcher after DIRECT_AFTER_FAST_CALLS steady calls through
+    fec.execute (a stand-in here); calls at other sizes, and calls the launcher declines, run there."""
+    from dynamo_nvf.runtime import region as region_module
+
+    runtime = _symbolic_runtime(Settings())
+    runtime._nvf = object()
+    executed, built = [], []
+
+    class Executor:  # stands in for fec.execute: the decision logic is under test, not nvFuser
+        def execute(self, args):
+            executed.append(tuple(args[0].shape))
+            return [args[0] * 2]
+
+    entry = _Entry(fd=Executor())
+    entry.fec = Executor()
+    monkeypatch.setattr(runtime, "_lookup", lambda args: entry)
+    driver = _Driver(sizes=[40, 40])
+
+    def build(fec, args, outputs):
+        assert fec is entry.fec and torch.equal(outputs[0], args[0] * 2)
+        built.append(tuple(args[0].shape))
+        return _launcher(driver, list(args), list(outputs))[0]
+
+    monkeypatch.setattr(region_module.direct_launch, "build", build)
+    long, short = torch.randn(32, 8), torch.randn(16, 8)
+    for _ in range(region_module.DIRECT_AFTER_FAST_CALLS + 2):
+        runtime(long)
+    runtime(short)
+    assert built == [(32, 8)] and executed == [(32, 8)] * region_module.DIRECT_AFTER_FAST_CALLS + [(16, 8)]
+    assert len(driver.launches) == 2 and runtime.plan.launch.startswith("direct per set of input sizes: 1")
+    misaligned = torch.zeros(32 * 8 + 1)[1:].view(32, 8)  # declined: its alignment is not the build's
+    (got,) = runtime(misaligned)
+    assert torch.equal(got, misaligned * 2) and executed[-1] == (32, 8) and len(driver.launches) == 2

@@ -1,4 +1,5 @@
-"""Direct launch: a static region's steady calls replay nvFuser's kernels without `fec.execute`.
+"""Direct launch: a static region's steady calls replay nvFuser's kernels without `fec.execute` (a
+region with symbolic sizes: one launcher per set of input sizes, runtime/region.py `_sized`).
 
 Why: `fec.execute` costs ~9-100 us of host time per call even when nothing changes between calls
 (input-id string, runtime lookup, argument building, allocations, launches; see region.py's

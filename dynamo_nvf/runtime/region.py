@@ -51,6 +51,11 @@ log = logging.getLogger("dynamo_nvf")
 #: Steady (fast-path) calls before a region builds its direct launcher: past warm-up, and never on
 #: a region that only ever runs once.
 DIRECT_AFTER_FAST_CALLS = 2
+#: Direct launchers a region with symbolic sizes keeps, one per set of input sizes (a server's few
+#: lengths or buckets); sizes past these, and sets of sizes tracked past SIZES_TRACKED, stay on
+#: fec.execute.
+SIZED_LAUNCHERS = 8
+SIZES_TRACKED = 64
 
 
 class NvFuserRegionError(RuntimeError):
@@ -427,6 +432,12 @@ class RegionRuntime:
         #: Fast calls left before the direct launcher is built (0: never, or already decided).
         self._direct_countdown = DIRECT_AFTER_FAST_CALLS if (
             settings.launches_directly() and self._static and not random) else 0
+        #: A region with symbolic sizes (a dynamic-shape graph): per exact input layout (_exact_key),
+        #: its steady calls so far (int), then its (entry, launcher), or None where it has none. None
+        #: for a static region (it has `_direct`) or where direct launch is off.
+        self._sized: Optional[dict[tuple, Any]] = {} if (
+            settings.launches_directly() and not self._static and not random) else None
+        self._sized_built = 0
         if self._nvf is None:
             plan.executor = "eager"
             plan.executor_reason = nvf_env.unavailable_reason()
@@ -475,13 +486,19 @@ class RegionRuntime:
             self._stages_asked = True
             if self._split_by_stage():
                 return self._pieces(*args)
-        entry = self._by_exact.get(_exact_key(args))
+        exact = _exact_key(args)
+        if self._sized is not None and not PROFILING.enabled:
+            outputs = self._sized_launch(exact, args)
+            if outputs is not None:
+                return outputs
+        entry = self._by_exact.get(exact)
         if entry is None:
             entry = self._lookup(args)
         if entry.eager_reason:
             return self._pieces(*args) if self._pieces is not None else self._run_eager(args)
+        steady = entry.fec is not None and not PROFILING.enabled
         try:
-            if entry.fec is not None and not PROFILING.enabled:
+            if steady:
                 outputs = entry.execute(args)
             else:
                 outputs = self._first_or_profiled_execute(entry, args)
@@ -489,6 +506,8 @@ class RegionRuntime:
             return self._fail(f"verify_regions: {exc}", args)
         except Exception as exc:  # nvFuser run-time error
             return self._fail(f"nvFuser execution failed: {_short_error(exc)}", args)
+        if steady and self._sized is not None:
+            self._count_sized(exact, entry, args, outputs)
         for index, order in entry.fixups:
             outputs[index] = _relayout(outputs[index], order)
         STATS.nvfuser_calls += 1
@@ -528,6 +547,59 @@ class RegionRuntime:
                             f"built in {(time.perf_counter() - start) * 1e3:.1f} ms)")
         self._direct_summary = self.plan.launch
         log.debug("%s: %s", self.plan.name, self.plan.launch)
+
+    def _sized_launch(self, exact: tuple, args: Sequence[Any]) -> Optional[list]:
+        """A symbolic region's call through the direct launcher of its input sizes, where one was
+        built; None where none was, or it declined the call (fec.execute then runs it)."""
+        state = self._sized.get(exact)
+        if type(state) is not tuple:
+            return None
+        entry, launcher = state
+        try:
+            outputs = launcher(args)
+        except Exception as exc:  # a launch error: fec.execute for these sizes from now on
+            self._sized[exact] = None
+            log.warning("%s: direct launch failed, back to fec.execute: %s", self.plan.name, _short_error(exc))
+            return None
+        if outputs is None:
+            self._direct_declines += 1
+            return None
+        STATS.direct_launches += 1
+        for index, order in entry.fixups:
+            outputs[index] = _relayout(outputs[index], order)
+        STATS.nvfuser_calls += 1
+        self.plan.calls_nvfuser += 1
+        return outputs
+
+    def _count_sized(self, exact: tuple, entry: _Entry, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> None:
+        """Counts a steady fec.execute call of a symbolic region at these exact sizes; at the
+        DIRECT_AFTER_FAST_CALLS-th, builds their direct launcher (`outputs`: nvFuser's, before any
+        relayout, which the launcher must reproduce bit for bit)."""
+        state = self._sized.get(exact, 0)
+        if type(state) is not int:
+            return
+        if exact not in self._sized and len(self._sized) >= SIZES_TRACKED:
+            return
+        if state + 1 < DIRECT_AFTER_FAST_CALLS or _capturing():
+            self._sized[exact] = state + 1
+            return
+        self._sized[exact] = None
+        if self._sized_built >= SIZED_LAUNCHERS:
+            return
+        start = time.perf_counter()
+        try:
+            launcher = direct_launch.build(entry.fec, args, outputs)
+        except direct_launch.NotDirect as exc:
+            log.debug("%s: no direct launch at these sizes: %s", self.plan.name, exc)
+            self.plan.launch = self.plan.launch or f"fec.execute ({exc})"
+            return
+        except Exception as exc:  # never let the optimisation cost a call
+            log.info("%s: direct launcher failed to build: %s", self.plan.name, _short_error(exc))
+            return
+        self._sized[exact] = (entry, launcher)
+        self._sized_built += 1
+        self.plan.launch = (f"direct per set of input sizes: {self._sized_built} launcher(s), the last built in "
+                            f"{(time.perf_counter() - start) * 1e3:.1f} ms")
 
     def _direct_declined(self) -> None:
         """A call unlike the build's (an input's sizes, strides, dtype, device, alignment): it runs
