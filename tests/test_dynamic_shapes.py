@@ -57,3 +57,22 @@ def test_automatic_dynamic_recompiles_once(device):
     assert counters["stats"]["unique_graphs"] == 2
     if device == "cuda":
         assert STATS.fusions_built == 2 and STATS.nvfuser_calls == 5, STATS.snapshot()
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if d.id == "cuda"])
+def test_gpu_a_symbolic_region_launches_directly_at_each_repeated_size(device):
+    """Sizes a server repeats (6 and 16 rows, four calls each, interleaved) get a direct launcher each
+    after their steady calls; every call matches eager; a size seen once stays on fec.execute."""
+    compiled = _compile(device, dynamic=True)
+    STATS.reset()
+    with recording() as rec:
+        for rows in (6, 16) * 4 + (10,):
+            x = torch.randn(rows, 32, device=device)
+            assert_same(compiled(x), fn(x))
+    (plan,) = rec.plans
+    (region,) = plan.regions
+    assert region.launch.startswith("direct per set of input sizes: 2 launcher(s)"), region.launch
+    # 6 rows: its first call compiles, the next two are steady and build, the fourth launches directly;
+    # 16 rows finds the definition compiled, so its first two calls are steady: two direct calls
+    assert STATS.direct_launches == 1 + 2, STATS.snapshot()
+    assert STATS.nvfuser_calls == 9 and STATS.fallbacks == 0, STATS.snapshot()
