@@ -131,3 +131,23 @@ def test_a_size_one_bias_and_an_identity_transpose_are_padded_correctly(always_p
     with torch.no_grad():
         plans = check_inference(fn, [torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16)], PLAN)
     assert _notes(plans)
+
+
+def test_a_head_with_symbolic_rows_pads_its_vocabulary_and_matches_eager(always_pays):
+    """A dynamic-shape graph (dynamic=True: the tokens symbolic): N is padded, M never; each length
+    matches eager with eager's strides."""
+    head = Head()
+    torch._dynamo.reset()
+    compiled = torch.compile(head, backend="nvf_bookend", options=PLAN, dynamic=True)
+    from dynamo_nvf.backend import recording
+
+    with torch.no_grad(), recording() as rec:
+        for tokens in (TOKENS, TOKENS + 3, 2 * TOKENS):
+            x = torch.randn(tokens, HIDDEN, dtype=torch.bfloat16)
+            out, expected = compiled(x), head(x)
+            assert_same_layout(out, expected)
+            torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=1e-2)
+    notes = _notes(rec.plans)
+    assert any("N=50" in n for n in notes) and not any("M=" in n for n in notes), notes
+    inference = _ops(rec.plans, "inference")
+    assert "aten.constant_pad_nd.default" in inference and "aten.slice.Tensor" in inference, inference
