@@ -308,6 +308,11 @@ def render_shards(doc: dict) -> str:
                      "--report A.json B.json [--json joined.json]")
     if doc.get("partial"):
         lines.append("PARTIAL: a checkpoint of a run that did not finish")
+    workers = (cfg.get("gpus") or 1) * (cfg.get("per_gpu") or 1)
+    if workers > 1:
+        lines.append(f"CONCURRENT: {workers} workload processes at once ({cfg.get('per_gpu') or 1} per GPU); timed "
+                     "steps take turns on their GPU but share the CPUs with the others' compiles, so host-bound "
+                     "step times and first calls read slow (GPU kernel time, peak memory and accuracy do not)")
     missing = missing_pairs(doc)
     if missing and not cfg.get("shard"):
         lines.append(f"INCOMPLETE: {len(missing)} pair(s) of the run have no record")

@@ -319,6 +319,13 @@ def test_full_report_layout(doc):
     assert "### Errors" in text and "lone_reshape / nvf_untrimmed [run]: RuntimeError: boom" in text
 
 
+def test_a_run_of_several_processes_at_once_says_its_host_times_read_slow(doc):
+    assert "CONCURRENT" not in report.render_shards(doc)
+    doc["config"] = {**doc.get("config", {}), "gpus": 4, "per_gpu": 3}
+    line = report.render_shards(doc)
+    assert "CONCURRENT: 12 workload processes at once (3 per GPU)" in line and "host-bound" in line
+
+
 def test_json_round_trip(doc, tmp_path):
     doc["results"]["gelu_views"]["eager"]["achieved_gbps"] = math.inf  # not valid strict JSON
     text = report.to_json(doc)
