@@ -654,3 +654,37 @@ def test_a_symbolic_region_launches_directly_at_sizes_seen_in_steady_calls_and_f
     misaligned = torch.zeros(32 * 8 + 1)[1:].view(32, 8)  # declined: its alignment is not the build's
     (got,) = runtime(misaligned)
     assert torch.equal(got, misaligned * 2) and executed[-1] == (32, 8) and len(driver.launches) == 2
+    runtime(long)  # a declining launcher is dropped: its sizes stay on fec.execute
+    assert len(executed) == region_module.DIRECT_AFTER_FAST_CALLS + 3 and len(driver.launches) == 2
+    assert "0 launcher(s); 1 dropped" in runtime.plan.launch, runtime.plan.launch
+
+
+def test_a_symbolic_region_stops_trying_where_no_size_could_launch_directly_and_with_scalar_inputs(monkeypatch):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.plan import RegionPlan
+    from dynamo_nvf.runtime import region as region_module
+
+    gm = make_fx(lambda t, n: (t * n,), tracing_mode="symbolic")(torch.randn(32, 8), 3)
+    with_scalar = RegionRuntime(gm, RegionPlan(id=0, name="nvf_region_0", ops=[], nodes=[]), Settings())
+    assert with_scalar._sized is None  # the launcher replays the build's scalars: never for these
+    runtime = _symbolic_runtime(Settings())
+    runtime._nvf = object()
+
+    class Executor:
+        def execute(self, args):
+            return [args[0] * 2]
+
+    entry = _Entry(fd=Executor())
+    entry.fec = Executor()
+    monkeypatch.setattr(runtime, "_lookup", lambda args: entry)
+    tries = []
+
+    def refuse(fec, args, outputs):
+        tries.append(tuple(args[0].shape))
+        raise dl.NotDirect("no C launcher: no compiler", any_size=True)
+
+    monkeypatch.setattr(region_module.direct_launch, "build", refuse)
+    for rows in (8, 16, 24) * 3:
+        runtime(torch.randn(rows, 8))
+    assert tries == [(8, 8)] and runtime.plan.launch == "fec.execute (no C launcher: no compiler)"

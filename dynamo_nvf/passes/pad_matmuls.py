@@ -144,9 +144,10 @@ def _refresh_views(node: Node, mode: object) -> bool:
         if user.op != "call_function" or not is_metadata(user):
             continue
         args = map_arg(user.args, lambda a: a.meta["val"])  # a dynamic graph's shapes hold size nodes
+        kwargs = map_arg(user.kwargs, lambda a: a.meta["val"])
         try:
             with mode:
-                user.meta["val"] = user.target(*args, **user.kwargs)
+                user.meta["val"] = user.target(*args, **kwargs)
         except Exception:  # noqa: BLE001  (a view of the padded strides does not exist)
             return False
         if not _refresh_views(user, mode):
@@ -175,9 +176,8 @@ def _matmul_shape(node: Node) -> Optional[tuple[int, int, int, int, Node, Node, 
     if a_val is None or b_val is None or out is None or out.dtype not in PADDED_DTYPES:
         return None
     a_sizes, b_sizes = static_sizes(a_val), static_sizes(b_val)
-    if a_sizes is None and a_val.dim() == 2 and node.target is not aten.bmm.default \
-            and isinstance(a_val.shape[1], int) and _rows_only_symbolic(a_val):
-        a_sizes = [SymbolicRows(hint_int(a_val.shape[0])), a_val.shape[1]]
+    if a_sizes is None and node.target is not aten.bmm.default:
+        a_sizes = _symbolic_rows(a_val)
     if a_sizes is None or b_sizes is None:
         return None
     batch = a_sizes[0] if len(a_sizes) == 3 else 1
@@ -192,10 +192,16 @@ class SymbolicRows(int):
     product would need a guard)."""
 
 
-def _rows_only_symbolic(val: torch.Tensor) -> bool:
-    """A 2-D operand [M, K] whose M alone is symbolic and whose strides are static ints ([K, 1], or a
-    transposed [1, M] would not be): padding its K or the other operand's N slices only static dims."""
-    return all(isinstance(s, int) for s in val.stride())
+def _symbolic_rows(val: torch.Tensor) -> Optional[list[int]]:
+    """[M, K] of a 2-D operand whose rows alone are symbolic (M a SymbolicRows at its example
+    value) and whose strides are plain ints ([K, 1]), so that padding its K or the other operand's N
+    slices only static dims; None otherwise, or where M has no example value (an unbacked size)."""
+    if val.dim() != 2 or not isinstance(val.shape[1], int) or not all(isinstance(s, int) for s in val.stride()):
+        return None
+    try:
+        return [SymbolicRows(hint_int(val.shape[0])), val.shape[1]]
+    except Exception:  # noqa: BLE001 - no hint: leave the product as it is
+        return None
 
 
 def pad_matmuls(gm: GraphModule, plan_cpu_as_cuda: bool = False) -> GraphModule:

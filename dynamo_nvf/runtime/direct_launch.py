@@ -89,7 +89,13 @@ INDEX_TYPE = "nvfuser_index_t"
 
 
 class NotDirect(Exception):
-    """This region's kernel cannot be launched directly; the message says why (explain shows it)."""
+    """This region's kernel cannot be launched directly; the message says why (explain shows it).
+    `any_size`: the reason holds for every size of its inputs (the machine, the torch, the region's
+    inputs' kinds), so a region with symbolic sizes tries no other."""
+
+    def __init__(self, message: str, any_size: bool = False) -> None:
+        super().__init__(message)
+        self.any_size = any_size
 
 
 class _KernelNodeParams(ctypes.Structure):
@@ -145,7 +151,7 @@ class _Driver:
             self.ctx_get_address = ctypes.cast(lib.cuCtxGetCurrent, ctypes.c_void_p).value
             self.ctx_set_address = ctypes.cast(lib.cuCtxSetCurrent, ctypes.c_void_p).value
         except (OSError, AttributeError) as exc:
-            raise NotDirect(f"CUDA driver entry point missing: {exc}") from exc
+            raise NotDirect(f"CUDA driver entry point missing: {exc}", any_size=True) from exc
         self.function_name = getattr(lib, "cuFuncGetName", None)  # CUDA 12.3
         self.edges_v2 = getattr(lib, "cuGraphGetEdges_v2", None)  # CUDA 12.3 (edge data); else the first API
         self.edges = lib.cuGraphGetEdges
@@ -173,7 +179,7 @@ class _Driver:
 
     def name_of(self, function: int) -> str:
         if self.function_name is None:
-            raise NotDirect("this driver cannot name kernels (cuFuncGetName, CUDA 12.3)")
+            raise NotDirect("this driver cannot name kernels (cuFuncGetName, CUDA 12.3)", any_size=True)
         name = ctypes.c_char_p()
         self.check(self.function_name(ctypes.byref(name), ctypes.c_void_p(function)), "cuFuncGetName")
         return (name.value or b"").decode(errors="replace")
@@ -307,7 +313,7 @@ def captured_launches(fec: Any, args: Sequence[torch.Tensor], device: torch.devi
     that zeroes a buffer; and the outputs of the captured call (whose data pointers the arguments hold)."""
     driver = _Driver.get()
     if not hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph"):
-        raise NotDirect("this torch cannot hand out a captured graph (CUDAGraph.raw_cuda_graph)")
+        raise NotDirect("this torch cannot hand out a captured graph (CUDAGraph.raw_cuda_graph)", any_size=True)
     graph = torch.cuda.CUDAGraph(keep_graph=True)
     stream = torch.cuda.Stream(device)
     current = torch.cuda.current_stream(device)
@@ -404,8 +410,9 @@ CONSTANT = -1
 
 def is_scalar(declaration: str) -> bool:
     """True for a scalar kernel parameter. In a region direct launch takes, all of the fusion's inputs
-    are tensors whose sizes are fixed (region.static_region, guarded by Dynamo; the launcher compares
-    them per call too, with the strides, dtype, device and alignment), and no op draws random numbers
+    are tensors whose sizes are fixed (region.static_region, guarded by Dynamo; or, for a region with
+    symbolic sizes, the one set of sizes its launcher was built for; the launcher compares them per
+    call, with the strides, dtype, device and alignment), and no op draws random numbers
     (no seed or offset): such a scalar is a function of those sizes alone, the same on every call."""
     return _SCALAR.match(declaration) is not None
 
@@ -616,10 +623,10 @@ def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any
         raise NotDirect("no inputs or no outputs")
     for arg in args:
         if not isinstance(arg, torch.Tensor) or arg.device.type != "cuda":
-            raise NotDirect("a scalar or CPU input")
+            raise NotDirect("a scalar or CPU input", any_size=True)
     devices = {t.device for t in (*args, *outputs)}
     if len(devices) != 1:
-        raise NotDirect("tensors on several devices")
+        raise NotDirect("tensors on several devices", any_size=True)
     device = next(iter(devices))
     inputs = {t.untyped_storage().data_ptr() for t in args}
     storages = [t.untyped_storage().data_ptr() for t in outputs]
@@ -628,7 +635,7 @@ def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any
     try:
         c_launcher.load()
     except c_launcher.LauncherUnavailable as exc:
-        raise NotDirect(f"no C launcher: {exc}") from exc
+        raise NotDirect(f"no C launcher: {exc}", any_size=True) from exc
 
     with torch.cuda.device(device):
         captured = captured_launches(fec, args, device)
@@ -643,7 +650,7 @@ def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any
         driver = _Driver.get()
         context = driver.current_context()  # the device's primary context: nvFuser loaded its kernels there
         if not context:
-            raise NotDirect("no CUDA context is current on the device")
+            raise NotDirect("no CUDA context is current on the device", any_size=True)
         launcher = make_launcher(driver.addresses(), context, plan, device.index, args, outputs, fec,
                                  _allocator(device), torch._C._cuda_getDevice, torch._C._cuda_exchangeDevice,
                                  torch._C._cuda_getCurrentRawStream, alignment_cap(device))

@@ -108,6 +108,11 @@ def _descriptor(arg: Any, static_sizes: bool = False) -> Any:
     return type(arg)
 
 
+def _tensor_inputs_only(region: GraphModule) -> bool:
+    """Whether every input of the region is a tensor (no SymInt or other scalar)."""
+    return all(isinstance(n.meta.get("val"), torch.Tensor) for n in region.graph.nodes if n.op == "placeholder")
+
+
 def _exact_key(args: Sequence[Any]) -> tuple:
     return tuple(
         (a.dtype, a.device, a.shape, a.stride()) if isinstance(a, torch.Tensor) else type(a) for a in args
@@ -434,9 +439,13 @@ class RegionRuntime:
             settings.launches_directly() and self._static and not random) else 0
         #: A region with symbolic sizes (a dynamic-shape graph): per exact input layout (_exact_key),
         #: its steady calls so far (int), then its (entry, launcher), or None where it has none. None
-        #: for a static region (it has `_direct`) or where direct launch is off.
-        self._sized: Optional[dict[tuple, Any]] = {} if (
-            settings.launches_directly() and not self._static and not random) else None
+        #: for a static region (it has `_direct`), one with a non-tensor input (a SymInt: the C
+        #: launcher replays the build's scalars, and _exact_key does not hold their values), or where
+        #: direct launch is off.
+        self._sized: Optional[OrderedDict[tuple, Any]] = OrderedDict() if (
+            settings.launches_directly() and not self._static and not random and _tensor_inputs_only(eager)) else None
+        #: Launchers the region has tried to build (built or refused), at most SIZED_LAUNCHERS.
+        self._sized_tried = 0
         self._sized_built = 0
         if self._nvf is None:
             plan.executor = "eager"
@@ -550,7 +559,8 @@ class RegionRuntime:
 
     def _sized_launch(self, exact: tuple, args: Sequence[Any]) -> Optional[list]:
         """A symbolic region's call through the direct launcher of its input sizes, where one was
-        built; None where none was, or it declined the call (fec.execute then runs it)."""
+        built; None where none was, or it declined the call or failed (fec.execute then runs it, and
+        these sizes stay there)."""
         state = self._sized.get(exact)
         if type(state) is not tuple:
             return None
@@ -558,11 +568,14 @@ class RegionRuntime:
         try:
             outputs = launcher(args)
         except Exception as exc:  # a launch error: fec.execute for these sizes from now on
-            self._sized[exact] = None
+            outputs = None
             log.warning("%s: direct launch failed, back to fec.execute: %s", self.plan.name, _short_error(exc))
-            return None
-        if outputs is None:
+        if outputs is None:  # declined (another alignment) or failed: not tried again at these sizes
+            self._sized[exact] = None
+            self._sized_built -= 1
             self._direct_declines += 1
+            self.plan.launch = (f"direct per set of input sizes: {self._sized_built} launcher(s); "
+                                f"{self._direct_declines} dropped after a declined or failed call")
             return None
         STATS.direct_launches += 1
         for index, order in entry.fixups:
@@ -574,27 +587,36 @@ class RegionRuntime:
     def _count_sized(self, exact: tuple, entry: _Entry, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> None:
         """Counts a steady fec.execute call of a symbolic region at these exact sizes; at the
         DIRECT_AFTER_FAST_CALLS-th, builds their direct launcher (`outputs`: nvFuser's, before any
-        relayout, which the launcher must reproduce bit for bit)."""
+        relayout, which the launcher must reproduce bit for bit). At most SIZED_LAUNCHERS builds are
+        tried per region; a refusal that no size can change ends them all."""
         state = self._sized.get(exact, 0)
         if type(state) is not int:
             return
         if exact not in self._sized and len(self._sized) >= SIZES_TRACKED:
-            return
+            counted = next((key for key, value in self._sized.items() if type(value) is int), None)
+            if counted is None:
+                return
+            del self._sized[counted]  # forget the oldest size still only counted
         if state + 1 < DIRECT_AFTER_FAST_CALLS or _capturing():
             self._sized[exact] = state + 1
             return
         self._sized[exact] = None
-        if self._sized_built >= SIZED_LAUNCHERS:
+        if self._sized_tried >= SIZED_LAUNCHERS:
             return
+        self._sized_tried += 1
         start = time.perf_counter()
         try:
             launcher = direct_launch.build(entry.fec, args, outputs)
         except direct_launch.NotDirect as exc:
             log.debug("%s: no direct launch at these sizes: %s", self.plan.name, exc)
-            self.plan.launch = self.plan.launch or f"fec.execute ({exc})"
+            if not self._sized_built:
+                self.plan.launch = f"fec.execute ({exc})"
+            if exc.any_size:
+                self._sized_tried = SIZED_LAUNCHERS
             return
         except Exception as exc:  # never let the optimisation cost a call
             log.info("%s: direct launcher failed to build: %s", self.plan.name, _short_error(exc))
+            self._sized_tried = SIZED_LAUNCHERS
             return
         self._sized[exact] = (entry, launcher)
         self._sized_built += 1
