@@ -84,6 +84,36 @@ def test_cross_entropy_backward_has_no_row_reduction(ignore_index):
     assert "sum.dim_IntList" not in code, code  # only the tiny count of counted rows remains
 
 
+def test_a_dynamic_shape_cross_entropy_step_has_no_row_reduction_and_runs_at_every_size():
+    """dynamic=True (the rows symbolic): the where needs no expand, so no symbolic size reaches an op's
+    arguments (which had made the region's eager forward fail with a NameError)."""
+    classes, hidden = 40, 16
+    torch._dynamo.reset()
+    head = torch.nn.Linear(hidden, classes)  # the classes static (a weight's), the rows not
+
+    def loss_fn(x, target):
+        return F.cross_entropy(head(x), target)
+
+    compiled = torch.compile(loss_fn, backend="nvf_bookend", options={"plan_cpu_as_cuda": True}, dynamic=True)
+    with recording() as rec:
+        for rows in (12, 20, 7):
+            x = torch.randn(rows, hidden, requires_grad=True)
+            target = torch.randint(0, classes, (rows,))
+            loss = compiled(x, target)
+            loss.backward()
+            got = x.grad
+            x.grad = None
+            want = loss_fn(x, target)
+            want.backward()
+            torch.testing.assert_close(loss, want)
+            torch.testing.assert_close(got, x.grad)
+    backward = next(p for p in rec.plans if p.kind == "backward")
+    assert any(isinstance(s, str) for r in backward.regions for t in r.inputs for s in t.shape)  # symbolic
+    code = "\n".join(r.fx_code for r in backward.regions)
+    # the bias gradient's column sum remains; no sum over the classes, and no expand
+    assert ", [1], True)" not in code and "sum.dim_IntList(sub" in code and "expand" not in code, code
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cross_entropy_backward_computes_the_class_index_in_its_kernel(device, dtype):
