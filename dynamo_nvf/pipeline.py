@@ -19,11 +19,15 @@ Adding a pass: write it in `dynamo_nvf/passes/`, add one `Pass(...)` line here (
 
 from __future__ import annotations
 
+import copy
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+import torch
 from torch.fx import GraphModule
+from torch.fx.node import map_aggregate
 
 from dynamo_nvf.ops.fast_math import region_fast_math
 from dynamo_nvf.passes import NOTES_KEY, add_note
@@ -286,9 +290,28 @@ def run_passes(stage: str, passes: Sequence[Pass], gm: GraphModule, ctx: PassCon
         notes = result.gm.meta.pop(NOTES_KEY, [])
         result.notes += notes
         signature = _signature(result.gm)
-        result.records.append(PassRecord(name=p.name, stage=stage, ran=True, changed=signature != before,
+        changed = signature != before
+        if changed:
+            _check_no_symbolic_literals(result.gm, p.name)
+        result.records.append(PassRecord(name=p.name, stage=stage, ran=True, changed=changed,
                                          notes=len(notes), ms=round(ms, 3)))
     return result
+
+
+class PassError(RuntimeError):
+    """A pass left a graph that cannot run."""
+
+
+def _check_no_symbolic_literals(gm: GraphModule, name: str) -> None:
+    """A symbolic size (SymInt) written into a node's arguments, rather than the node that computes
+    it, generates code naming a symbol no variable holds (`NameError: s77` when the graph runs):
+    raised here, at planning, where the caller can still run the graph it was given."""
+    for node in gm.graph.nodes:
+        found: list[Any] = []
+        map_aggregate((node.args, node.kwargs),
+                      lambda a: found.append(a) if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) else None)
+        if found:
+            raise PassError(f"pass {name} put the symbolic value {found[0]} in the arguments of {node.name}")
 
 
 def run_dynamo_passes(gm: GraphModule, settings: Settings) -> StageResult:
@@ -300,8 +323,22 @@ def run_dynamo_passes(gm: GraphModule, settings: Settings) -> StageResult:
 
 
 def run_joint_passes(joint: GraphModule, settings: Settings) -> StageResult:
-    """The joint-graph stage; its notes stay on the joint graph (`NOTES_KEY`)."""
-    result = run_passes("joint", JOINT_PASSES, joint, PassContext(settings, "joint"))
+    """The joint-graph stage; its notes stay on the joint graph (`NOTES_KEY`). Its passes rewrite a
+    copy: where one fails (not in strict mode), the partitioner gets aot_autograd's joint graph as it
+    was, with one warning, since a failure here would fail the user's compile."""
+    if settings.strict:
+        result = run_passes("joint", JOINT_PASSES, joint, PassContext(settings, "joint"))
+    else:
+        with warnings.catch_warnings():  # copying the graph's pytree codegen warns of torch's own API
+            warnings.simplefilter("ignore", FutureWarning)
+            work = GraphModule(joint, copy.deepcopy(joint.graph))
+        work.meta.update(joint.meta)
+        try:
+            result = run_passes("joint", JOINT_PASSES, work, PassContext(settings, "joint"))
+        except Exception as exc:  # planning must never break the user's program
+            warnings.warn(f"dynamo_nvf: the joint-graph passes failed, the graph is partitioned as it is: "
+                          f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
+            result = StageResult(gm=joint, notes=list(joint.meta.pop(NOTES_KEY, [])))
     if result.notes:
         result.gm.meta[NOTES_KEY] = result.notes
     return result

@@ -86,6 +86,33 @@ def test_run_passes_records_notes_changes_and_skips():
                    ("off", False, False, 0, "hoist_slices=False"), ("backward_only", False, False, 0, "not for forward graphs")]
 
 
+def _writes_a_symbolic_size(gm, ctx):
+    """A broken pass: the first op's second operand becomes a SymInt object, not the node computing it."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    node = next(n for n in gm.graph.nodes if n.op == "call_function")
+    node.args = (node.args[0], ShapeEnv().create_unbacked_symint())
+    gm.recompile()
+    return gm
+
+
+def test_a_pass_that_writes_a_symbolic_size_into_arguments_is_caught_at_planning():
+    gm = torch.fx.symbolic_trace(lambda x: torch.ops.aten.add.Tensor(x, x))
+    with pytest.raises(pipeline.PassError, match="pass broken put the symbolic value"):
+        pipeline.run_passes("graph", (Pass("broken", _writes_a_symbolic_size),), gm, PassContext(Settings(), "forward"))
+
+
+def test_a_failing_joint_pass_leaves_the_joint_graph_as_it_was_with_one_warning(monkeypatch):
+    monkeypatch.setattr(pipeline, "JOINT_PASSES", (Pass("broken", _writes_a_symbolic_size, frozenset({"joint"})),))
+    joint = torch.fx.symbolic_trace(lambda x: torch.ops.aten.add.Tensor(x, x))
+    code = joint.code
+    with pytest.warns(RuntimeWarning, match="joint-graph passes failed"):
+        result = pipeline.run_joint_passes(joint, Settings())
+    assert result.gm is joint and joint.code == code
+    with pytest.raises(pipeline.PassError):
+        pipeline.run_joint_passes(joint, Settings(strict=True))
+
+
 def test_explain_lists_the_passes_run_per_graph():
     report = _explain()
     assert [g.kind for g in report.graphs] == ["forward", "backward"]
