@@ -446,7 +446,6 @@ class RegionRuntime:
             settings.launches_directly() and not self._static and not random and _tensor_inputs_only(eager)) else None
         #: Launchers the region has tried to build (built or refused), at most SIZED_LAUNCHERS.
         self._sized_tried = 0
-        self._sized_built = 0
         if self._nvf is None:
             plan.executor = "eager"
             plan.executor_reason = nvf_env.unavailable_reason()
@@ -517,10 +516,7 @@ class RegionRuntime:
             return self._fail(f"nvFuser execution failed: {_short_error(exc)}", args)
         if steady and self._sized is not None:
             self._count_sized(exact, entry, args, outputs)
-        for index, order in entry.fixups:
-            outputs[index] = _relayout(outputs[index], order)
-        STATS.nvfuser_calls += 1
-        self.plan.calls_nvfuser += 1
+        self._handed_back(entry, outputs)
         if self.plan.executor != "nvfuser":  # a definition shared by an equal region ran first
             self.plan.executor, self.plan.executor_reason = "nvfuser", ""
         if self._static and len(self._by_descriptor) == 1 and entry.fec is not None:
@@ -572,12 +568,20 @@ class RegionRuntime:
             log.warning("%s: direct launch failed, back to fec.execute: %s", self.plan.name, _short_error(exc))
         if outputs is None:  # declined (another alignment) or failed: not tried again at these sizes
             self._sized[exact] = None
-            self._sized_built -= 1
             self._direct_declines += 1
-            self.plan.launch = (f"direct per set of input sizes: {self._sized_built} launcher(s); "
+            self.plan.launch = (f"direct per set of input sizes: {self._sized_launchers()} launcher(s); "
                                 f"{self._direct_declines} dropped after a declined or failed call")
             return None
         STATS.direct_launches += 1
+        return self._handed_back(entry, outputs)
+
+    def _sized_launchers(self) -> int:
+        """The launchers a symbolic region holds now (built, not dropped)."""
+        return sum(type(state) is tuple for state in self._sized.values())
+
+    def _handed_back(self, entry: _Entry, outputs: Any) -> Any:
+        """A call's nvFuser outputs as the program gets them (eager's layout where nvFuser's differs),
+        counted (the static fast path in __call__ does the same inline)."""
         for index, order in entry.fixups:
             outputs[index] = _relayout(outputs[index], order)
         STATS.nvfuser_calls += 1
@@ -609,7 +613,7 @@ class RegionRuntime:
             launcher = direct_launch.build(entry.fec, args, outputs)
         except direct_launch.NotDirect as exc:
             log.debug("%s: no direct launch at these sizes: %s", self.plan.name, exc)
-            if not self._sized_built:
+            if not self._sized_launchers():
                 self.plan.launch = f"fec.execute ({exc})"
             if exc.any_size:
                 self._sized_tried = SIZED_LAUNCHERS
@@ -619,8 +623,7 @@ class RegionRuntime:
             self._sized_tried = SIZED_LAUNCHERS
             return
         self._sized[exact] = (entry, launcher)
-        self._sized_built += 1
-        self.plan.launch = (f"direct per set of input sizes: {self._sized_built} launcher(s), the last built in "
+        self.plan.launch = (f"direct per set of input sizes: {self._sized_launchers()} launcher(s), the last built in "
                             f"{(time.perf_counter() - start) * 1e3:.1f} ms")
 
     def _direct_declined(self) -> None:
