@@ -6,7 +6,6 @@ bookend pass, fused into submodules, and each submodule call is replaced by a Re
 
 from __future__ import annotations
 
-import copy
 import functools
 import warnings
 import itertools
@@ -24,8 +23,8 @@ from dynamo_nvf.decompositions import table_for
 from dynamo_nvf.passes import NOTES_KEY, add_note
 from dynamo_nvf.passes.fuse import PLAN_KEY
 from dynamo_nvf.passes.saved_views import RECOMPUTED_VIEWS_KEY
-from dynamo_nvf.pipeline import (PASSES_KEY, run_dynamo_passes, run_graph_passes, run_installed_passes,
-                                 run_joint_passes)
+from dynamo_nvf.pipeline import (PASSES_KEY, rewritable_copy, run_dynamo_passes, run_graph_passes,
+                                 run_installed_passes, run_joint_passes)
 from dynamo_nvf.plan import GraphPlan, PassRecord, region_label
 from dynamo_nvf.passes.conv_layout import adopt_input_strides
 from dynamo_nvf.plan_text import render_plan_text
@@ -136,9 +135,8 @@ class _GraphCompiler:
 
     def __call__(self, gm: GraphModule, example_inputs: Sequence[Any], *, kind: str) -> Callable[..., Any]:
         graph_id = next(_graph_ids)
-        # The passes rewrite a copy (nodes and their meta dicts are copied, values shared), so a
-        # failure anywhere in planning leaves aot_autograd's graph intact to run as it is.
-        work = GraphModule(gm, copy.deepcopy(gm.graph))
+        # The passes rewrite a copy, so a failure anywhere in planning leaves aot_autograd's graph to run.
+        work = rewritable_copy(gm)
         work.meta[NOTES_KEY] = list(gm.meta.get(NOTES_KEY, []))  # the joint-graph passes' notes
         if kind == "backward":  # a forward may save channels-last activations (passes/conv_layout.py)
             work = adopt_input_strides(work, example_inputs)

@@ -322,6 +322,14 @@ def run_dynamo_passes(gm: GraphModule, settings: Settings) -> StageResult:
     return result
 
 
+def rewritable_copy(gm: GraphModule) -> GraphModule:
+    """`gm` with a copy of its graph (nodes and their meta dicts copied, values shared) for a stage to
+    rewrite, so that a failure anywhere leaves the original to run as it is; its meta is the caller's."""
+    with warnings.catch_warnings():  # copying a graph's pytree codegen warns of torch's own API
+        warnings.simplefilter("ignore", FutureWarning)
+        return GraphModule(gm, copy.deepcopy(gm.graph))
+
+
 def run_joint_passes(joint: GraphModule, settings: Settings) -> StageResult:
     """The joint-graph stage; its notes stay on the joint graph (`NOTES_KEY`). Its passes rewrite a
     copy: where one fails (not in strict mode), the partitioner gets aot_autograd's joint graph as it
@@ -329,9 +337,7 @@ def run_joint_passes(joint: GraphModule, settings: Settings) -> StageResult:
     if settings.strict:
         result = run_passes("joint", JOINT_PASSES, joint, PassContext(settings, "joint"))
     else:
-        with warnings.catch_warnings():  # copying the graph's pytree codegen warns of torch's own API
-            warnings.simplefilter("ignore", FutureWarning)
-            work = GraphModule(joint, copy.deepcopy(joint.graph))
+        work = rewritable_copy(joint)
         work.meta.update(joint.meta)
         try:
             result = run_passes("joint", JOINT_PASSES, work, PassContext(settings, "joint"))
