@@ -4,7 +4,7 @@ input image is converted once, every convolution reads channels-last activations
 activations stay channels-last and the backward reads them so, and only the outputs whose layout
 changed get one copy back to eager's strides. Values, output strides and input/weight-gradient strides
 match eager. Inductor's heuristics leave grouped, channel-shrinking and all-small convolutions NCHW;
-a view the new layout cannot take undoes the plan. On the GPU a training step runs no cuDNN layout
+a view the new layout cannot take reads a copy in the layout it was traced for. On the GPU a training step runs no cuDNN layout
 conversion (nchwToNhwc / nhwcToNchw)."""
 
 from __future__ import annotations
@@ -233,13 +233,58 @@ def test_inductors_heuristics_keep_nchw():
     assert not _notes(plan), plan.rewrites
 
 
-def test_a_view_the_new_layout_cannot_take_keeps_nchw():
+def test_a_view_the_new_layout_cannot_take_reads_a_copy_in_the_traced_layout():
     def flattened(*args):
         y = resnet(*args)
         return y.view(y.shape[0], -1) * 2.0  # a view of NCHW memory; channels-last would need a copy
 
     (plan,) = check_inference(flattened, _inputs(), PLAN)
-    assert not _notes(plan) and _layout_copies(plan) == 0, plan.rewrites
+    assert _notes(plan) and _layout_copies(plan) == 2, plan.rewrites  # the image's, and the view's
+
+
+class StdConv(torch.nn.Conv2d):
+    """BiT's weight-standardised convolution: its weight viewed [1, out, in * k * k] for a BatchNorm
+    over each filter, so its backward views the weight's gradient, which cuDNN writes channels-last
+    from a channels-last input."""
+
+    def forward(self, x):
+        w = F.batch_norm(self.weight.reshape(1, self.out_channels, -1), None, None, training=True,
+                         momentum=0.0, eps=1e-6).reshape_as(self.weight)
+        return F.conv2d(x, w, None, self.stride, self.padding)
+
+
+def _std_conv_net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(StdConv(8, C, 3, padding=1, bias=False), torch.nn.GroupNorm(4, C), torch.nn.ReLU(),
+                               StdConv(C, C, 3, padding=1, bias=False), torch.nn.GroupNorm(4, C), torch.nn.ReLU())
+
+
+def test_a_weight_standardised_net_trains_channels_last():
+    """The backward's view of a weight gradient reads a copy in the traced layout; before, adopting
+    the forward's channels-last saved tensors failed there and the backward ran ops traced NCHW on
+    channels-last inputs (a RuntimeError from that view)."""
+    from helpers import check_training
+
+    m = _std_conv_net()
+    plans = check_training(m, [torch.randn(2, 8, 16, 16)], PLAN, params=list(m.parameters()), atol=1e-4)
+    assert all(_notes(p) for p in plans), [p.rewrites for p in plans]
+    backward = next(p for p in plans if p.kind == "backward")
+    views = [n.name for n in backward.nodes if n.op == "aten.view.default" and "clone" in " ".join(n.inputs)]
+    assert len(views) == 2 and _notes(backward), (views, backward.code)  # each weight gradient's view
+
+
+def test_inputs_that_cannot_take_the_forwards_layout_are_copied_back(monkeypatch):
+    """Where the backward cannot take its inputs' new layout (no copy for the view here), they are
+    copied into the layout it was traced for: the backward runs NCHW and matches eager."""
+    from dynamo_nvf.passes import conv_layout
+    from helpers import check_training
+
+    monkeypatch.setattr(conv_layout, "_view_copy", lambda *args: None)
+    m = _std_conv_net()
+    plans = check_training(m, [torch.randn(2, 8, 16, 16)], {"plan_cpu_as_cuda": True}, params=list(m.parameters()),
+                           atol=1e-4)
+    backward = next(p for p in plans if p.kind == "backward")
+    assert _layout_copies(backward) == 4 and not _notes(backward), backward.code  # the saved activations
 
 
 def test_conv_outputs_returned_as_they_are_get_eager_strides():

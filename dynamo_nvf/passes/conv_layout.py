@@ -22,13 +22,17 @@ takes its gradient's channels-last layout, so ATen runs the NHWC kernel and no c
 The partitioner runs before this pass, so a forward saves the image NCHW and its backward converts it
 again (one copy). Were the forward's planning to fail after this pass, it runs aot_autograd's graph as it is and saves
 NCHW tensors: the backward still runs them (regions compile per input layout, ATen takes any; the
-graph was traced on NCHW, so every view in it holds).
+graph was traced on NCHW, so every view in it holds). Where the backward cannot take the saved
+tensors' new layout, it copies them back into the traced one first (`adopt_input_strides`): ops traced
+NCHW would otherwise run on channels-last tensors, and a view of a convolution's gradient (cuDNN
+writes it in its input's layout) then raises.
 
 Weights are left NCHW here: cuDNN copies them to channels-last per call, which conv_weight_layout makes
 a region under CUDA graphs (without them a region's host time outweighs the 1 us copy). The patch
 embedding of a ViT (one convolution among hundreds of nodes, which inductor's heuristics leave NCHW) is
-conv_input_layout's. The plan is undone for the graph where a view or an op refuses the new layout, a
-user-visible output that changed layout is a view or has neither eager's contiguous nor channels-last
+conv_input_layout's. A view that cannot take the new layout reads a copy in the traced one (StdConv2d's
+weight standardisation views its weight gradient: inductor copies there too). The plan is undone for
+the graph where an op refuses the new layout, a user-visible output that changed layout is a view or has neither eager's contiguous nor channels-last
 strides, or the graph reads memory by explicit strides (`as_strided`).
 
 Pure: GraphModule in (aot_autograd's aten graph, before partitioning), GraphModule out.
@@ -42,8 +46,8 @@ from typing import Any, Optional, Sequence
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import (is_metadata, reads_explicit_strides, restore_vals, save_vals, static_layout,
-                                     tensor_val)
+from dynamo_nvf.ops.metadata import (RESHAPE_OPS, is_metadata, reads_explicit_strides, restore_vals, save_vals,
+                                     static_layout, tensor_val)
 from dynamo_nvf.passes import add_note, call_like
 
 log = logging.getLogger("dynamo_nvf")
@@ -196,8 +200,9 @@ def adopt_input_strides(gm: GraphModule, example_inputs: Sequence[Any]) -> Graph
     the outputs' strides from before are kept for channels_last_convs, which gives them back."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     saved = {n: n.meta["val"] for n in gm.graph.nodes if "val" in n.meta}
+    changed: set[Node] = set()
+    view_copies: list[Node] = []
     try:
-        changed: set[Node] = set()
         for node, example in zip(placeholders, example_inputs):
             val = tensor_val(node)
             if val is None or not isinstance(example, torch.Tensor):
@@ -214,13 +219,41 @@ def adopt_input_strides(gm: GraphModule, example_inputs: Sequence[Any]) -> Graph
                                       for a in _output_args(gm)]
         mode = next(v.fake_mode for n in placeholders if (v := tensor_val(n)) is not None
                     and getattr(v, "fake_mode", None) is not None)
-        _propagate(gm, mode, changed)
-    except Exception as exc:  # the values as traced: regions compile per input layout at run time
+        _propagate(gm, mode, changed, traced=saved, view_copies=view_copies)
+    except Exception as exc:  # the graph as traced, its inputs copied into the traced layouts
+        for copy in view_copies:
+            copy.replace_all_uses_with(copy.args[0])
+            gm.graph.erase_node(copy)
         for node, val in saved.items():
             node.meta["val"] = val
         gm.meta.pop(EAGER_OUTPUTS_KEY, None)
-        log.debug("dynamo_nvf: input strides not adopted: %s: %s", type(exc).__name__, str(exc)[:120])
+        copied = _copy_into_traced_layouts(gm, changed)
+        log.debug("dynamo_nvf: input strides not adopted (%d input(s) copied back): %s: %s", copied,
+                  type(exc).__name__, str(exc)[:120])
     return gm
+
+
+def _copy_into_traced_layouts(gm: GraphModule, placeholders: set[Node]) -> int:
+    """Copies each of `placeholders` (inputs that come in another layout than traced) into its traced
+    layout at the graph's start, so that every op of the graph as traced holds (a view of a
+    convolution's gradient does not hold for the channels-last one cuDNN writes from a channels-last
+    input). Returns the number of copies."""
+    copies = 0
+    for node in [n for n in gm.graph.nodes if n in placeholders and n.op == "placeholder"]:
+        val = tensor_val(node)
+        fmt = _restore_format(val) if val is not None else None
+        if fmt is None or not node.users:
+            continue
+        first = next(n for n in gm.graph.nodes if n.op != "placeholder")
+        with gm.graph.inserting_before(first):
+            copy = call_like(gm, aten.clone.default, (node,), first, val.fake_mode, {"memory_format": fmt})
+        copy.meta.pop("stack_trace", None)
+        node.replace_all_uses_with(copy, delete_user_cb=lambda user: user is not copy)
+        copies += 1
+    if copies:
+        gm.graph.lint()
+        gm.recompile()
+    return copies
 
 
 #: gm.meta key: the graph's output values as eager lays them out, before adopt_input_strides.
@@ -252,8 +285,9 @@ def channels_last_convs(gm: GraphModule, kind: str, cuda_ok: bool = False) -> Gr
                 and getattr(v, "fake_mode", None) is not None)
     made: dict[Node, Node] = {}
     restrided: dict[Node, tuple] = {}
+    view_copies: list[Node] = []
     try:
-        _propagate(gm, mode, set(), made, restrided)
+        _propagate(gm, mode, set(), made, restrided, saved_vals, view_copies)
         gm.graph.lint()
         gm.recompile()
         return _restore_outputs(gm, kind, eager_outputs, converted=len(made), convs=len(convs))
@@ -261,7 +295,7 @@ def channels_last_convs(gm: GraphModule, kind: str, cuda_ok: bool = False) -> Gr
         why = str(exc)
     except Exception as exc:  # a view the new layout cannot take, or any op that refuses it
         why = f"{type(exc).__name__}: {str(exc)[:120]}"
-    for clone in made.values():
+    for clone in [*made.values(), *view_copies]:
         clone.replace_all_uses_with(clone.args[0])
         gm.graph.erase_node(clone)
     for node, args in restrided.items():
@@ -301,15 +335,43 @@ def _restride_pool_input(node: Node, mode: Any, restrided: dict[Node, tuple]) ->
     return x
 
 
+def _view_copy(gm: GraphModule, node: Node, mode: Any, traced: dict[Node, Any]) -> Optional[Node]:
+    """A view whose source came in a new layout it cannot view (StdConv2d's weight standardization
+    views its weight's gradient, which cuDNN writes channels-last): reads a copy of the source in its
+    traced layout instead. The copy (a clone), or None where the view takes the new layout or the traced
+    one is neither contiguous nor channels-last."""
+    src = node.args[0]
+    new, old = tensor_val(src), traced.get(src)
+    if node.target not in RESHAPE_OPS or new is None or not isinstance(old, torch.Tensor):
+        return None
+    try:
+        with mode:
+            node.target(new, *node.args[1:])
+        return None
+    except (RuntimeError, ValueError):  # fake tensors raise ValueError where ATen raises RuntimeError
+        pass
+    fmt = _restore_format(old)
+    if fmt is None:
+        return None
+    with gm.graph.inserting_before(node):
+        copy = call_like(gm, aten.clone.default, (src,), node, mode, {"memory_format": fmt})
+    copy.meta.pop("stack_trace", None)
+    node.args = (copy, *node.args[1:])
+    return copy
+
+
 def _propagate(gm: GraphModule, mode: Any, changed: set[Node], made: Optional[dict[Node, Node]] = None,
-               restrided: Optional[dict[Node, tuple]] = None) -> None:
+               restrided: Optional[dict[Node, tuple]] = None, traced: Optional[dict[Node, Any]] = None,
+               view_copies: Optional[list[Node]] = None) -> None:
     """Walks the graph in order; every node downstream of a `changed` one gets its fake value again,
     where a CUDA `convolution_backward`'s gradients take cuDNN's layout (channels-last when its input
     or weight is) whatever this torch's meta function says. With `made`, each convolution's activation
     that is not channels-last by then is converted once first (a clone after it; before the first
     reader for a placeholder), recorded in `made` (activation -> its conversion); with `restrided`, a
     max pool backward's stand-in input follows its gradient's layout (`_restride_pool_input`),
-    recorded there (node -> its arguments before)."""
+    recorded there (node -> its arguments before); with `traced` (each node's value as traced) and
+    `view_copies`, a view that cannot take its source's new layout reads a copy in the traced one
+    (`_view_copy`), recorded there."""
     from torch.fx.node import map_arg
 
     for node in list(gm.graph.nodes):
@@ -337,6 +399,10 @@ def _propagate(gm: GraphModule, mode: Any, changed: set[Node], made: Optional[di
             node.args = tuple(args)
         if (made is not None and node in made.values()) or not any(a in changed for a in node.all_input_nodes):
             continue
+        if traced is not None and view_copies is not None and node.args and node.args[0] in changed:
+            copy = _view_copy(gm, node, mode, traced)
+            if copy is not None:
+                view_copies.append(copy)
         before = _layout(node.meta.get("val"))
         args, kwargs = map_arg((node.args, node.kwargs), lambda a: a.meta["val"])
         with mode:
