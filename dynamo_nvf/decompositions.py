@@ -269,6 +269,33 @@ def _roll_as_slices(x: torch.Tensor, shifts: Sequence[int], dims: Sequence[int] 
     return out.clone(memory_format=torch.contiguous_format) if out is x or not out.is_contiguous() else out
 
 
+def _per_channel(t: torch.Tensor, rank: int) -> torch.Tensor:
+    """A [C] tensor unsqueezed to broadcast over dim 1 of a tensor of `rank` (unsqueezes, not a view:
+    a view's size-1 dims do not broadcast in nvFuser)."""
+    for dim in [0, *range(2, rank)]:
+        t = t.unsqueeze(dim)
+    return t
+
+
+def _group_norm_as_var_mean(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], n: int,
+                            channels: int, inner: int, groups: int, eps: float, *, any_device: bool) -> Any:
+    """GroupNorm as a var_mean of `x` viewed `[N, G, C/G, H*W]` and pointwise ops, the form torch's
+    reference gives CUDA tensors (its CPU form writes the scale and shift through `as_strided`, which
+    no region takes), so that a CPU plan is the CUDA plan. The statistics are float32, as ATen's."""
+    if not _on_gpu(x, any_device) or x.dim() < 2 or not all(isinstance(v, int) for v in (n, channels, inner, groups)):
+        return NotImplemented
+    compute = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+    grouped = x.to(compute).reshape(n, groups, channels // groups, inner)
+    var, mean = torch.var_mean(grouped, dim=[2, 3], correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    out = ((grouped - mean) * rstd).view(x.shape)
+    if weight is not None:
+        out = out * _per_channel(weight, x.dim())
+    if bias is not None:
+        out = out + _per_channel(bias, x.dim())
+    return out.to(x.dtype), mean.to(x.dtype).squeeze([2, 3]), rstd.to(x.dtype).squeeze([2, 3])
+
+
 def _safe_softmax_as_masked(x: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None) -> Any:
     """`_safe_softmax` (SDPA's masked softmax: a row of only -inf gives zeros, not NaN) as the
     softmax's own ops. ATen masks the rows where `all(x == -inf)`; a row is all -inf exactly when
@@ -416,6 +443,7 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
                                                                  any_device=plan_cpu_as_cuda)
     table[aten.roll.default] = functools.partial(_roll_as_slices, any_device=plan_cpu_as_cuda)
     table[aten._safe_softmax.default] = _safe_softmax_as_masked
+    table[aten.native_group_norm.default] = functools.partial(_group_norm_as_var_mean, any_device=plan_cpu_as_cuda)
     for pool_backward in (aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default):
         table[pool_backward] = functools.partial(_max_pool_backward_reading_sizes, pool_backward)
     if fuse_cross_entropy:

@@ -95,8 +95,8 @@ def test_nchw_small_and_unknown_regions_stay_as_written():
     small = torch.randn(2, 4, 4, 4).to(memory_format=torch.channels_last)
     assert not _notes(check_inference(norm_relu, [small], ON))  # under MIN_ELEMENTS
 
-    def flattened(x):  # a view of a 4-D value inside the region: not rewritten
-        return (torch.relu(x) * 2).flatten(2).sum(-1)
+    def flattened(x):  # C, H and W flattened: no view of the NHWC value (a copy), so not rewritten
+        return (torch.relu(x) * 2).flatten(1).sum(-1)
 
     assert not _notes(check_inference(flattened, [big.to(memory_format=torch.channels_last)], ON))
 
@@ -120,3 +120,59 @@ def test_a_region_whose_outputs_eager_lays_out_otherwise_stays_as_written():
     with torch.no_grad():
         assert not _notes(check_inference(fn, [x], ON))
         assert_same_layout(compiled(x), fn(x))
+
+
+def _group_norm_block(groups: int) -> torch.nn.Module:
+    """A PoolFormer-style block: GroupNorm, a pooling token mixer, a layer scale, a residual."""
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = torch.nn.GroupNorm(groups, 16)
+            self.pool = torch.nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+            self.scale = torch.nn.Parameter(torch.rand(16, 1, 1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.norm(x)
+            return x + self.scale * (self.pool(y) - y)
+
+    torch.manual_seed(0)
+    block = Block()
+    with torch.no_grad():
+        block.norm.weight.uniform_(0.5, 1.5)
+        block.norm.bias.uniform_(-0.5, 0.5)
+    return block.to(memory_format=torch.channels_last)
+
+
+def _grouped_regions(plans, kind):
+    return [r for p in plans if p.kind == kind for r in p.regions if "reshape" in r.fx_code or "var_mean" in r.fx_code]
+
+
+def test_group_norm_regions_compute_in_nhwc_order():
+    """GroupNorm views a channels-last activation [N, G, C/G, H*W] (dense in order [0, 3, 1, 2]):
+    forward and backward regions read the activation row-major NHWC, the statistics reduce H*W and C/G
+    of the [N, H*W, G, C/G] view, nothing runs through `as_strided` (torch's CPU form), and values,
+    gradients and strides match eager, for one group (PoolFormer) and several."""
+    for groups in (1, 4):
+        m = _group_norm_block(groups)
+        x = torch.randn(4, 16, 32, 32).to(memory_format=torch.channels_last)
+        plans = check_training(m, [x], ON, params=list(m.parameters()), **GRAD_TOL)
+        assert _notes(plans, "forward") and _notes(plans, "backward"), [p.rewrites for p in plans]
+        assert not [n for p in plans for n in p.nodes if "as_strided" in n.op], "CPU form of GroupNorm"
+        forward = _grouped_regions(plans, "forward")
+        assert forward and _grouped_regions(plans, "backward")
+        for region in forward:
+            assert "var_mean.correction(reshape" in region.fx_code and "[1, 3]" in region.fx_code, region.fx_code
+            for t in _activation_inputs(region):
+                assert list(t.shape)[-1] in (16, 16 // groups) and list(t.stride)[-1] == 1, (t.shape, t.stride)
+
+
+def test_group_norm_inference_matches_eager_on_fresh_inputs():
+    m = _group_norm_block(4).eval()
+    compiled = torch.compile(m, backend="nvf_bookend", options=ON)
+    with torch.no_grad():
+        assert _notes(check_inference(m, [torch.randn(4, 16, 32, 32).to(memory_format=torch.channels_last)], ON))
+        for _ in range(2):
+            x = torch.randn(4, 16, 32, 32).to(memory_format=torch.channels_last)
+            out, expected = compiled(x), m(x)
+            assert_same_layout(out, expected)
+            torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

@@ -19,9 +19,14 @@ Which regions: one that reads a channels-last 4-D activation (C and H x W both >
 nodes are all pointwise ops (a dtype-only `_to_copy` included), sums, means, amax, amin and var_means
 (their dims mapped into NHWC order; a result without keepdim only where its dims keep their order),
 getitems, squeezes of the 4-D values (the same condition), expands of 4-D values (a mean's backward
-broadcasting [N, C, 1, 1] over H and W) and views or unsqueezes of smaller tensors (a BatchNorm's
-[C, 1, 1] weight: made 4-D, then permuted, to broadcast). Any other node leaves the
-region as it is. Values are those of the same math in another order of summation; outputs keep the
+broadcasting [N, C, 1, 1] over H and W), views of them that are views of the memory (GroupNorm's
+`[N, G, C/G, H*W]` of a channels-last activation, and its backward's `[N, C, H*W]`) and views or
+unsqueezes of smaller tensors (a BatchNorm's [C, 1, 1] weight: made 4-D, then permuted, to broadcast).
+Any other node leaves the region as it is. Each value is computed as its permute by its own order,
+the order its dims lie in memory: NHWC's [0, 2, 3, 1] for the activations, and for a view the order
+in which it lies dense ([0, 3, 1, 2] for GroupNorm's), so that the view is a row-major reshape there.
+PoolFormer's GroupNorm regions (timm poolformer_s12, bf16 inference, H100): nvFuser scheduled their
+pointwise part over the logical NCHW dims, 455 us against inductor's 28 us for the same region graph. Values are those of the same math in another order of summation; outputs keep the
 strides eager gives them (the permute back of a row-major NHWC tensor is channels-last), and a region
 with an output eager lays out otherwise (a broadcast of two keepdim reductions) is left as it is.
 
@@ -46,7 +51,7 @@ from torch._prims_common import check_significant_strides
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_pointwise, keeps_reduced_dims, reduced_dims
-from dynamo_nvf.ops.metadata import memory_order, static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import RESHAPE_OPS, memory_order, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like
 from dynamo_nvf.passes.hoist_permutes import permute_operand
 from dynamo_nvf.passes.partition import regions_of
@@ -71,7 +76,7 @@ ELEMENTWISE = frozenset({torch.ops.prims.where.default, aten._to_copy.default})
 #: Aliases of a 4-D value: the same value in NHWC order too.
 ALIASES = frozenset({aten.alias.default})
 
-NOTE = "region {region}: computes in NHWC order ({count} 4-D value(s)), so nvFuser reads its channels-last tensors row-major"
+NOTE = "region {region}: computes in NHWC order ({count} value(s)), so nvFuser reads its channels-last tensors row-major"
 
 
 def _rank(node: Any) -> int:
@@ -79,17 +84,54 @@ def _rank(node: Any) -> int:
     return val.dim() if val is not None else -1
 
 
+Order = tuple[int, ...]
+
+
 def _activation(val: torch.Tensor) -> bool:
     """A 4-D tensor whose layout matters: C > 1 and H x W > 1."""
     return val.dim() == 4 and val.shape[1] > 1 and val.shape[2] * val.shape[3] > 1
 
 
-def _nhwc_dims(dims: list[int]) -> Optional[list[int]]:
-    """`dims` of a logical NCHW tensor as dims of its NHWC permute; None where the kept dims would come
-    out in another order than the logical result's."""
-    new = sorted(TO_NHWC.index(d) for d in dims)
-    kept = [TO_NHWC[i] for i in range(4) if i not in new]
+def _inverse(order: Order) -> list[int]:
+    inverse = [0] * len(order)
+    for i, d in enumerate(order):
+        inverse[d] = i
+    return inverse
+
+
+def _moved_dims(dims: list[int], order: Order) -> Optional[list[int]]:
+    """`dims` of a value as dims of its permute by `order`; None where the kept dims would come out in
+    another order than the logical result's."""
+    new = sorted(order.index(d) for d in dims)
+    kept = [order[i] for i in range(len(order)) if i not in new]
     return new if kept == sorted(kept) else None
+
+
+def _dense_strides(shape: list[int], order: Order) -> list[int]:
+    """The strides of a dense tensor of `shape` whose dims lie in memory in `order`, outermost first."""
+    strides, step = [0] * len(shape), 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= max(int(shape[d]), 1)
+    return strides
+
+
+def _view_order(src: Node, order: Order, view: Node) -> Optional[Order]:
+    """The order in which `view` of a value laid out dense in `order` lies dense in memory (GroupNorm's
+    `[N, C, H, W] -> [N, G, C/G, H*W]` of a channels-last value: [0, 3, 1, 2]): in those orders the view
+    is a row-major reshape. None where it would not be a view, or not a dense one."""
+    shape_in, shape_out = static_sizes(tensor_val(src)), static_sizes(tensor_val(view))
+    if shape_in is None or shape_out is None:
+        return None
+    try:
+        out = torch.empty_strided(shape_in, _dense_strides(shape_in, order), device="meta").view(shape_out)
+    except RuntimeError:
+        return None
+    new = tuple(memory_order(out))
+    dense = _dense_strides(shape_out, new)
+    if any(size > 1 and out.stride(d) != dense[d] for d, size in enumerate(shape_out)):
+        return None
+    return new
 
 
 def _layout_kwargs(node: Node) -> bool:
@@ -101,135 +143,193 @@ def _elementwise(node: Node) -> bool:
     return node.target in ELEMENTWISE or is_pointwise(node)
 
 
-def _node_ok(node: Node) -> bool:
-    """Whether the rewrite knows `node` (a region member)."""
-    rank4_args = [a for a in node.args if isinstance(a, Node) and _rank(a) == 4]
-    if any(isinstance(v, Node) for v in node.kwargs.values()):
-        return False
-    if node.target is operator.getitem:
-        return True
-    if _elementwise(node):
-        return not _layout_kwargs(node)
-    if node.target in ALIASES:
-        return True
-    if node.target in REDUCTIONS:
-        if _rank(node.args[0]) != 4:
-            return True
-        return keeps_reduced_dims(node) or _nhwc_dims(reduced_dims(node)) is not None
-    if node.target is aten.sum.default:
-        return True  # a full sum: any order
-    if node.target in SQUEEZES:
-        if _rank(node.args[0]) != 4:
-            return True
-        return _rank(node) < 4 and _squeezed_dims(node) is not None
-    if node.target is aten.expand.default and rank4_args:
-        return _rank(node) == 4  # a [N, C, 1, 1] value broadcast over H and W (a mean's backward)
-    if node.target in BROADCAST_BUILDERS:
-        return not rank4_args
-    return not rank4_args and _rank(node) != 4
-
-
-def _squeezed_dims(node: Node) -> Optional[list[int]]:
-    """The dims a squeeze of a 4-D value removes, mapped to NHWC; None where the rest changes order."""
+def _squeezed_dims(node: Node, order: Order) -> Optional[list[int]]:
+    """The dims a squeeze removes, as dims of its input's permute by `order`; None where the rest
+    changes order."""
     val_in, val_out = tensor_val(node.args[0]), tensor_val(node)
-    gone = [d for d in range(4) if val_in.shape[d] == 1]
+    rank = val_in.dim()
+    gone = [d for d in range(rank) if val_in.shape[d] == 1]
     if node.target is aten.squeeze.dims:
-        gone = [d % 4 for d in node.args[1] if val_in.shape[d % 4] == 1]
+        gone = [d % rank for d in node.args[1] if val_in.shape[d % rank] == 1]
     elif node.target is aten.squeeze.dim:
-        gone = [node.args[1] % 4] if val_in.shape[node.args[1] % 4] == 1 else []
-    if val_out.dim() != 4 - len(gone):
+        gone = [node.args[1] % rank] if val_in.shape[node.args[1] % rank] == 1 else []
+    if val_out.dim() != rank - len(gone):
         return None
-    return _nhwc_dims(gone)
+    return _moved_dims(gone, order)
 
 
-def _eligible(nodes: list[Node]) -> bool:
+class _Unknown(Exception):
+    """A node the rewrite does not know: the region stays as it is."""
+
+
+def _order_of(node: Node, orders: dict[Node, Order]) -> Optional[Order]:
+    """The order `node` is computed in, from its operands' (`orders`: the region's values computed
+    permuted, and its 4-D inputs, read NHWC): its operand's for a pointwise op, a keepdim reduction,
+    an alias or expand; the dense order of a view; NHWC for a 4-D pointwise op of other values (as a
+    BatchNorm's broadcast operands); None for a value computed as it is. Raises `_Unknown`."""
+    if any(isinstance(v, Node) for v in node.kwargs.values()):
+        raise _Unknown
+    src = node.args[0] if node.args and isinstance(node.args[0], Node) else None
+    src_order = orders.get(src) if src is not None else None
+    moved = [orders[a] for a in node.args if isinstance(a, Node) and a in orders]
+    if node.target is operator.getitem:  # of a var_mean: its keepdim results keep the input's order
+        return src_order if src_order is not None and _rank(node) == len(src_order) else None
+    if _elementwise(node):
+        if _layout_kwargs(node) or len(set(moved)) > 1:
+            raise _Unknown
+        if moved:
+            if any(_rank(a) > len(moved[0]) for a in node.args if isinstance(a, Node)):
+                raise _Unknown
+            return moved[0]
+        return tuple(TO_NHWC) if _rank(node) == 4 else None
+    if not moved:
+        if node.target in BROADCAST_BUILDERS or node.target in REDUCTIONS or node.target is aten.sum.default:
+            return None
+        if _rank(node) == 4 or any(_rank(a) == 4 for a in node.args if isinstance(a, Node)):
+            raise _Unknown  # a 4-D value from smaller ones (a view's size-1 dims do not broadcast)
+        return None
+    if len(moved) > 1 or src_order is None:
+        raise _Unknown
+    if node.target in ALIASES:
+        return src_order
+    if node.target in REDUCTIONS:
+        if keeps_reduced_dims(node):
+            return src_order
+        if _moved_dims(reduced_dims(node), src_order) is None:
+            raise _Unknown
+        return None
+    if node.target is aten.sum.default:
+        return None  # a full sum: any order
+    if node.target in SQUEEZES:
+        if _rank(node) >= len(src_order) or _squeezed_dims(node, src_order) is None:
+            raise _Unknown
+        return None
+    if node.target is aten.expand.default and _rank(node) == len(src_order):
+        return src_order  # a [N, C, 1, 1] value broadcast over H and W (a mean's backward)
+    if node.target in RESHAPE_OPS:
+        order = _view_order(src, src_order, node)
+        if order is None:
+            raise _Unknown
+        return order
+    raise _Unknown
+
+
+def _plan_orders(nodes: list[Node]) -> Optional[dict[Node, Order]]:
+    """The order of each value the rewrite moves (the region's 4-D inputs, NHWC, included); None where
+    the region has a node the rewrite does not know."""
+    members = set(nodes)
+    orders: dict[Node, Order] = {a: tuple(TO_NHWC) for n in nodes for a in n.all_input_nodes
+                                 if a not in members and _rank(a) == 4}
+    for node in nodes:
+        try:
+            order = _order_of(node, orders)
+        except _Unknown:
+            return None
+        if order is not None:
+            if node.target is not aten.var_mean.correction and static_sizes(tensor_val(node)) is None:
+                return None
+            orders[node] = order
+    return orders
+
+
+def _eligible(nodes: list[Node]) -> Optional[dict[Node, Order]]:
+    """The region's orders (`_plan_orders`) where it reads a large channels-last activation and no
+    4-D activation in another order; None otherwise."""
     members = set(nodes)
     outside = [a for n in nodes for a in n.all_input_nodes if a not in members]
     acts = [tensor_val(a) for a in outside]
     acts = [v for v in acts if v is not None and _activation(v) and static_sizes(v) is not None]
     if not any(memory_order(v) == TO_NHWC and v.numel() >= MIN_ELEMENTS for v in acts):
-        return False
+        return None
     if any(memory_order(v) != TO_NHWC for v in acts):
-        return False  # a row-major NCHW activation would become a strided read
+        return None  # a row-major NCHW activation would become a strided read
     if any(_rank(n) == 4 and static_sizes(tensor_val(n)) is None for n in nodes):
-        return False
-    return all(_node_ok(n) for n in nodes)
+        return None
+    return _plan_orders(nodes)
 
 
 class _Rewriter:
-    def __init__(self, gm: GraphModule, nodes: list[Node]) -> None:
+    def __init__(self, gm: GraphModule, nodes: list[Node], orders: dict[Node, Order]) -> None:
         self.gm = gm
         self.nodes = nodes
+        self.orders = orders
         self.mode = next(tensor_val(n).fake_mode for n in nodes if tensor_val(n) is not None)
-        self.nhwc: dict[Node, Node] = {}  # a 4-D value -> the node computing its NHWC permute
-        self.plain: dict[Node, Node] = {}  # a value of lower rank -> its (maybe rebuilt) node
+        self.moved: dict[Node, Node] = {}  # a region value -> the node computing its permute by its order
+        self.read: dict[tuple[Node, Order], Node] = {}  # a value computed as it is -> its permute, per order
+        self.plain: dict[Node, Node] = {}  # a value computed as it is -> its (maybe rebuilt) node
 
     def _new(self, target: Any, args: tuple, like: Node, kwargs: Optional[dict] = None) -> Node:
         return call_like(self.gm, target, args, like, self.mode, kwargs)
 
-    def nhwc_of(self, value: Node, like: Node) -> Node:
-        """`value` (4-D) in NHWC order: the rewritten node, or a permute of an input or built value."""
-        if value not in self.nhwc:
-            self.nhwc[value] = self._new(aten.permute.default, (value, TO_NHWC), like)
-        return self.nhwc[value]
+    def moved_of(self, value: Node, order: Order, like: Node) -> Node:
+        """`value` permuted by `order`: its rewritten node, or a permute of an input or plain value."""
+        if value in self.moved:
+            return self.moved[value]
+        if (value, order) not in self.read:
+            self.read[value, order] = self._new(aten.permute.default, (value, list(order)), like)
+        return self.read[value, order]
 
-    def operand(self, arg: Any, like: Node, four_d: bool) -> Any:
+    def operand(self, arg: Any, like: Node, order: Order) -> Any:
         if not isinstance(arg, Node):
             return arg
-        if _rank(arg) == 4:
-            return self.nhwc_of(arg, like)
+        if arg in self.moved or _rank(arg) == len(order):
+            return self.moved_of(arg, order, like)
         arg = self.plain.get(arg, arg)
-        return permute_operand(self.gm, arg, TO_NHWC, like, self.mode) if four_d and _rank(arg) >= 0 else arg
+        return permute_operand(self.gm, arg, list(order), like, self.mode) if _rank(arg) >= 0 else arg
 
     def rewrite(self, node: Node) -> None:
-        four_d = _rank(node) == 4
+        order = self.orders.get(node)
+        src = node.args[0] if node.args and isinstance(node.args[0], Node) else None
+        src_order = self.orders.get(src) if src is not None else None
         with self.gm.graph.inserting_before(node):
-            if node.target is operator.getitem and node.args[0] in self.nhwc:
-                self.nhwc_or_plain(node, self._new(operator.getitem, (self.nhwc[node.args[0]], node.args[1]), node))
-            elif node.target in REDUCTIONS and _rank(node.args[0]) == 4:
-                src = self.nhwc_of(node.args[0], node)
-                dims = sorted(TO_NHWC.index(d) for d in reduced_dims(node))
+            if node.target is operator.getitem and src in self.moved:
+                self.store(node, self._new(operator.getitem, (self.moved[src], node.args[1]), node))
+            elif src_order is not None and node.target in REDUCTIONS:
+                moved = self.moved_of(src, src_order, node)
+                dims = sorted(src_order.index(d) for d in reduced_dims(node))
                 if node.target is aten.var_mean.correction:
-                    new = self._new(node.target, (src, dims), node, dict(node.kwargs))
-                    self.nhwc[node] = new  # its getitems take the NHWC or plain results
-                    return
-                keep = keeps_reduced_dims(node)
+                    self.moved[node] = self._new(node.target, (moved, dims), node, dict(node.kwargs))
+                    return  # its getitems take the moved or plain results
                 kwargs = {k: v for k, v in node.kwargs.items() if k == "dtype"}
-                self.nhwc_or_plain(node, self._new(node.target, (src, dims, keep), node, kwargs))
-            elif node.target is aten.sum.default and _rank(node.args[0]) == 4:
-                self.plain[node] = self._new(node.target, (self.nhwc_of(node.args[0], node),), node, dict(node.kwargs))
-            elif node.target in SQUEEZES and _rank(node.args[0]) == 4:
-                src = self.nhwc_of(node.args[0], node)
-                self.plain[node] = self._new(aten.squeeze.dims, (src, _squeezed_dims(node)), node)
-            elif four_d and node.target in ALIASES:
-                self.nhwc[node] = self.nhwc_of(node.args[0], node)
-            elif four_d and node.target is aten.expand.default and _rank(node.args[0]) == 4:
-                sizes = [int(tensor_val(node).shape[d]) for d in TO_NHWC]
-                self.nhwc[node] = self._new(aten.expand.default, (self.nhwc_of(node.args[0], node), sizes), node)
-            elif four_d and _elementwise(node):
-                args = tuple(self.operand(a, node, True) for a in node.args)
-                self.nhwc[node] = self._new(node.target, args, node, dict(node.kwargs))
-            else:  # a value of lower rank, or a 4-D broadcast operand built from one
+                self.store(node, self._new(node.target, (moved, dims, keeps_reduced_dims(node)), node, kwargs))
+            elif src_order is not None and node.target is aten.sum.default:
+                self.plain[node] = self._new(node.target, (self.moved_of(src, src_order, node),), node,
+                                             dict(node.kwargs))
+            elif src_order is not None and node.target in SQUEEZES:
+                self.plain[node] = self._new(aten.squeeze.dims, (self.moved_of(src, src_order, node),
+                                                                 _squeezed_dims(node, src_order)), node)
+            elif order is not None and node.target in ALIASES:
+                self.moved[node] = self.moved_of(src, src_order, node)
+            elif order is not None and node.target is aten.expand.default:
+                sizes = [int(tensor_val(node).shape[d]) for d in order]
+                self.moved[node] = self._new(aten.expand.default, (self.moved_of(src, src_order, node), sizes), node)
+            elif order is not None and node.target in RESHAPE_OPS:
+                sizes = [int(tensor_val(node).shape[d]) for d in order]
+                self.moved[node] = self._new(aten.reshape.default, (self.moved_of(src, src_order, node), sizes), node)
+            elif order is not None:  # a pointwise op
+                args = tuple(self.operand(a, node, order) for a in node.args)
+                self.moved[node] = self._new(node.target, args, node, dict(node.kwargs))
+            else:  # a value computed as it is: a smaller one, or a 4-D broadcast operand built from one
                 args = tuple(self.plain.get(a, a) if isinstance(a, Node) else a for a in node.args)
                 if args != tuple(node.args):
                     self.plain[node] = self._new(node.target, args, node, dict(node.kwargs))
 
-    def nhwc_or_plain(self, node: Node, new: Node) -> None:
-        (self.nhwc if _rank(node) == 4 else self.plain)[node] = new
+    def store(self, node: Node, new: Node) -> None:
+        (self.moved if node in self.orders else self.plain)[node] = new
 
     def finish(self) -> Optional[int]:
-        """Points every user of a rewritten value at its new node (a 4-D value through a permute back
-        to NCHW) and erases what is left unused; returns the number of 4-D values rewritten, or None
-        (the graph's old nodes untouched) where a value read outside the region would get other
-        strides than eager's: TensorIterator lays out a broadcast of two keepdim reductions in logical
-        order, which a channels-last result does not match."""
+        """Points every user of a rewritten value at its new node (a moved value through a permute
+        back) and erases what is left unused; returns the number of values moved, or None (the graph's
+        old nodes untouched) where a value read outside the region would get other strides than
+        eager's: TensorIterator lays out a broadcast of two keepdim reductions in logical order, which
+        a channels-last result does not match."""
         members = set(self.nodes)
         backs: dict[Node, Node] = {}
         for node in self.nodes:
-            if node in self.nhwc and self.nhwc[node].args[0] is not node \
-                    and node.target is not aten.var_mean.correction and node.users:
-                with self.gm.graph.inserting_after(self.nhwc[node]):
-                    backs[node] = self._new(aten.permute.default, (self.nhwc[node], TO_NCHW), node)
+            if node in self.moved and node.target is not aten.var_mean.correction and node.users:
+                with self.gm.graph.inserting_after(self.moved[node]):
+                    backs[node] = self._new(aten.permute.default, (self.moved[node], _inverse(self.orders[node])),
+                                            node)
                 read_outside = any(u not in members for u in node.users)
                 if read_outside and not check_significant_strides(backs[node].meta["val"], tensor_val(node),
                                                                   only_cuda=False)[0]:
@@ -238,10 +338,10 @@ class _Rewriter:
         for node in reversed(self.nodes):
             if node in self.plain:
                 node.replace_all_uses_with(self.plain[node])
-            elif node in self.nhwc and self.nhwc[node].args[0] is not node:
+            elif node in self.moved:
                 if node in backs:
                     node.replace_all_uses_with(backs[node])
-                count += _rank(node) == 4
+                count += node.target is not aten.var_mean.correction
         for node in reversed(self.nodes):
             if not node.users and node.op == "call_function":
                 self.gm.graph.erase_node(node)
@@ -252,9 +352,10 @@ def channels_last_regions(gm: GraphModule) -> GraphModule:
     """Rewrites each eligible region to compute in NHWC order (module docstring)."""
     changed, declined = 0, False
     for region, nodes in regions_of(gm).items():
-        if not _eligible(nodes):
+        orders = _eligible(nodes)
+        if orders is None:
             continue
-        rewriter = _Rewriter(gm, nodes)
+        rewriter = _Rewriter(gm, nodes, orders)
         for node in nodes:
             rewriter.rewrite(node)
         count = rewriter.finish()
