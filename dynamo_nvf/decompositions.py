@@ -279,21 +279,75 @@ def _per_channel(t: torch.Tensor, rank: int) -> torch.Tensor:
 
 def _group_norm_as_var_mean(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], n: int,
                             channels: int, inner: int, groups: int, eps: float, *, any_device: bool) -> Any:
-    """GroupNorm as a var_mean of `x` viewed `[N, G, C/G, H*W]` and pointwise ops, the form torch's
-    reference gives CUDA tensors (its CPU form writes the scale and shift through `as_strided`, which
-    no region takes), so that a CPU plan is the CUDA plan. The statistics are float32, as ATen's."""
+    """GroupNorm as a var_mean and pointwise ops, in the form torch's reference gives CUDA tensors
+    (its CPU form writes the scale and shift through `as_strided`, which no region takes), so that a
+    CPU plan is the CUDA plan: statistics of `x` viewed `[N, G, C/G, H*W]`, float32 as ATen's. One
+    group (PoolFormer's, and every "LayerNorm over channels" of a conv net) reduces all but the batch
+    dim of `x` itself: no view, so a channels-last region reduces its rows as they lie in memory."""
     if not _on_gpu(x, any_device) or x.dim() < 2 or not all(isinstance(v, int) for v in (n, channels, inner, groups)):
         return NotImplemented
-    compute = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
-    grouped = x.to(compute).reshape(n, groups, channels // groups, inner)
-    var, mean = torch.var_mean(grouped, dim=[2, 3], correction=0, keepdim=True)
-    rstd = torch.rsqrt(var + eps)
-    out = ((grouped - mean) * rstd).view(x.shape)
+    compute = _compute_dtype(x)
+    if groups == 1:
+        dims = list(range(1, x.dim()))
+        var, mean = torch.var_mean(x.to(compute), dim=dims, correction=0, keepdim=True)
+        rstd = torch.rsqrt(var + eps)
+        out = (x.to(compute) - mean) * rstd
+        stats_dims = dims[1:]
+    else:
+        grouped = x.to(compute).reshape(n, groups, channels // groups, inner)
+        var, mean = torch.var_mean(grouped, dim=[2, 3], correction=0, keepdim=True)
+        rstd = torch.rsqrt(var + eps)
+        out = ((grouped - mean) * rstd).view(x.shape)
+        stats_dims = [2, 3]
     if weight is not None:
         out = out * _per_channel(weight, x.dim())
     if bias is not None:
         out = out + _per_channel(bias, x.dim())
-    return out.to(x.dtype), mean.to(x.dtype).squeeze([2, 3]), rstd.to(x.dtype).squeeze([2, 3])
+    return out.to(x.dtype), mean.to(x.dtype).squeeze(stats_dims), rstd.to(x.dtype).squeeze(stats_dims)
+
+
+def _group_norm_backward_of_one_group(grad_out: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                                      gamma: Optional[torch.Tensor], n: int, channels: int, inner: int, groups: int,
+                                      output_mask: Sequence[bool], *, general: Callable[..., Any]) -> Any:
+    """GroupNorm's backward for one group as sums over the activation's own dims and pointwise ops (the
+    general form, `general`, views the activation `[N, G, C/G, H*W]`), computed in float32 and returned
+    in ATen's dtypes: the input's for its gradient, the weight's for the weight's and the bias's."""
+    if groups != 1 or x.dim() < 2 or not all(isinstance(v, int) for v in (n, channels, inner)):
+        return general(grad_out, x, mean, rstd, gamma, n, channels, inner, groups, output_mask)
+    compute = _compute_dtype(x)
+    go, xf = grad_out.to(compute), x.to(compute)
+    mean, rstd = mean.to(compute).squeeze(1), rstd.to(compute).squeeze(1)  # [N]
+    dims = list(range(2, x.dim()))
+    ds = (go * xf).sum(dims) if dims else go * xf  # [N, C]
+    db = go.sum(dims) if dims else go
+    d_input = d_gamma = d_bias = None
+    if output_mask[0]:
+        scale = 1.0 / (inner * channels)
+        g = gamma.to(compute) if gamma is not None else None
+        ds_val = (ds * g).sum(1) if g is not None else ds.sum(1)  # [N]
+        db_val = (db * g).sum(1) if g is not None else db.sum(1)
+        c1 = rstd.unsqueeze(1) * g if g is not None else rstd.unsqueeze(1)  # [N, C] or [N, 1]
+        c2 = (db_val * mean - ds_val) * rstd * rstd * rstd * scale
+        c3 = -c2 * mean - db_val * rstd * scale
+        d_input = (go * _trailing_ones(c1, x.dim()) + xf * _trailing_ones(c2, x.dim())
+                   + _trailing_ones(c3, x.dim())).to(x.dtype)
+    param_dtype = gamma.dtype if gamma is not None else x.dtype
+    if output_mask[1]:
+        d_gamma = ((ds - db * mean.unsqueeze(1)) * rstd.unsqueeze(1)).sum(0).to(param_dtype)
+    if output_mask[2]:
+        d_bias = db.sum(0).to(param_dtype)
+    return d_input, d_gamma, d_bias
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+
+
+def _trailing_ones(t: torch.Tensor, rank: int) -> torch.Tensor:
+    """`t` unsqueezed at the end up to `rank` (unsqueezes: a view's size-1 dims do not broadcast in nvFuser)."""
+    while t.dim() < rank:
+        t = t.unsqueeze(-1)
+    return t
 
 
 def _safe_softmax_as_masked(x: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None) -> Any:
@@ -305,7 +359,7 @@ def _safe_softmax_as_masked(x: torch.Tensor, dim: int, dtype: Optional[torch.dty
         return NotImplemented
     if dtype is not None:
         x = x.to(dtype)
-    compute = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+    compute = _compute_dtype(x)
     xc = x.contiguous().to(compute)
     row_max = torch.amax(xc, dim, keepdim=True)
     unnormalized = torch.exp(xc - row_max)
@@ -444,6 +498,8 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
     table[aten.roll.default] = functools.partial(_roll_as_slices, any_device=plan_cpu_as_cuda)
     table[aten._safe_softmax.default] = _safe_softmax_as_masked
     table[aten.native_group_norm.default] = functools.partial(_group_norm_as_var_mean, any_device=plan_cpu_as_cuda)
+    table[aten.native_group_norm_backward.default] = functools.partial(
+        _group_norm_backward_of_one_group, general=table[aten.native_group_norm_backward.default])
     for pool_backward in (aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default):
         table[pool_backward] = functools.partial(_max_pool_backward_reading_sizes, pool_backward)
     if fuse_cross_entropy:

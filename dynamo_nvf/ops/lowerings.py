@@ -687,18 +687,22 @@ def _check_reshape(node: Node) -> Optional[str]:
     return None
 
 
-def _inserted_ones(src: Any, target: Any) -> Optional[list[bool]]:
-    """Per target dim, whether a view from `src` sizes to `target` sizes inserted it (a static 1),
-    where that is all the view does (src has no size-1 dims, and target without its 1s is src);
-    else None."""
+def _inserted_ones(src: Any, target: Any) -> Optional[tuple[list[int], list[bool]]]:
+    """Where a view from `src` sizes to `target` sizes makes static size-1 dims (all sizes static, none
+    of them 1 in `src`): the target sizes without them, and per target dim whether it is one; else None."""
     src, target = list(src), list(target)
-    if len(target) <= len(src) or any(_static(s) and s == 1 for s in src):
+    if not all(_static(v) for v in (*src, *target)) or any(s == 1 for s in src) or 1 not in target:
         return None
-    inserted = [_static(t) and t == 1 for t in target]
-    kept = [t for t, new in zip(target, inserted) if not new]
-    if len(kept) != len(src) or any(not (_static(a) and _static(b) and a == b) for a, b in zip(kept, src)):
-        return None
-    return inserted
+    return [int(t) for t in target if t != 1], [t == 1 for t in target]
+
+
+def _reshaped(ctx, value: Any, src: torch.Tensor, shape: Sequence[Any]) -> Any:
+    if ctx.is_expanded(value) and all(_static(s) for s in src.shape):
+        # Dense in eager (a cast of an expand) but expanded in the fusion: nvFuser 0.2.36 lost the
+        # extents of such a reshape (an internal assert binding 1024 as 1, perf gpt_mlp_train_bf16's
+        # bias gradient, H100). Read it through ones, as the reductions of expanded tensors do.
+        value = ctx.times_ones(value, src)
+    return ctx.ops.reshape(value, ctx.shape(shape))
 
 
 @register_lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default, check=_check_reshape)
@@ -706,20 +710,18 @@ def _reshape(ctx, node: Node) -> Any:
     shape = node.args[1]
     if any(isinstance(s, int) and s == -1 for s in shape):
         shape = list(node.meta["val"].shape)
-    value = ctx.value(node.args[0])
-    inserted = _inserted_ones(_val(node.args[0]).shape, shape)
-    if inserted is not None and not any(u.target in DIM_REDUCTIONS for u in node.users):
-        # A view that only inserts size-1 dims is an unsqueeze: lowered as one (broadcast dims). The
-        # size-1 dims nvFuser's reshape makes do not broadcast, and a binary op of one against a full
-        # dim failed to compile ("Expected sizes to match: 1 vs 64": a GroupNorm backward's weight
-        # viewed as [1, 1, C], PoolFormer training, H100, 2026-11-26).
+    value, src = ctx.value(node.args[0]), _val(node.args[0])
+    ones = _inserted_ones(src.shape, shape)
+    if ones is not None and not any(u.target in DIM_REDUCTIONS for u in node.users):
+        # The size-1 dims a view makes are made by a broadcast: the size-1 dims nvFuser's reshape
+        # makes do not broadcast, and a binary op of one against a full dim failed to compile
+        # ("Expected sizes to match: 1 vs 64": a GroupNorm backward's weight viewed as [1, 1, C],
+        # PoolFormer training, H100, 2026-11-26; "1 vs 8": [1, G, C/G], GroupNorm(32) training).
+        core, inserted = ones
+        if core != [int(s) for s in src.shape]:
+            value = _reshaped(ctx, value, src, core)
         return ctx.ops.broadcast(value, inserted)
-    if ctx.is_expanded(value) and all(_static(s) for s in _val(node.args[0]).shape):
-        # Dense in eager (a cast of an expand) but expanded in the fusion: nvFuser 0.2.36 lost the
-        # extents of such a reshape (an internal assert binding 1024 as 1, perf gpt_mlp_train_bf16's
-        # bias gradient, H100). Read it through ones, as the reductions of expanded tensors do.
-        value = ctx.times_ones(value, _val(node.args[0]))
-    return ctx.ops.reshape(value, ctx.shape(shape))
+    return _reshaped(ctx, value, src, shape)
 
 
 @register_lowering(aten.permute.default)
