@@ -282,17 +282,17 @@ def _group_norm_as_var_mean(x: torch.Tensor, weight: Optional[torch.Tensor], bia
     """GroupNorm as a var_mean and pointwise ops, in the form torch's reference gives CUDA tensors
     (its CPU form writes the scale and shift through `as_strided`, which no region takes), so that a
     CPU plan is the CUDA plan: statistics of `x` viewed `[N, G, C/G, H*W]`, float32 as ATen's. One
-    group (PoolFormer's, and every "LayerNorm over channels" of a conv net) reduces all but the batch
-    dim of `x` itself: no view, so a channels-last region reduces its rows as they lie in memory."""
+    group (PoolFormer's, and every "LayerNorm over channels" of a conv net) and one group per channel
+    reduce dims of `x` itself: no view, so a channels-last region reduces the activation as it lies."""
     if not _on_gpu(x, any_device) or x.dim() < 2 or not all(isinstance(v, int) for v in (n, channels, inner, groups)):
         return NotImplemented
     compute = _compute_dtype(x)
-    if groups == 1:
-        dims = list(range(1, x.dim()))
+    if groups in (1, channels):
+        dims = list(range(1 if groups == 1 else 2, x.dim()))
         var, mean = torch.var_mean(x.to(compute), dim=dims, correction=0, keepdim=True)
         rstd = torch.rsqrt(var + eps)
         out = (x.to(compute) - mean) * rstd
-        stats_dims = dims[1:]
+        stats_dims = [d for d in dims if d >= 2]
     else:
         grouped = x.to(compute).reshape(n, groups, channels // groups, inner)
         var, mean = torch.var_mean(grouped, dim=[2, 3], correction=0, keepdim=True)
@@ -306,34 +306,38 @@ def _group_norm_as_var_mean(x: torch.Tensor, weight: Optional[torch.Tensor], bia
     return out.to(x.dtype), mean.to(x.dtype).squeeze(stats_dims), rstd.to(x.dtype).squeeze(stats_dims)
 
 
-def _group_norm_backward_of_one_group(grad_out: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
-                                      gamma: Optional[torch.Tensor], n: int, channels: int, inner: int, groups: int,
-                                      output_mask: Sequence[bool], *, general: Callable[..., Any]) -> Any:
-    """GroupNorm's backward for one group as sums over the activation's own dims and pointwise ops (the
-    general form, `general`, views the activation `[N, G, C/G, H*W]`), computed in float32 and returned
-    in ATen's dtypes: the input's for its gradient, the weight's for the weight's and the bias's."""
-    if groups != 1 or x.dim() < 2 or not all(isinstance(v, int) for v in (n, channels, inner)):
+def _group_norm_backward_without_views(grad_out: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                                       gamma: Optional[torch.Tensor], n: int, channels: int, inner: int, groups: int,
+                                       output_mask: Sequence[bool], *, general: Callable[..., Any]) -> Any:
+    """GroupNorm's backward for one group, or one per channel, as sums over the activation's own dims
+    and pointwise ops (the general form, `general`, views the activation `[N, G, C/G, H*W]`),
+    computed in float32 and returned in ATen's dtypes: the input's for its gradient, the weight's for
+    the weight's and the bias's. The statistics ([N, G]) broadcast against [N, C] as they are."""
+    if groups not in (1, channels) or x.dim() < 2 or not all(isinstance(v, int) for v in (n, channels, inner)):
         return general(grad_out, x, mean, rstd, gamma, n, channels, inner, groups, output_mask)
     compute = _compute_dtype(x)
     go, xf = grad_out.to(compute), x.to(compute)
-    mean, rstd = mean.to(compute).squeeze(1), rstd.to(compute).squeeze(1)  # [N]
+    mean, rstd = mean.to(compute), rstd.to(compute)
     dims = list(range(2, x.dim()))
     ds = (go * xf).sum(dims) if dims else go * xf  # [N, C]
     db = go.sum(dims) if dims else go
+    one_group = groups == 1 and channels > 1
     d_input = d_gamma = d_bias = None
     if output_mask[0]:
-        scale = 1.0 / (inner * channels)
+        scale = 1.0 / (inner * (channels // groups))
         g = gamma.to(compute) if gamma is not None else None
-        ds_val = (ds * g).sum(1) if g is not None else ds.sum(1)  # [N]
-        db_val = (db * g).sum(1) if g is not None else db.sum(1)
-        c1 = rstd.unsqueeze(1) * g if g is not None else rstd.unsqueeze(1)  # [N, C] or [N, 1]
+        ds_val = ds * g if g is not None else ds
+        db_val = db * g if g is not None else db
+        if one_group:
+            ds_val, db_val = ds_val.sum(1, keepdim=True), db_val.sum(1, keepdim=True)
+        c1 = rstd * g if g is not None else rstd
         c2 = (db_val * mean - ds_val) * rstd * rstd * rstd * scale
         c3 = -c2 * mean - db_val * rstd * scale
         d_input = (go * _trailing_ones(c1, x.dim()) + xf * _trailing_ones(c2, x.dim())
                    + _trailing_ones(c3, x.dim())).to(x.dtype)
     param_dtype = gamma.dtype if gamma is not None else x.dtype
     if output_mask[1]:
-        d_gamma = ((ds - db * mean.unsqueeze(1)) * rstd.unsqueeze(1)).sum(0).to(param_dtype)
+        d_gamma = ((ds - db * mean) * rstd).sum(0).to(param_dtype)
     if output_mask[2]:
         d_bias = db.sum(0).to(param_dtype)
     return d_input, d_gamma, d_bias
@@ -499,7 +503,7 @@ def decomposition_table(plan_cpu_as_cuda: bool = False, fuse_cross_entropy: bool
     table[aten._safe_softmax.default] = _safe_softmax_as_masked
     table[aten.native_group_norm.default] = functools.partial(_group_norm_as_var_mean, any_device=plan_cpu_as_cuda)
     table[aten.native_group_norm_backward.default] = functools.partial(
-        _group_norm_backward_of_one_group, general=table[aten.native_group_norm_backward.default])
+        _group_norm_backward_without_views, general=table[aten.native_group_norm_backward.default])
     for pool_backward in (aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default):
         table[pool_backward] = functools.partial(_max_pool_backward_reading_sizes, pool_backward)
     if fuse_cross_entropy:
