@@ -1,4 +1,4 @@
-"""2-D max and average pooling as ops a region takes in: the maximum (the sum) over the window's taps.
+"""2-D max pooling as ops a region takes in: the maximum over the window's taps.
 
 Where nothing reads a max pool's indices (inference), ATen still runs its forward kernel, writing
 int64 indices beside the values (ResNet-50's stem pool, [64, 64, 112, 112] bf16 channels-last on an
@@ -12,11 +12,6 @@ Where the indices are read (training), ATen's kernels stay: computing ATen's ind
 first tap equal to the maximum) made the region 10 times slower and nvFuser's compile take 40 s, and
 the backward written as a gather took nvFuser 24 to 59 s to compile and ran slower than ATen's
 kernel (docs/design.md).
-
-An average pool is the sum over the same taps (a pad of 0) over ATen's divisor: the window's size,
-or with `count_include_pad=False` the count of its taps inside the input (from iotas, per output row
-and column). ATen's forward kernel ran 550 us of PoolFormer-S12's 1.45 ms inference step (batch 64,
-bf16, H100) where inductor's pools take part in its fused kernels.
 
 It keeps ATen's memory format (channels-last in, channels-last out), and declines for a dilation,
 a spatial size the stride does not divide, a `ceil_mode` that changes the output size, symbolic
@@ -152,36 +147,3 @@ def max_pool2d_values(x: torch.Tensor, kernel_size: Sequence[int], stride: Seque
             value = w.shifted(w.plane(xs, (rh, rw)), (qh, qw), w.out_size, float("-inf"))
             out = value if out is None else torch.maximum(out, value)
     return w.merge(out)
-
-
-def _in_bounds(size: int, out: int, kernel: int, stride: int, padding: int, device: torch.device) -> torch.Tensor:
-    """Per output position along one axis, how many of its window's taps lie inside the input."""
-    start = torch.arange(out, device=device) * stride - padding
-    return torch.clamp(start + kernel, max=size) - torch.clamp(start, min=0)
-
-
-def avg_pool2d_values(x: torch.Tensor, kernel_size: Sequence[int], stride: Sequence[int] = (), padding: Any = 0,
-                      ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Optional[int] = None,
-                      *, any_device: bool) -> Optional[torch.Tensor]:
-    """`avg_pool2d(...)` as the sum over the window's taps over ATen's divisor, accumulated in float32
-    as ATen does for half precision; None where declined."""
-    w = pool_window(x, kernel_size, stride, padding, 1, ceil_mode, any_device=any_device)
-    if w is None or (divisor_override is not None and not isinstance(divisor_override, int)):
-        return None
-    compute = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
-    xs = w.split(x.to(compute))
-    total = None
-    for rh, qh in w.taps(0):
-        for rw, qw in w.taps(1):
-            value = w.shifted(w.plane(xs, (rh, rw)), (qh, qw), w.out_size, 0.0)
-            total = value if total is None else total + value
-    out = w.merge(total)
-    if divisor_override:
-        out = out / divisor_override
-    elif count_include_pad or w.padding == (0, 0):
-        out = out / (w.kernel[0] * w.kernel[1])  # windows stay inside the padded input (pool_window)
-    else:
-        rows, cols = (_in_bounds(w.in_size[a], w.out_size[a], w.kernel[a], w.stride[a], w.padding[a], x.device)
-                      for a in (0, 1))
-        out = out / (rows.unsqueeze(1) * cols.unsqueeze(0)).to(compute)
-    return out.to(x.dtype)

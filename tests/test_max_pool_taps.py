@@ -1,5 +1,5 @@
 """A max pool whose indices nothing reads (inference) runs in a region as the maximum over its
-window's taps (passes/pool_taps.py): values and strides equal eager's, NCHW and channels-last,
+window's taps (passes/max_pool_taps.py): values and strides equal eager's, NCHW and channels-last,
 with ties, -inf and NaN; pools it declines, and pools whose indices a backward reads, keep ATen's."""
 
 from __future__ import annotations

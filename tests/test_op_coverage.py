@@ -139,7 +139,7 @@ def test_any_and_all_are_lowered_and_match_eager(case):
 def test_ops_left_to_aten_say_why():
     def fn(x, w):
         y = F.conv2d(x, w, padding=1)
-        z = F.max_pool2d(y * 2, 2, dilation=2)  # dilated: not taken as taps (passes/pool_taps.py)
+        z = F.max_pool2d(y * 2, 2, dilation=2)  # dilated: not taken as taps (passes/max_pool_taps.py)
         return torch.cumsum(z + 1, -1)
 
     with recording() as rec:

@@ -1,0 +1,92 @@
+"""Max pools whose indices nothing reads (inference graphs) become the maximum over their window's
+taps (dynamo_nvf/pool_windows.py): views, pads and slices that the region around them takes in,
+where ATen's kernel would also write the int64 indices."""
+
+from __future__ import annotations
+
+import logging
+import operator
+
+import torch
+from torch.fx import GraphModule, Node
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from dynamo_nvf.passes import add_note
+from dynamo_nvf.passes.partition import READS_MEMORY_KEY
+from dynamo_nvf.pool_windows import max_pool2d_values, pool_window
+
+log = logging.getLogger("dynamo_nvf")
+aten = torch.ops.aten
+
+#: Why the taps read the pool's input from memory (partition.READS_MEMORY_KEY).
+READS_INPUT = ("a max pool's taps read its input from memory: after the ops that compute it in one region, "
+               "nvFuser splits the region at the pads and keeps an f32 copy of the whole input between its "
+               "kernels (ResNet-50 inference, H100: peak memory 1.9x inductor's, first call 2x)")
+
+
+def _values_only(pool: Node) -> list[Node]:
+    """The pool's `getitem(_, 0)` users, or [] when anything else reads it (its indices)."""
+    users = list(pool.users)
+    if not users or not all(u.op == "call_function" and u.target is operator.getitem and u.args[1] == 0
+                            for u in users):
+        return []
+    return users
+
+
+def _inline(gm: GraphModule, sub: GraphModule, inputs: list[Node], before: Node) -> Node:
+    """`sub`'s nodes copied into `gm` before `before`, its placeholders bound to `inputs`; its output."""
+    placeholders = sub.graph.find_nodes(op="placeholder")
+    env: dict[Node, Node] = dict(zip(placeholders, inputs))
+    out = None
+    with gm.graph.inserting_before(before):
+        for node in sub.graph.nodes:
+            if node.op == "placeholder":
+                continue
+            if node.op == "output":
+                result = node.args[0]
+                out = env[result[0] if isinstance(result, (list, tuple)) else result]
+                continue
+            env[node] = gm.graph.node_copy(node, lambda n: env[n])
+            if any(p in placeholders for p in node.all_input_nodes):
+                env[node].meta[READS_MEMORY_KEY] = READS_INPUT
+    assert out is not None
+    return out
+
+
+def max_pool_as_taps(gm: GraphModule, plan_cpu_as_cuda: bool) -> GraphModule:
+    """Each `max_pool2d_with_indices` read only for its values, where `max_pool2d_values` takes it,
+    as the traced ops of that function."""
+    rewrites = 0
+    for pool in list(gm.graph.find_nodes(op="call_function", target=aten.max_pool2d_with_indices.default)):
+        readers = _values_only(pool)
+        x = pool.args[0]
+        val = x.meta.get("val") if isinstance(x, Node) else None
+        if not readers or not isinstance(val, torch.Tensor) or getattr(val, "fake_mode", None) is None:
+            continue
+        args = pool.args[1:]
+        if pool_window(val, *args, any_device=plan_cpu_as_cuda) is None:
+            continue
+
+        def values(t: torch.Tensor) -> torch.Tensor:
+            out = max_pool2d_values(t, *args, any_device=plan_cpu_as_cuda)
+            assert out is not None
+            return out
+
+        with val.fake_mode:
+            try:
+                sub = make_fx(values)(val)
+            except Exception:  # noqa: BLE001 - a rewrite it cannot trace is not made
+                log.debug("dynamo_nvf: max pool %s not traced as taps", pool.name, exc_info=True)
+                continue
+        out = _inline(gm, sub, [x], pool)
+        for reader in readers:
+            reader.replace_all_uses_with(out)
+            gm.graph.erase_node(reader)
+        gm.graph.erase_node(pool)
+        rewrites += 1
+    if rewrites:
+        add_note(gm, f"max pool: {rewrites} pool(s) whose indices nothing reads as the maximum over "
+                     "their window's taps (views, pads and slices a region takes in)")
+        gm.graph.lint()
+        gm.recompile()
+    return gm
