@@ -287,7 +287,7 @@ def _group_norm_as_var_mean(x: torch.Tensor, weight: Optional[torch.Tensor], bia
     if not _on_gpu(x, any_device) or x.dim() < 2 or not all(isinstance(v, int) for v in (n, channels, inner, groups)):
         return NotImplemented
     compute = _compute_dtype(x)
-    if groups in (1, channels):
+    if groups == 1 or (groups == channels and x.dim() > 2):  # per channel, [N, C] has no dims to reduce
         dims = list(range(1 if groups == 1 else 2, x.dim()))
         var, mean = torch.var_mean(x.to(compute), dim=dims, correction=0, keepdim=True)
         rstd = torch.rsqrt(var + eps)

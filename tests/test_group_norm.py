@@ -94,6 +94,20 @@ def test_nchw_training_matches_eager(groups, affine):
     assert not [n for p in plans for n in p.nodes if "as_strided" in n.op or "group_norm" in n.op]
 
 
+@pytest.mark.parametrize("groups", [1, 2, 4])
+@pytest.mark.parametrize("shape", [(8, 4), (8, 4, 6), (2, 4, 3, 4, 5)], ids=["2d", "3d", "5d"])
+def test_other_ranks_match_eager(shape, groups):
+    """[N, C] (one group per channel has no dims of its own there: the general form), [N, C, L] and
+    [N, C, D, H, W]."""
+    torch.manual_seed(0)
+    m = torch.nn.GroupNorm(groups, 4)
+    with torch.no_grad():
+        m.weight.uniform_(0.5, 1.5)
+        m.bias.uniform_(-0.5, 0.5)
+    plans = check_training(m, [torch.randn(shape)], ON, params=list(m.parameters()), **GRAD_TOL)
+    assert not [n for p in plans for n in p.nodes if "group_norm" in n.op]
+
+
 def test_inference_matches_eager_on_fresh_inputs():
     m = _block(4).eval()
     compiled = torch.compile(m, backend="nvf_bookend", options=ON)

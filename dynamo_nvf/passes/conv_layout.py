@@ -344,9 +344,11 @@ def _view_copy(gm: GraphModule, node: Node, mode: Any, traced: dict[Node, Any]) 
     new, old = tensor_val(src), traced.get(src)
     if node.target not in RESHAPE_OPS or new is None or not isinstance(old, torch.Tensor):
         return None
+    from torch.fx.node import map_arg
+
     try:
         with mode:
-            node.target(new, *node.args[1:])
+            node.target(new, *map_arg(node.args[1:], lambda a: a.meta["val"]))
         return None
     except (RuntimeError, ValueError):  # fake tensors raise ValueError where ATen raises RuntimeError
         pass
