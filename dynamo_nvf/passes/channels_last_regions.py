@@ -77,6 +77,8 @@ ELEMENTWISE = frozenset({torch.ops.prims.where.default, aten._to_copy.default})
 ALIASES = frozenset({aten.alias.default})
 
 NOTE = "region {region}: computes in NHWC order ({count} value(s)), so nvFuser reads its channels-last tensors row-major"
+#: A region whose reductions of its inputs are all it computes from them (a convolution bias's gradient).
+NOTE_READS = "region {region}: reduces its channels-last inputs in NHWC order, so nvFuser reads them row-major"
 
 
 def _rank(node: Any) -> int:
@@ -362,7 +364,7 @@ def channels_last_regions(gm: GraphModule) -> GraphModule:
         if count is None:
             declined = True
             continue
-        add_note(gm, NOTE.format(region=region, count=count))
+        add_note(gm, (NOTE if count else NOTE_READS).format(region=region, count=count))
         changed += 1
     if changed or declined:
         gm.graph.eliminate_dead_code()
