@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 
 import torch
 from torch.fx import GraphModule, Node
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from dynamo_nvf._compat import hint_int
 
 aten = torch.ops.aten
@@ -135,6 +136,11 @@ def tensor_val(node: object) -> Optional[torch.Tensor]:
         return None
     val = node.meta.get("example_value", node.meta.get("val"))
     return val if isinstance(val, torch.Tensor) else None
+
+
+def same_shape(a: Any, b: Any) -> bool:
+    """Whether two shapes are equal, without a guard on symbolic sizes (unknown counts as unequal)."""
+    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
 
 
 def static_shape(node: object) -> Optional[tuple[int, ...]]:

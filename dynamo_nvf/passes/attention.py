@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch.fx import GraphModule, Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from dynamo_nvf.ops.metadata import same_shape
 from dynamo_nvf.ops.metadata import tensor_val as example_tensor
 from dynamo_nvf.passes import NOTES_KEY
 
@@ -164,10 +165,6 @@ def _same(a: Any, b: Any) -> bool:
     return statically_known_true(a == b)
 
 
-def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dim() == b.dim() and all(_same(x, y) for x, y in zip(a.shape, b.shape))
-
-
 def _constant(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -197,7 +194,8 @@ def _strip_scales(node: Node, scale: float, nodes: list[Node]) -> tuple[Node, fl
         except _Reject:
             break
         inner_val, val = example_tensor(inner), example_tensor(node)
-        if inner_val is None or val is None or inner_val.dtype != val.dtype or not _same_shape(inner_val, val):
+        if (inner_val is None or val is None or inner_val.dtype != val.dtype
+                or not same_shape(inner_val.shape, val.shape)):
             break
         nodes.append(node)
         node, scale = inner, scale * factor
@@ -421,7 +419,7 @@ def _check_values(match: AttentionMatch, walk: _Scores) -> None:
     upcast = False
     for n in reversed(walk.chain):  # matmul side first
         val = _tensor(n, n.name)
-        if not _same_shape(val, scores) or val.device != q.device:
+        if not same_shape(val.shape, scores.shape) or val.device != q.device:
             raise _Reject(f"{n.name}: changes the scores' shape or device")
         if val.dtype == torch.float32 and dtype != torch.float32:
             upcast = True
@@ -432,7 +430,7 @@ def _check_values(match: AttentionMatch, walk: _Scores) -> None:
             continue
         val = example_tensor(n)
         if n is match.softmax or _op(n) in ("cast", "dropout"):
-            if (val is None or not _same_shape(val, scores) or val.dtype not in (dtype, torch.float32)
+            if (val is None or not same_shape(val.shape, scores.shape) or val.dtype not in (dtype, torch.float32)
                     or val.device != q.device):
                 raise _Reject(f"{n.name}: computes the probabilities in another shape or dtype")
     if walk.mask is not None:

@@ -25,10 +25,9 @@ from typing import Optional
 
 import torch
 from torch.fx import GraphModule, Node
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from dynamo_nvf.ops.lowerings import keeps_reduced_dims
-from dynamo_nvf.ops.metadata import arange_params, tensor_val
+from dynamo_nvf.ops.metadata import arange_params, same_shape, tensor_val
 
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
@@ -115,11 +114,6 @@ def _fake_mode(*nodes: object):
     return None
 
 
-def _same_shape(a, b) -> bool:
-    """Whether two shapes are equal, without a guard on symbolic sizes (unknown counts as unequal)."""
-    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
-
-
 def _call(gm: GraphModule, target, args: tuple, mode, made: list[Node]) -> Node:
     """A new node before the insertion point, with its fake value."""
     node = gm.graph.call_function(target, args)
@@ -152,10 +146,10 @@ def simplify_one_hot_sums(gm: GraphModule) -> GraphModule:
             if all(isinstance(s, int) for s in kept):
                 result = _call(gm, aten.expand.default, (picked, kept), mode, made)
             else:  # a symbolic size in an expand's arguments would need its size node: only where none is
-                result = picked if _same_shape(tensor_val(picked).shape, kept) else None
+                result = picked if same_shape(tensor_val(picked).shape, kept) else None
             if result is not None and not keepdim:
                 result = _call(gm, aten.squeeze.dim, (result, dim), mode, made)
-        if (result is None or not _same_shape(tensor_val(result).shape, out.shape)
+        if (result is None or not same_shape(tensor_val(result).shape, out.shape)
                 or tensor_val(result).dtype != out.dtype):
             for new in reversed(made):  # not the sum's shape or dtype after all: leave it as it was
                 gm.graph.erase_node(new)
