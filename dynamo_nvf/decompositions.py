@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch._decomp import get_decompositions
+from torch._prims_common import get_computation_dtype
 
 
 aten = torch.ops.aten
@@ -269,12 +270,16 @@ def _roll_as_slices(x: torch.Tensor, shifts: Sequence[int], dims: Sequence[int] 
     return out.clone(memory_format=torch.contiguous_format) if out is x or not out.is_contiguous() else out
 
 
-def _per_channel(t: torch.Tensor, rank: int) -> torch.Tensor:
-    """A [C] tensor unsqueezed to broadcast over dim 1 of a tensor of `rank` (unsqueezes, not a view:
-    a view's size-1 dims do not broadcast in nvFuser)."""
-    for dim in [0, *range(2, rank)]:
-        t = t.unsqueeze(dim)
+def _trailing_ones(t: torch.Tensor, rank: int) -> torch.Tensor:
+    """`t` unsqueezed at the end up to `rank` (unsqueezes: a view's size-1 dims do not broadcast in nvFuser)."""
+    while t.dim() < rank:
+        t = t.unsqueeze(-1)
     return t
+
+
+def _per_channel(t: torch.Tensor, rank: int) -> torch.Tensor:
+    """A [C] tensor unsqueezed to broadcast over dim 1 of a tensor of `rank`."""
+    return _trailing_ones(t.unsqueeze(0), rank)
 
 
 def _group_norm_as_var_mean(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], n: int,
@@ -286,7 +291,7 @@ def _group_norm_as_var_mean(x: torch.Tensor, weight: Optional[torch.Tensor], bia
     reduce dims of `x` itself: no view, so a channels-last region reduces the activation as it lies."""
     if not _on_gpu(x, any_device) or x.dim() < 2 or not all(isinstance(v, int) for v in (n, channels, inner, groups)):
         return NotImplemented
-    compute = _compute_dtype(x)
+    compute = get_computation_dtype(x.dtype)
     if groups == 1 or (groups == channels and x.dim() > 2):  # per channel, [N, C] has no dims to reduce
         dims = list(range(1 if groups == 1 else 2, x.dim()))
         var, mean = torch.var_mean(x.to(compute), dim=dims, correction=0, keepdim=True)
@@ -315,7 +320,7 @@ def _group_norm_backward_without_views(grad_out: torch.Tensor, x: torch.Tensor, 
     the weight's and the bias's. The statistics ([N, G]) broadcast against [N, C] as they are."""
     if groups not in (1, channels) or x.dim() < 2 or not all(isinstance(v, int) for v in (n, channels, inner)):
         return general(grad_out, x, mean, rstd, gamma, n, channels, inner, groups, output_mask)
-    compute = _compute_dtype(x)
+    compute = get_computation_dtype(x.dtype)
     go, xf = grad_out.to(compute), x.to(compute)
     mean, rstd = mean.to(compute), rstd.to(compute)
     dims = list(range(2, x.dim()))
@@ -343,17 +348,6 @@ def _group_norm_backward_without_views(grad_out: torch.Tensor, x: torch.Tensor, 
     return d_input, d_gamma, d_bias
 
 
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    return torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
-
-
-def _trailing_ones(t: torch.Tensor, rank: int) -> torch.Tensor:
-    """`t` unsqueezed at the end up to `rank` (unsqueezes: a view's size-1 dims do not broadcast in nvFuser)."""
-    while t.dim() < rank:
-        t = t.unsqueeze(-1)
-    return t
-
-
 def _safe_softmax_as_masked(x: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None) -> Any:
     """`_safe_softmax` (SDPA's masked softmax: a row of only -inf gives zeros, not NaN) as the
     softmax's own ops. ATen masks the rows where `all(x == -inf)`; a row is all -inf exactly when
@@ -363,7 +357,7 @@ def _safe_softmax_as_masked(x: torch.Tensor, dim: int, dtype: Optional[torch.dty
         return NotImplemented
     if dtype is not None:
         x = x.to(dtype)
-    compute = _compute_dtype(x)
+    compute = get_computation_dtype(x.dtype)
     xc = x.contiguous().to(compute)
     row_max = torch.amax(xc, dim, keepdim=True)
     unnormalized = torch.exp(xc - row_max)
@@ -396,7 +390,7 @@ def _embedding_dense_backward_as_index_add(grad_output: torch.Tensor, indices: t
             or not _on_gpu(grad_output, any_device)):
         return NotImplemented
     width = grad_output.shape[-1]
-    compute_dtype = torch.float32 if grad_output.dtype in (torch.bfloat16, torch.float16) else grad_output.dtype
+    compute_dtype = get_computation_dtype(grad_output.dtype)
     grad = grad_output.reshape(numel, width).to(compute_dtype)
     flat = indices.reshape(numel)
     if padding_idx >= 0:

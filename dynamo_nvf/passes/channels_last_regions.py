@@ -26,9 +26,10 @@ Any other node leaves the region as it is. Each value is computed as its permute
 the order its dims lie in memory: NHWC's [0, 2, 3, 1] for the activations, and for a view the order
 in which it lies dense ([0, 3, 1, 2] for GroupNorm's), so that the view is a row-major reshape there.
 PoolFormer's GroupNorm regions (timm poolformer_s12, bf16 inference, H100): nvFuser scheduled their
-pointwise part over the logical NCHW dims, 455 us against inductor's 28 us for the same region graph. Values are those of the same math in another order of summation; outputs keep the
-strides eager gives them (the permute back of a row-major NHWC tensor is channels-last), and a region
-with an output eager lays out otherwise (a broadcast of two keepdim reductions) is left as it is.
+pointwise part over the logical NCHW dims, 455 us against inductor's 28 us for the same region graph.
+Values are those of the same math in another order of summation; outputs keep the strides eager gives
+them (the permute back of a row-major NHWC tensor is channels-last), and a region with an output eager
+lays out otherwise (a broadcast of two keepdim reductions) is left as it is.
 
 On by default (`channels_last_regions`). It was opt-in while timm's regnety_016 training step faulted
 with it on; the fault was nvFuser writing out of bounds in a BatchNorm region that also pools, with
@@ -47,7 +48,7 @@ import operator
 from typing import Any, Optional
 
 import torch
-from torch._prims_common import check_significant_strides
+from torch._prims_common import check_significant_strides, invert_perm
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_pointwise, keeps_reduced_dims, reduced_dims
@@ -92,13 +93,6 @@ Order = tuple[int, ...]
 def _activation(val: torch.Tensor) -> bool:
     """A 4-D tensor whose layout matters: C > 1 and H x W > 1."""
     return val.dim() == 4 and val.shape[1] > 1 and val.shape[2] * val.shape[3] > 1
-
-
-def _inverse(order: Order) -> list[int]:
-    inverse = [0] * len(order)
-    for i, d in enumerate(order):
-        inverse[d] = i
-    return inverse
 
 
 def _moved_dims(dims: list[int], order: Order) -> Optional[list[int]]:
@@ -330,8 +324,8 @@ class _Rewriter:
         for node in self.nodes:
             if node in self.moved and node.target is not aten.var_mean.correction and node.users:
                 with self.gm.graph.inserting_after(self.moved[node]):
-                    backs[node] = self._new(aten.permute.default, (self.moved[node], _inverse(self.orders[node])),
-                                            node)
+                    back = list(invert_perm(self.orders[node]))
+                    backs[node] = self._new(aten.permute.default, (self.moved[node], back), node)
                 read_outside = any(u not in members for u in node.users)
                 if read_outside and not check_significant_strides(backs[node].meta["val"], tensor_val(node),
                                                                   only_cuda=False)[0]:

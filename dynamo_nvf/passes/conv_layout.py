@@ -32,8 +32,9 @@ a region under CUDA graphs (without them a region's host time outweighs the 1 us
 embedding of a ViT (one convolution among hundreds of nodes, which inductor's heuristics leave NCHW) is
 conv_input_layout's. A view that cannot take the new layout reads a copy in the traced one (StdConv2d's
 weight standardisation views its weight gradient: inductor copies there too). The plan is undone for
-the graph where an op refuses the new layout, a user-visible output that changed layout is a view or has neither eager's contiguous nor channels-last
-strides, or the graph reads memory by explicit strides (`as_strided`).
+the graph where an op refuses the new layout, a user-visible output that changed layout is a view or
+has neither eager's contiguous nor channels-last strides, or the graph reads memory by explicit
+strides (`as_strided`).
 
 Pure: GraphModule in (aot_autograd's aten graph, before partitioning), GraphModule out.
 """
@@ -45,6 +46,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 from torch.fx import GraphModule, Node
+from torch.fx.node import map_arg
 
 from dynamo_nvf.ops.metadata import (RESHAPE_OPS, is_metadata, reads_explicit_strides, restore_vals, save_vals,
                                      static_layout, tensor_val)
@@ -239,12 +241,12 @@ def _copy_into_traced_layouts(gm: GraphModule, placeholders: set[Node]) -> int:
     convolution's gradient does not hold for the channels-last one cuDNN writes from a channels-last
     input). Returns the number of copies."""
     copies = 0
+    first = next(n for n in gm.graph.nodes if n.op != "placeholder")
     for node in [n for n in gm.graph.nodes if n in placeholders and n.op == "placeholder"]:
         val = tensor_val(node)
         fmt = _restore_format(val) if val is not None else None
         if fmt is None or not node.users:
             continue
-        first = next(n for n in gm.graph.nodes if n.op != "placeholder")
         with gm.graph.inserting_before(first):
             copy = call_like(gm, aten.clone.default, (node,), first, val.fake_mode, {"memory_format": fmt})
         copy.meta.pop("stack_trace", None)
@@ -344,8 +346,6 @@ def _view_copy(gm: GraphModule, node: Node, mode: Any, traced: dict[Node, Any]) 
     new, old = tensor_val(src), traced.get(src)
     if node.target not in RESHAPE_OPS or new is None or not isinstance(old, torch.Tensor):
         return None
-    from torch.fx.node import map_arg
-
     try:
         with mode:
             node.target(new, *map_arg(node.args[1:], lambda a: a.meta["val"]))
@@ -374,8 +374,6 @@ def _propagate(gm: GraphModule, mode: Any, changed: set[Node], made: Optional[di
     recorded there (node -> its arguments before); with `traced` (each node's value as traced) and
     `view_copies`, a view that cannot take its source's new layout reads a copy in the traced one
     (`_view_copy`), recorded there."""
-    from torch.fx.node import map_arg
-
     for node in list(gm.graph.nodes):
         if node.op != "call_function":
             continue
