@@ -53,6 +53,7 @@ from dynamo_nvf.passes.reinplace import reinplace_fresh_accumulations
 from dynamo_nvf.passes.saved_views import recompute_saved_views
 from dynamo_nvf.passes.sink_permutes import sink_permutes
 from dynamo_nvf.passes.split_channel_statistics import split_channel_statistics
+from dynamo_nvf.passes.strided_statistics import strided_statistics
 from dynamo_nvf.passes.split_reductions import split_norm_backward
 from dynamo_nvf.passes.split_transposes import split_transposes
 from dynamo_nvf.passes.two_stage_statistics import two_stage_statistics
@@ -225,6 +226,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("keep_known_bugs_eager", _graph_only(keep_known_bugs_eager)),
     Pass("split_channel_statistics", _graph_only(split_channel_statistics), NOT_BACKWARD),
     Pass("channels_last_regions", _graph_only(channels_last_regions), option="channels_last_regions"),
+    Pass("strided_statistics", _graph_only(strided_statistics)),
     Pass("two_stage_statistics", _graph_only(two_stage_statistics), NOT_BACKWARD, option="bookend"),
     Pass("unflatten_reductions", _graph_only(unflatten_reductions), option="unflatten_reductions",
          enabled=Settings.unflattens),

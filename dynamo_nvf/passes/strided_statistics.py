@@ -1,0 +1,122 @@
+"""Statistics over dims that are not adjacent as two-pass sums: a region's `var_mean` that reduces
+dims with a kept dim between them (GroupNorm's over H*W and C/G of a channels-last activation, which
+channels_last_regions reduces as dims [1, 3] of `[N, H*W, G, C/G]`) becomes the mean as a sum over
+the outer run of reduced dims, then over the rest, and the variance as the same two sums of the
+squared deviations from that mean.
+
+Why: nvFuser 0.2.36 schedules a Welford over such dims as a 3-D inner-persistent kernel that fails
+to launch where each group's channels and pixels are many ("CUDA_ERROR_INVALID_VALUE", at
+[64, 128, 56, 56] with 32 groups: `scripts/nvfuser_repros/group_norm_strided_welford_launch.py`), so
+BiT's GroupNorm(32) regions ran in eager; where it launches, it is slower than the sums. GroupNorm(32)
++ ReLU forward, bf16, channels-last, GPU µs per call (H100, 2026-11-27, a lab script timing
+nvfuser_direct definitions of each form; inductor for comparison):
+
+| [N, C, H, W] | Welford over [1, 3] | two-pass sums | inductor |
+|---|---|---|---|
+| [64, 128, 56, 56] | fails to launch | 158 | 125 |
+| [64, 256, 56, 56] | fails to launch | 296 | 369 |
+| [64, 64, 56, 56] | 234 | 83 | 130 |
+| [64, 512, 28, 28] | 182 | 154 | 271 |
+| [8, 320, 64, 64] | 96 | 105 | 171 |
+
+Values are those of the same statistics with another order of summation (two passes: the mean
+first, then the squared deviations from it, as accurate as Welford's). Only `var_mean.correction` of
+a floating-point value with static sizes whose reduced dims are not one run; `correction` and
+`keepdim` are honoured.
+
+Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), GraphModule out.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from typing import Optional
+
+import torch
+from torch.fx import GraphModule, Node
+
+from dynamo_nvf.ops.lowerings import keeps_reduced_dims, reduced_dims
+from dynamo_nvf.ops.metadata import static_sizes, tensor_val
+from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
+from dynamo_nvf.passes.partition import REGION_KEY
+
+log = logging.getLogger("dynamo_nvf")
+aten = torch.ops.aten
+
+NOTE = "var_mean {name}: statistics over dims {dims} (not adjacent) as two-pass sums, over {outer} then {inner}"
+
+
+def _runs(dims: list[int]) -> list[list[int]]:
+    """`dims` (sorted) as maximal runs of adjacent dims: [1, 3] -> [[1], [3]], [1, 2] -> [[1, 2]]."""
+    runs: list[list[int]] = []
+    for d in dims:
+        if runs and runs[-1][-1] == d - 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return runs
+
+
+def _eligible(node: Node) -> Optional[list[int]]:
+    """The sorted reduced dims of a region `var_mean` this pass rewrites, else None."""
+    if node.op != "call_function" or node.target is not aten.var_mean.correction or node.meta.get(REGION_KEY) is None:
+        return None
+    src = node.args[0]
+    val = tensor_val(src) if isinstance(src, Node) else None
+    if val is None or not val.dtype.is_floating_point or static_sizes(val) is None:
+        return None
+    if getattr(val, "fake_mode", None) is None or any(u.target is not operator.getitem for u in node.users):
+        return None
+    dims = sorted(reduced_dims(node) or [])
+    return dims if len(_runs(dims)) > 1 else None
+
+
+def _rewrite_at(gm: GraphModule, node: Node) -> bool:
+    dims = _eligible(node)
+    if dims is None:
+        return False
+    src = node.args[0]
+    val = tensor_val(src)
+    count = 1
+    for d in dims:
+        count *= int(val.shape[d])
+    correction = node.kwargs.get("correction", 1)
+    correction = 1 if correction is None else correction
+    outer, inner = _runs(dims)[0], [d for d in dims if d not in _runs(dims)[0]]
+    made: list[Node] = []
+
+    def new(target, args, kwargs=None) -> Node:  # noqa: ANN001, ANN202 (aten overloads and their args)
+        made.append(call_like(gm, target, args, node, val.fake_mode, kwargs))
+        return made[-1]
+
+    def two_sums(x: Node) -> Node:  # keepdim: broadcasts against src
+        return new(aten.sum.dim_IntList, (new(aten.sum.dim_IntList, (x, outer, True)), inner, True))
+
+    with gm.graph.inserting_before(node):
+        mean = new(aten.div.Tensor, (two_sums(src), float(count)))
+        deviation = new(aten.sub.Tensor, (src, mean))
+        var = new(aten.div.Tensor, (two_sums(new(aten.mul.Tensor, (deviation, deviation))),
+                                    float(max(count - correction, 0))))
+        results = [var, mean]
+        if not keeps_reduced_dims(node):
+            results = [new(aten.squeeze.dims, (r, dims)) for r in results]
+    if any(list(old.shape) != list(r.meta["val"].shape) or old.dtype != r.meta["val"].dtype
+           for old, r in zip(node.meta["val"], results)):  # not what var_mean gave: as it was
+        for added in reversed(made):
+            gm.graph.erase_node(added)
+        return False
+    for getitem in list(node.users):
+        getitem.replace_all_uses_with(results[getitem.args[1]])
+        gm.graph.erase_node(getitem)
+    gm.graph.erase_node(node)
+    add_note(gm, NOTE.format(name=node.name, dims=dims, outer=outer, inner=inner))
+    return True
+
+
+def strided_statistics(gm: GraphModule) -> GraphModule:
+    """Rewrites each region `var_mean` over non-adjacent dims as two-pass sums (module docstring)."""
+    changed = rewrite_to_fixpoint(gm, _rewrite_at)
+    if changed:
+        log.debug("dynamo_nvf: %d statistics over non-adjacent dims as two-pass sums", changed)
+    return gm
