@@ -21,8 +21,10 @@ nvfuser_direct definitions of each form; inductor for comparison):
 
 Values are those of the same statistics with another order of summation (two passes: the mean
 first, then the squared deviations from it, as accurate as Welford's). Only `var_mean.correction` of
-a floating-point value with static sizes whose reduced dims are not one run; `correction` and
-`keepdim` are honoured.
+a floating-point value with static sizes whose reduced dims are not one run and keep the first
+(batch) dim; `correction` and `keepdim` are honoured. A BatchNorm's statistics of a row-major NCHW
+activation (over [0, 2, 3]) keep their Welford: nvFuser's 3-D schedule was made for them, and
+they were not measured in this form.
 
 Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), GraphModule out.
 """
@@ -69,7 +71,7 @@ def _eligible(node: Node) -> Optional[list[int]]:
     if getattr(val, "fake_mode", None) is None or any(u.target is not operator.getitem for u in node.users):
         return None
     dims = sorted(reduced_dims(node) or [])
-    return dims if len(_runs(dims)) > 1 else None
+    return dims if len(_runs(dims)) > 1 and 0 not in dims else None
 
 
 def _rewrite_at(gm: GraphModule, node: Node) -> bool:
