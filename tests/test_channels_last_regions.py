@@ -121,3 +121,44 @@ def test_a_region_whose_outputs_eager_lays_out_otherwise_stays_as_written():
         assert not _notes(check_inference(fn, [x], ON))
         assert_same_layout(compiled(x), fn(x))
 
+
+
+class _PaddedPoolStem(torch.nn.Module):
+    """A convolution, an explicit (asymmetric, "same") pad and a max pool, then BatchNorm and ReLU:
+    BiT's stem, and any "same"-padded pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 3, padding=1, bias=False)
+        self.pool = torch.nn.MaxPool2d(3, 2)
+        self.norm = torch.nn.BatchNorm2d(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.norm(self.pool(F.pad(torch.relu(self.conv(x)), (0, 1, 0, 1)))))
+
+
+def test_a_pad_computes_in_nhwc_order():
+    """The pad of a channels-last activation is padded in memory order (its widths permuted): the
+    region reads and writes row-major NHWC tensors, values and strides as eager's, in inference and
+    in training."""
+    torch.manual_seed(0)
+    m = _PaddedPoolStem().to(memory_format=torch.channels_last)
+    x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
+    check_training(m, [x], ON, params=list(m.parameters()), **GRAD_TOL)
+    plans = check_inference(m.eval(), [x], ON)
+    forward = [r for p in plans for r in p.regions]
+    pads = [r for r in forward if "constant_pad_nd" in r.fx_code]
+    assert pads and all("[0, 0, 0, 1, 0, 1]" in r.fx_code for r in pads), [r.fx_code for r in forward]
+    for region in pads:
+        assert "[0, 3, 1, 2]" not in region.fx_code, region.fx_code  # no permute back to NCHW dims inside
+        for t in region.inputs:
+            if len(t.shape) >= 4 and t.shape[-1] == 16:
+                assert list(t.stride)[-1] == 1, (t.shape, t.stride)
+    assert _notes(plans), [p.rewrites for p in plans]
+    with torch.no_grad():
+        compiled = torch.compile(m, backend="nvf_bookend", options=ON)
+        for _ in range(2):
+            x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
+            out, expected = compiled(x), m(x)
+            assert_same_layout(out, expected)
+            torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

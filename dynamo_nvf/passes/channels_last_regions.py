@@ -22,9 +22,16 @@ getitems, squeezes of the 4-D values (the same condition), expands of 4-D values
 broadcasting [N, C, 1, 1] over H and W), views of them that are views of the memory (GroupNorm's
 `[N, G, C/G, H*W]` of a channels-last activation, and its backward's `[N, C, H*W]`) and views or
 unsqueezes of smaller tensors (a BatchNorm's [C, 1, 1] weight: made 4-D, then permuted, to broadcast).
-Any other node leaves the region as it is. Each value is computed as its permute by its own order,
+Permutes join too: permuted by its inverse, a permute is its source, so a pool's taps (which read the
+activation through a permute into memory order, pool_windows.py) compute as they are and their
+result, permuted back to NCHW dims, is an NHWC value again; and constant pads, their widths permuted
+(a max pool's pad of a channels-last activation: timm BiT's stem, on an H100, 1213 us in logical
+NCHW order against inductor's 71 us). Any other node of a moved value leaves
+the region as it is, as does a pointwise op of a moved value and a full-size activation read as it
+is (it would be read strided). Each value is computed as its permute by its own order,
 the order its dims lie in memory: NHWC's [0, 2, 3, 1] for the activations, and for a view the order
-in which it lies dense ([0, 3, 1, 2] for GroupNorm's), so that the view is a row-major reshape there.
+in which it lies dense ([0, 3, 1, 2] for GroupNorm's), so that the view is a row-major reshape there;
+a region input is read in the order it lies dense in, and a row-major one as it is.
 PoolFormer's GroupNorm regions (timm poolformer_s12, bf16 inference, H100): nvFuser scheduled their
 pointwise part over the logical NCHW dims, 455 us against inductor's 28 us for the same region graph.
 Values are those of the same math in another order of summation; outputs keep the strides eager gives
@@ -154,6 +161,26 @@ def _squeezed_dims(node: Node, order: Order) -> Optional[list[int]]:
     return _moved_dims(gone, order)
 
 
+def _permute_order(node: Node, src_order: Optional[Order]) -> Order:
+    """The order of a permute: permuted by it, the permute is its source as computed (the source
+    itself, or its permute by `src_order`); the identity where that is the permute itself (the
+    taps of a pool read the activation so)."""
+    inverse = invert_perm([d % len(node.args[1]) for d in node.args[1]])
+    return tuple(inverse) if src_order is None else tuple(inverse[d] for d in src_order)
+
+
+def _moved_pad(pad: list[int], order: Order) -> list[int]:
+    """`constant_pad_nd`'s pad list (pairs from the last dim back) for the value permuted by `order`."""
+    rank = len(order)
+    widths = {rank - 1 - i // 2: (pad[i], pad[i + 1]) for i in range(0, len(pad), 2)}  # dim -> (low, high)
+    moved: list[int] = []
+    for d in reversed(order):
+        moved.extend(widths.get(d, (0, 0)))
+    while moved[-2:] == [0, 0]:
+        moved = moved[:-2]
+    return moved
+
+
 class _Unknown(Exception):
     """A node the rewrite does not know: the region stays as it is."""
 
@@ -173,13 +200,19 @@ def _order_of(node: Node, orders: dict[Node, Order]) -> Optional[Order]:
     if _elementwise(node):
         if _layout_kwargs(node) or len(set(moved)) > 1:
             raise _Unknown
+        shape = tuple(tensor_val(node).shape) if tensor_val(node) is not None else None
+        as_they_are = [a for a in node.args if isinstance(a, Node) and a not in orders and _rank(a) == 4
+                       and _activation(tensor_val(a)) and tuple(tensor_val(a).shape) == shape]
         if moved:
-            if any(_rank(a) > len(moved[0]) for a in node.args if isinstance(a, Node)):
-                raise _Unknown
+            if as_they_are or any(_rank(a) > len(moved[0]) for a in node.args if isinstance(a, Node)):
+                raise _Unknown  # an activation computed as it is would be read permuted: strided
             return moved[0]
-        return tuple(TO_NHWC) if _rank(node) == 4 else None
+        return tuple(TO_NHWC) if _rank(node) == 4 and not as_they_are else None
+    if node.target is aten.permute.default:
+        return _permute_order(node, src_order)
     if not moved:
-        if node.target in BROADCAST_BUILDERS or node.target in REDUCTIONS or node.target is aten.sum.default:
+        if (node.target in BROADCAST_BUILDERS or node.target in REDUCTIONS or node.target in RESHAPE_OPS
+                or node.target is aten.sum.default):
             return None
         if _rank(node) == 4 or any(_rank(a) == 4 for a in node.args if isinstance(a, Node)):
             raise _Unknown  # a 4-D value from smaller ones (a view's size-1 dims do not broadcast)
@@ -202,6 +235,8 @@ def _order_of(node: Node, orders: dict[Node, Order]) -> Optional[Order]:
         return None
     if node.target is aten.expand.default and _rank(node) == len(src_order):
         return src_order  # a [N, C, 1, 1] value broadcast over H and W (a mean's backward)
+    if node.target is aten.constant_pad_nd.default and _rank(node) == len(src_order):
+        return src_order  # a pad of H and W (a max pool's, or a "same" convolution's): padded in memory order
     if node.target in RESHAPE_OPS:
         order = _view_order(src, src_order, node)
         if order is None:
@@ -210,18 +245,35 @@ def _order_of(node: Node, orders: dict[Node, Order]) -> Optional[Order]:
     raise _Unknown
 
 
+def _input_order(val: torch.Tensor) -> Optional[Order]:
+    """The order a 4-D region input is read in: NHWC for a broadcast operand ([N, C, 1, 1]); the
+    order an activation lies dense in (channels-last, or GroupNorm's [N, G, C/G, H*W] view of it);
+    None (read as it is) for a row-major one or one not dense."""
+    if not _activation(val):
+        return tuple(TO_NHWC)
+    order = tuple(memory_order(val))
+    sizes = static_sizes(val)
+    if order == tuple(range(4)) or sizes is None:
+        return None
+    dense = _dense_strides(sizes, order)
+    return order if all(size == 1 or val.stride(d) == dense[d] for d, size in enumerate(sizes)) else None
+
+
 def _plan_orders(nodes: list[Node]) -> Optional[dict[Node, Order]]:
     """The order of each value the rewrite moves (the region's 4-D inputs, NHWC, included); None where
     the region has a node the rewrite does not know."""
     members = set(nodes)
-    orders: dict[Node, Order] = {a: tuple(TO_NHWC) for n in nodes for a in n.all_input_nodes
-                                 if a not in members and _rank(a) == 4}
+    orders: dict[Node, Order] = {}
+    for a in {a for n in nodes for a in n.all_input_nodes if a not in members and _rank(a) == 4}:
+        order = _input_order(tensor_val(a))
+        if order is not None:
+            orders[a] = order
     for node in nodes:
         try:
             order = _order_of(node, orders)
         except _Unknown:
             return None
-        if order is not None:
+        if order is not None and order != tuple(range(len(order))):  # in its own order: as it is
             if node.target is not aten.var_mean.correction and static_sizes(tensor_val(node)) is None:
                 return None
             orders[node] = order
@@ -237,8 +289,6 @@ def _eligible(nodes: list[Node]) -> Optional[dict[Node, Order]]:
     acts = [v for v in acts if v is not None and _activation(v) and static_sizes(v) is not None]
     if not any(memory_order(v) == TO_NHWC and v.numel() >= MIN_ELEMENTS for v in acts):
         return None
-    if any(memory_order(v) != TO_NHWC for v in acts):
-        return None  # a row-major NCHW activation would become a strided read
     if any(_rank(n) == 4 and static_sizes(tensor_val(n)) is None for n in nodes):
         return None
     return _plan_orders(nodes)
@@ -299,6 +349,13 @@ class _Rewriter:
             elif order is not None and node.target is aten.expand.default:
                 sizes = [int(tensor_val(node).shape[d]) for d in order]
                 self.moved[node] = self._new(aten.expand.default, (self.moved_of(src, src_order, node), sizes), node)
+            elif order is not None and node.target is aten.constant_pad_nd.default:
+                pad = _moved_pad(list(node.args[1]), order)
+                self.moved[node] = self._new(aten.constant_pad_nd.default,
+                                             (self.moved_of(src, src_order, node), pad, *node.args[2:]), node)
+            elif node.target is aten.permute.default and (order is not None or src_order is not None):
+                moved = self.moved_of(src, src_order, node) if src_order is not None else src
+                (self.moved if order is not None else self.plain)[node] = moved  # plain: computed as it is
             elif order is not None and node.target in RESHAPE_OPS:
                 sizes = [int(tensor_val(node).shape[d]) for d in order]
                 self.moved[node] = self._new(aten.reshape.default, (self.moved_of(src, src_order, node), sizes), node)
