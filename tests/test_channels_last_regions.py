@@ -5,6 +5,7 @@ views the rewrite does not know leave the region as it was; the option off leave
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -162,3 +163,21 @@ def test_a_pad_computes_in_nhwc_order():
             out, expected = compiled(x), m(x)
             assert_same_layout(out, expected)
             torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("hoist_permutes", [True, False], ids=["hoisted", "not_hoisted"])
+def test_a_permute_read_outside_keeps_eager_strides(hoist_permutes):
+    """A permute of a broadcast of two keepdim reductions (which TensorIterator lays out in logical
+    order) read outside the region: neither channels_last_regions (which would compute it as it is)
+    nor hoist_permutes (which would permute the operands) gives it other strides than eager's."""
+
+    def fn(x):
+        x = x * 2
+        s = x.sum((2, 3), keepdim=True) * x.sum(1, keepdim=True)
+        return s.permute(0, 2, 3, 1)
+
+    x = torch.randn(8, 16, 32, 32).to(memory_format=torch.channels_last)
+    compiled = torch.compile(fn, backend="nvf_bookend", options={**ON, "hoist_permutes": hoist_permutes})
+    out, expected = compiled(x), fn(x)
+    assert out.stride() == expected.stride()
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-3)

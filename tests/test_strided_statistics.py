@@ -80,3 +80,15 @@ def test_gpu_group_norm_with_many_channels_per_group_runs_on_nvfuser(device):
         assert out.stride() == fn(x).stride()
         torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=2e-2)
     assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0, STATS.snapshot()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_half_inputs_sum_in_float32(dtype):
+    """Sums of a few thousand f16 values of 100 pass f16's largest value (65504): the sums run in
+    float32, as var_mean accumulates, and the results come back in the input's dtype."""
+    fn = _statistics([1, 3], 1, True)
+    x = (100 + torch.randn(8, 64, 32, 32)).to(dtype)
+    plans = check_inference(fn, [x], ON)
+    assert _notes(plans) and "torch.float32" in _region_code(plans)
+    var, mean = compile_fn(fn, ON)(x)
+    assert var.dtype == dtype and torch.isfinite(var).all() and torch.isfinite(mean).all()

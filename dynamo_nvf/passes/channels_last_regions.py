@@ -375,7 +375,7 @@ class _Rewriter:
         back) and erases what is left unused; returns the number of values moved, or None (the graph's
         old nodes untouched) where a value read outside the region would get other strides than
         eager's: TensorIterator lays out a broadcast of two keepdim reductions in logical order, which
-        a channels-last result does not match."""
+        a channels-last result does not match, nor a permute of it that the rewrite computes as is."""
         members = set(self.nodes)
         backs: dict[Node, Node] = {}
         for node in self.nodes:
@@ -387,6 +387,12 @@ class _Rewriter:
                 if read_outside and not check_significant_strides(backs[node].meta["val"], tensor_val(node),
                                                                   only_cuda=False)[0]:
                     return None  # the new nodes have no users: dead code
+        for node, new in self.plain.items():  # computed as it is, from moved values (a permute of one)
+            val, new_val = tensor_val(node), tensor_val(new)
+            if (isinstance(val, torch.Tensor) and isinstance(new_val, torch.Tensor)
+                    and any(u not in members for u in node.users)
+                    and not check_significant_strides(new_val, val, only_cuda=False)[0]):
+                return None
         count = 0
         for node in reversed(self.nodes):
             if node in self.plain:

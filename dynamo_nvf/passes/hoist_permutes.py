@@ -39,6 +39,7 @@ import logging
 from typing import Any, Optional
 
 import torch
+from torch._prims_common import check_significant_strides
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.metadata import static_sizes, tensor_val
@@ -145,17 +146,29 @@ def permute_operand(gm: GraphModule, arg: Any, perm: list[int], like: Node, mode
     return call_like(gm, aten.permute.default, (src, list(perm)), like, mode)
 
 
-def _hoist(gm: GraphModule, permute: Node, perm: list[int]) -> None:
-    """Rewrites `permute(op(a, b, ...))` as `op(permute(a'), permute(b'), ...)`, a' ranked up with 1s."""
+def _hoist(gm: GraphModule, permute: Node, perm: list[int]) -> bool:
+    """Rewrites `permute(op(a, b, ...))` as `op(permute(a'), permute(b'), ...)`, a' ranked up with 1s;
+    False (the graph as it was) where the permute is read outside its region and the rewrite would
+    give it other strides than eager's (a permute of a broadcast of two keepdim reductions, which
+    TensorIterator lays out in logical order)."""
     op = permute.args[0]
     mode = tensor_val(op).fake_mode
+    before = set(gm.graph.nodes)
     with gm.graph.inserting_before(op):
         args = tuple(permute_operand(gm, a, perm, permute, mode) for a in op.args)
         kwargs = {k: permute_operand(gm, v, perm, permute, mode) for k, v in op.kwargs.items()}
         replacement = call_like(gm, op.target, args, op, mode, kwargs)
+    region = permute.meta.get(REGION_KEY)
+    read_outside = any(u.meta.get(REGION_KEY) != region or u.op == "output" for u in permute.users)
+    if read_outside and not check_significant_strides(tensor_val(replacement), tensor_val(permute),
+                                                      only_cuda=False)[0]:
+        for node in reversed([n for n in gm.graph.nodes if n not in before]):
+            gm.graph.erase_node(node)
+        return False
     permute.replace_all_uses_with(replacement)
     gm.graph.erase_node(permute)
     gm.graph.erase_node(op)
+    return True
 
 
 def _hoist_at(gm: GraphModule, node: Node) -> bool:
@@ -172,10 +185,14 @@ def _hoist_at(gm: GraphModule, node: Node) -> bool:
     if not _can_hoist(op, perm, region, strided_ok=strided_ok):
         return False
     row_major = not strided_ok or _can_hoist(op, perm, region)  # without strided_ok, the check above said so
+    marked = STRIDED_HOIST_KEY in node.meta
     if not row_major:
         node.meta[STRIDED_HOIST_KEY] = True  # call_like copies it onto the permutes that replace this one
+    if not _hoist(gm, node, perm):
+        if not marked:
+            node.meta.pop(STRIDED_HOIST_KEY, None)
+        return False
     add_note(gm, (NOTE if row_major else NOTE_STRIDED).format(permute=node.name, op=op.name))
-    _hoist(gm, node, perm)
     return True
 
 

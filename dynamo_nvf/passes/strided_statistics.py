@@ -20,7 +20,8 @@ nvfuser_direct definitions of each form; inductor for comparison):
 | [8, 320, 64, 64] | 96 | 105 | 171 |
 
 Values are those of the same statistics with another order of summation (two passes: the mean
-first, then the squared deviations from it, as accurate as Welford's). Only `var_mean.correction` of
+first, then the squared deviations from it, as accurate as Welford's), summed in float32 for a
+bf16 or f16 input as var_mean accumulates (f16 sums of a few thousand values overflow). Only `var_mean.correction` of
 a floating-point value with static sizes whose reduced dims are not one run and keep the first
 (batch) dim; `correction` and `keepdim` are honoured. A BatchNorm's statistics of a row-major NCHW
 activation (over [0, 2, 3]) keep their Welford: nvFuser's 3-D schedule was made for them, and
@@ -36,6 +37,7 @@ import operator
 from typing import Optional
 
 import torch
+from torch._prims_common import get_computation_dtype
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import keeps_reduced_dims, reduced_dims
@@ -95,12 +97,16 @@ def _rewrite_at(gm: GraphModule, node: Node) -> bool:
     def two_sums(x: Node) -> Node:  # keepdim: broadcasts against src
         return new(aten.sum.dim_IntList, (new(aten.sum.dim_IntList, (x, outer, True)), inner, True))
 
+    compute = get_computation_dtype(val.dtype)
     with gm.graph.inserting_before(node):
-        mean = new(aten.div.Tensor, (two_sums(src), float(count)))
-        deviation = new(aten.sub.Tensor, (src, mean))
+        x = src if compute == val.dtype else new(aten._to_copy.default, (src,), {"dtype": compute})
+        mean = new(aten.div.Tensor, (two_sums(x), float(count)))
+        deviation = new(aten.sub.Tensor, (x, mean))
         var = new(aten.div.Tensor, (two_sums(new(aten.mul.Tensor, (deviation, deviation))),
                                     float(max(count - correction, 0))))
         results = [var, mean]
+        if compute != val.dtype:  # var_mean's results are in its input's dtype
+            results = [new(aten._to_copy.default, (r,), {"dtype": val.dtype}) for r in results]
         if not keeps_reduced_dims(node):
             results = [new(aten.squeeze.dims, (r, dims)) for r in results]
     if any(list(old.shape) != list(r.meta["val"].shape) or old.dtype != r.meta["val"].dtype
