@@ -117,3 +117,22 @@ def test_training_rewrites_the_forward_only():
     plans = check_training(head, _head_inputs(), PLAN)
     rewritten = {p.kind: any("memory order" in n for n in p.rewrites) for p in plans}
     assert rewritten == {"forward": True, "backward": False}, rewritten
+
+
+def test_a_broadcast_of_rewritten_reductions_read_through_a_view_keeps_eager_values():
+    """Two keepdim reductions of a channels-last tensor, broadcast together and squeezed outside the
+    region: the rewrite moves the reductions' size-1 dims, so the region's eager run (the CPU, or a
+    fallback after an nvFuser error) lays the product out otherwise than the traced graph; the
+    runtime gives it the traced strides, which the squeeze outside reads through a reinterpret."""
+
+    def fn(x):
+        x = x * 2
+        s = x.sum((2, 3), keepdim=True) * x[:, :, :, :1].sum(1, keepdim=True)
+        return s.squeeze(3)
+
+    compiled = torch.compile(fn, backend="nvf_bookend", options={"plan_cpu_as_cuda": True})
+    for _ in range(2):
+        x = torch.randn(8, 16, 32, 32).to(memory_format=torch.channels_last)
+        out, expected = compiled(x), fn(x)
+        assert out.stride() == expected.stride()
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-3)

@@ -194,6 +194,36 @@ def static_region(region: GraphModule) -> bool:
     return True
 
 
+def _traced_strides(region: GraphModule) -> list[Optional[tuple[int, ...]]]:
+    """Eager's strides of each tensor output where static: the layout the graph around the region
+    reads it in (a view of it may be a `reinterpret_tensor` of exactly these strides)."""
+    out = next(n for n in region.graph.nodes if n.op == "output")
+    strides: list[Optional[tuple[int, ...]]] = []
+    for node in out.args[0]:
+        val = node.meta.get("val") if hasattr(node, "meta") else None
+        strides.append(tuple(int(s) for s in val.stride()) if isinstance(val, torch.Tensor) and static_layout(val)
+                       else None)
+    return strides
+
+
+def _significant(t: torch.Tensor, strides: Sequence[int]) -> list[int]:
+    return [s for s, n in zip(strides, t.shape) if n > 1]
+
+
+def in_traced_layouts(outputs: Sequence[Any], strides: Sequence[Optional[tuple[int, ...]]]) -> Any:
+    """`outputs` with each tensor whose layout differs from its traced `strides` copied into them: a
+    region's eager run computes its rewritten graph (passes change the order it computes in), whose
+    outputs TensorIterator may lay out otherwise than eager's original ops did."""
+    fixed = None
+    for i, (out, stride) in enumerate(zip(outputs, strides)):
+        if stride is None or not isinstance(out, torch.Tensor) or out.dim() != len(stride):
+            continue
+        if _significant(out, out.stride()) != _significant(out, stride):
+            fixed = list(outputs) if fixed is None else fixed
+            fixed[i] = torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device).copy_(out)
+    return outputs if fixed is None else type(outputs)(fixed) if isinstance(outputs, tuple) else fixed
+
+
 def _expected_outputs(region: GraphModule) -> list[tuple[torch.dtype, list[Optional[int]]]]:
     """Eager's dtype and static sizes (None where symbolic) of each region output."""
     out = next(n for n in region.graph.nodes if n.op == "output")
@@ -410,6 +440,7 @@ class RegionRuntime:
         self._by_exact: OrderedDict[tuple, _Entry] = OrderedDict()
         self._by_descriptor: OrderedDict[tuple, _Entry] = OrderedDict()
         self._expected = _expected_outputs(eager)
+        self._traced_strides = _traced_strides(eager)
         self._output_nodes = list(next(n for n in eager.graph.nodes if n.op == "output").args[0])
         self._home = home_device(eager)
         self._nvf = nvf_env.nvfuser_module() if nvf_env.nvfuser_available() else None
@@ -646,7 +677,7 @@ class RegionRuntime:
     def _run_eager(self, args: Sequence[Any]) -> Any:
         STATS.eager_calls += 1
         self.plan.calls_eager += 1
-        return self._eager_forward(*args)
+        return in_traced_layouts(self._eager_forward(*args), self._traced_strides)
 
     def _lookup(self, args: Sequence[Any]) -> _Entry:
         exact = _exact_key(args)
@@ -747,7 +778,8 @@ class RegionRuntime:
             shown = list(outputs)
             for index, order in entry.fixups:
                 shown[index] = _relayout(shown[index], order)
-            problem = verify_against_eager(shown, self._eager_forward(*args))
+            expected = in_traced_layouts(self._eager_forward(*args), self._traced_strides)
+            problem = verify_against_eager(shown, expected)
         except Exception as exc:  # the check itself failed: never keep an unchecked definition
             problem = f"the check failed: {_short_error(exc)}"
         if problem:
