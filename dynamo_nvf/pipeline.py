@@ -53,9 +53,9 @@ from dynamo_nvf.passes.reinplace import reinplace_fresh_accumulations
 from dynamo_nvf.passes.saved_views import recompute_saved_views
 from dynamo_nvf.passes.sink_permutes import sink_permutes
 from dynamo_nvf.passes.split_channel_statistics import split_channel_statistics
-from dynamo_nvf.passes.strided_statistics import strided_statistics
 from dynamo_nvf.passes.split_reductions import split_norm_backward
 from dynamo_nvf.passes.split_transposes import split_transposes
+from dynamo_nvf.passes.strided_statistics import strided_statistics
 from dynamo_nvf.passes.two_stage_statistics import two_stage_statistics
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.passes.unfuse_addmm import unfuse_addmm_bias

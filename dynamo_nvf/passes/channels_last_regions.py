@@ -294,6 +294,14 @@ def _eligible(nodes: list[Node]) -> Optional[dict[Node, Order]]:
     return _plan_orders(nodes)
 
 
+def _other_strides_outside(node: Node, new: Node, members: set[Node]) -> bool:
+    """Whether `node` is read outside its region and `new`, which replaces it, has other strides."""
+    val, new_val = tensor_val(node), tensor_val(new)
+    return (isinstance(val, torch.Tensor) and isinstance(new_val, torch.Tensor)
+            and any(u not in members for u in node.users)
+            and not check_significant_strides(new_val, val, only_cuda=False)[0])
+
+
 class _Rewriter:
     def __init__(self, gm: GraphModule, nodes: list[Node], orders: dict[Node, Order]) -> None:
         self.gm = gm
@@ -383,16 +391,11 @@ class _Rewriter:
                 with self.gm.graph.inserting_after(self.moved[node]):
                     back = list(invert_perm(self.orders[node]))
                     backs[node] = self._new(aten.permute.default, (self.moved[node], back), node)
-                read_outside = any(u not in members for u in node.users)
-                if read_outside and not check_significant_strides(backs[node].meta["val"], tensor_val(node),
-                                                                  only_cuda=False)[0]:
+                if _other_strides_outside(node, backs[node], members):
                     return None  # the new nodes have no users: dead code
-        for node, new in self.plain.items():  # computed as it is, from moved values (a permute of one)
-            val, new_val = tensor_val(node), tensor_val(new)
-            if (isinstance(val, torch.Tensor) and isinstance(new_val, torch.Tensor)
-                    and any(u not in members for u in node.users)
-                    and not check_significant_strides(new_val, val, only_cuda=False)[0]):
-                return None
+        # a value computed as it is, from moved values (a permute of one)
+        if any(_other_strides_outside(node, new, members) for node, new in self.plain.items()):
+            return None
         count = 0
         for node in reversed(self.nodes):
             if node in self.plain:

@@ -153,7 +153,7 @@ def _hoist(gm: GraphModule, permute: Node, perm: list[int]) -> bool:
     TensorIterator lays out in logical order)."""
     op = permute.args[0]
     mode = tensor_val(op).fake_mode
-    before = set(gm.graph.nodes)
+    first = op.prev  # the new nodes go between it and op
     with gm.graph.inserting_before(op):
         args = tuple(permute_operand(gm, a, perm, permute, mode) for a in op.args)
         kwargs = {k: permute_operand(gm, v, perm, permute, mode) for k, v in op.kwargs.items()}
@@ -162,8 +162,8 @@ def _hoist(gm: GraphModule, permute: Node, perm: list[int]) -> bool:
     read_outside = any(u.meta.get(REGION_KEY) != region or u.op == "output" for u in permute.users)
     if read_outside and not check_significant_strides(tensor_val(replacement), tensor_val(permute),
                                                       only_cuda=False)[0]:
-        for node in reversed([n for n in gm.graph.nodes if n not in before]):
-            gm.graph.erase_node(node)
+        while op.prev is not first:
+            gm.graph.erase_node(op.prev)
         return False
     permute.replace_all_uses_with(replacement)
     gm.graph.erase_node(permute)

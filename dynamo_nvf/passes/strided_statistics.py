@@ -21,9 +21,9 @@ nvfuser_direct definitions of each form; inductor for comparison):
 
 Values are those of the same statistics with another order of summation (two passes: the mean
 first, then the squared deviations from it, as accurate as Welford's), summed in float32 for a
-bf16 or f16 input as var_mean accumulates (f16 sums of a few thousand values overflow). Only `var_mean.correction` of
-a floating-point value with static sizes whose reduced dims are not one run and keep the first
-(batch) dim; `correction` and `keepdim` are honoured. A BatchNorm's statistics of a row-major NCHW
+bf16 or f16 input as var_mean accumulates (f16 sums of a few thousand values overflow). Only
+`var_mean.correction` of a floating-point value with static sizes whose reduced dims are not one
+run and keep the first (batch) dim; `correction` and `keepdim` are honoured. A BatchNorm's statistics of a row-major NCHW
 activation (over [0, 2, 3]) keep their Welford: nvFuser's 3-D schedule was made for them, and
 they were not measured in this form.
 
@@ -33,6 +33,7 @@ Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), Grap
 from __future__ import annotations
 
 import logging
+import math
 import operator
 from typing import Optional
 
@@ -82,12 +83,11 @@ def _rewrite_at(gm: GraphModule, node: Node) -> bool:
         return False
     src = node.args[0]
     val = tensor_val(src)
-    count = 1
-    for d in dims:
-        count *= int(val.shape[d])
+    count = math.prod(int(val.shape[d]) for d in dims)
     correction = node.kwargs.get("correction", 1)
     correction = 1 if correction is None else correction
-    outer, inner = _runs(dims)[0], [d for d in dims if d not in _runs(dims)[0]]
+    outer = _runs(dims)[0]
+    inner = [d for d in dims if d not in outer]
     made: list[Node] = []
 
     def new(target, args, kwargs=None) -> Node:  # noqa: ANN001, ANN202 (aten overloads and their args)

@@ -194,16 +194,12 @@ def static_region(region: GraphModule) -> bool:
     return True
 
 
-def _traced_strides(region: GraphModule) -> list[Optional[tuple[int, ...]]]:
+def _traced_strides(output_nodes: Sequence[Any]) -> list[Optional[tuple[int, ...]]]:
     """Eager's strides of each tensor output where static: the layout the graph around the region
     reads it in (a view of it may be a `reinterpret_tensor` of exactly these strides)."""
-    out = next(n for n in region.graph.nodes if n.op == "output")
-    strides: list[Optional[tuple[int, ...]]] = []
-    for node in out.args[0]:
-        val = node.meta.get("val") if hasattr(node, "meta") else None
-        strides.append(tuple(int(s) for s in val.stride()) if isinstance(val, torch.Tensor) and static_layout(val)
-                       else None)
-    return strides
+    vals = [getattr(node, "meta", {}).get("val") for node in output_nodes]
+    return [tuple(int(s) for s in val.stride()) if isinstance(val, torch.Tensor) and static_layout(val) else None
+            for val in vals]
 
 
 def _significant(t: torch.Tensor, strides: Sequence[int]) -> list[int]:
@@ -221,7 +217,9 @@ def in_traced_layouts(outputs: Sequence[Any], strides: Sequence[Optional[tuple[i
         if _significant(out, out.stride()) != _significant(out, stride):
             fixed = list(outputs) if fixed is None else fixed
             fixed[i] = torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device).copy_(out)
-    return outputs if fixed is None else type(outputs)(fixed) if isinstance(outputs, tuple) else fixed
+    if fixed is None:
+        return outputs
+    return tuple(fixed) if isinstance(outputs, tuple) else fixed
 
 
 def _expected_outputs(region: GraphModule) -> list[tuple[torch.dtype, list[Optional[int]]]]:
@@ -440,8 +438,8 @@ class RegionRuntime:
         self._by_exact: OrderedDict[tuple, _Entry] = OrderedDict()
         self._by_descriptor: OrderedDict[tuple, _Entry] = OrderedDict()
         self._expected = _expected_outputs(eager)
-        self._traced_strides = _traced_strides(eager)
         self._output_nodes = list(next(n for n in eager.graph.nodes if n.op == "output").args[0])
+        self._traced_strides = _traced_strides(self._output_nodes)
         self._home = home_device(eager)
         self._nvf = nvf_env.nvfuser_module() if nvf_env.nvfuser_available() else None
         self._static = static_region(eager)
