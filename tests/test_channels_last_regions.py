@@ -181,3 +181,45 @@ def test_a_permute_read_outside_keeps_eager_strides(hoist_permutes):
     out, expected = compiled(x), fn(x)
     assert out.stride() == expected.stride()
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-3)
+
+
+class _DenseLayers(torch.nn.Module):
+    """Two DenseNet layers: each concatenates every feature map before it along the channels, then
+    BatchNorm, ReLU and a convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm1, self.conv1 = torch.nn.BatchNorm2d(16), torch.nn.Conv2d(16, 8, 3, padding=1, bias=False)
+        self.norm2, self.conv2 = torch.nn.BatchNorm2d(24), torch.nn.Conv2d(24, 8, 3, padding=1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.conv1(torch.relu(self.norm1(x)))
+        b = self.conv2(torch.relu(self.norm2(torch.cat([x, a], 1))))
+        return torch.cat([x, a, b], 1)
+
+
+def test_a_concatenation_of_channels_last_maps_computes_in_nhwc_order():
+    """DenseNet's concatenation along the channels of channels-last feature maps joins the region in
+    NHWC order (along its last dim there), forward and backward: the region reads and writes
+    row-major NHWC tensors, values, gradients and strides as eager's."""
+    torch.manual_seed(0)
+    m = _DenseLayers().to(memory_format=torch.channels_last)
+    x = torch.randn(8, 16, 32, 32).to(memory_format=torch.channels_last)
+    plans = check_training(m, [x], ON, params=list(m.parameters()), **GRAD_TOL)
+    cats = [r for p in plans if p.kind == "forward" for r in p.regions if "cat.default" in r.fx_code]
+    assert cats, [r.fx_code for p in plans for r in p.regions]
+    for region in cats:
+        assert ", 3)" in region.fx_code.split("cat.default", 1)[1].split("\n")[0], region.fx_code
+        for t in _activation_inputs(region):
+            assert list(t.stride)[-1] == 1, (t.shape, t.stride)
+    assert _notes(plans, "forward"), [p.rewrites for p in plans]
+    with torch.no_grad():
+        m.eval()
+        plans = check_inference(m, [x], ON)
+        assert [r for p in plans for r in p.regions if "cat.default" in r.fx_code] and _notes(plans)
+        compiled = torch.compile(m, backend="nvf_bookend", options=ON)
+        for _ in range(2):
+            x = torch.randn(8, 16, 32, 32).to(memory_format=torch.channels_last)
+            out, expected = compiled(x), m(x)
+            assert_same_layout(out, expected)
+            torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

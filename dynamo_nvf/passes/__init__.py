@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from torch.fx import GraphModule, Node
+from torch.fx.node import map_arg
 
 #: gm.meta key of the notes a rewriting pass leaves for the graph's plan (explain() lists them under
 #: "rewrites"): the attention pass's on Dynamo's graph, the aten passes' on aot_autograd's graphs;
@@ -28,8 +29,8 @@ def call_like(gm: GraphModule, target: Any, args: tuple, like: Node, mode: Any, 
     kwargs = kwargs or {}
     node = gm.graph.call_function(target, args, kwargs)
     node.meta.update({k: v for k, v in like.meta.items() if k not in ("val", "tensor_meta")})
-    vals = [a.meta["val"] if isinstance(a, Node) else a for a in args]
-    kvals = {k: (v.meta["val"] if isinstance(v, Node) else v) for k, v in kwargs.items()}
+    vals = map_arg(args, lambda a: a.meta["val"])  # nested too: cat's list of tensors
+    kvals = map_arg(kwargs, lambda a: a.meta["val"])
     with mode:
         node.meta["val"] = target(*vals, **kvals)
     return node

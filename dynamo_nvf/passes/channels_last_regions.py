@@ -26,7 +26,8 @@ Permutes join too: permuted by its inverse, a permute is its source, so a pool's
 activation through a permute into memory order, pool_windows.py) compute as they are and their
 result, permuted back to NCHW dims, is an NHWC value again; and constant pads, their widths permuted
 (a max pool's pad of a channels-last activation: timm BiT's stem, on an H100, 1213 us in logical
-NCHW order against inductor's 71 us). Any other node of a moved value leaves
+NCHW order against inductor's 71 us), and concatenations of values in one order (DenseNet's, a CSP
+net's, along the channels: the last dim in NHWC order). Any other node of a moved value leaves
 the region as it is, as does a pointwise op of a moved value and a full-size activation read as it
 is (it would be read strided). Each value is computed as its permute by its own order,
 the order its dims lie in memory: NHWC's [0, 2, 3, 1] for the activations, and for a view the order
@@ -57,6 +58,7 @@ from typing import Any, Optional
 import torch
 from torch._prims_common import check_significant_strides, invert_perm
 from torch.fx import GraphModule, Node
+from torch.fx.node import map_arg
 
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_pointwise, keeps_reduced_dims, reduced_dims
 from dynamo_nvf.ops.metadata import RESHAPE_OPS, memory_order, static_sizes, tensor_val
@@ -210,6 +212,13 @@ def _order_of(node: Node, orders: dict[Node, Order]) -> Optional[Order]:
         return tuple(TO_NHWC) if _rank(node) == 4 and not as_they_are else None
     if node.target is aten.permute.default:
         return _permute_order(node, src_order)
+    if node.target is aten.cat.default:  # DenseNet's, a CSP net's: the parts' common order, if any
+        parts = {orders.get(a) if isinstance(a, Node) else None for a in node.args[0]}
+        if parts == {None} and _rank(node) != 4:
+            return None
+        if len(parts) != 1 or None in parts or any(_rank(a) != _rank(node) for a in node.args[0]):
+            raise _Unknown
+        return parts.pop()
     if not moved:
         if (node.target in BROADCAST_BUILDERS or node.target in REDUCTIONS or node.target in RESHAPE_OPS
                 or node.target is aten.sum.default):
@@ -357,6 +366,10 @@ class _Rewriter:
             elif order is not None and node.target is aten.expand.default:
                 sizes = [int(tensor_val(node).shape[d]) for d in order]
                 self.moved[node] = self._new(aten.expand.default, (self.moved_of(src, src_order, node), sizes), node)
+            elif order is not None and node.target is aten.cat.default:
+                dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % len(order)
+                parts = [self.moved_of(a, order, node) for a in node.args[0]]
+                self.moved[node] = self._new(aten.cat.default, (parts, order.index(dim)), node)
             elif order is not None and node.target is aten.constant_pad_nd.default:
                 pad = _moved_pad(list(node.args[1]), order)
                 self.moved[node] = self._new(aten.constant_pad_nd.default,
@@ -371,7 +384,7 @@ class _Rewriter:
                 args = tuple(self.operand(a, node, order) for a in node.args)
                 self.moved[node] = self._new(node.target, args, node, dict(node.kwargs))
             else:  # a value computed as it is: a smaller one, or a 4-D broadcast operand built from one
-                args = tuple(self.plain.get(a, a) if isinstance(a, Node) else a for a in node.args)
+                args = map_arg(node.args, lambda a: self.plain.get(a, a))
                 if args != tuple(node.args):
                     self.plain[node] = self._new(node.target, args, node, dict(node.kwargs))
 
