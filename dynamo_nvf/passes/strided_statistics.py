@@ -29,9 +29,9 @@ they were not measured in this form.
 
 The sums read their own copy of the statistics' source where the region computes it from its
 inputs by a few pointwise ops, casts and views (BiT's residual add before its GroupNorm): nvFuser
-segments the sums and the normalisation into several kernels, and without the copies it kept the f32
-source between them (294 MiB of scratch in one BiT region on an H100, where inductor keeps none).
-The copies are recomputed from the region's inputs in each kernel instead. Not yet measured.
+segments the sums and the normalisation into several kernels, and one BiT region allocated 294 MiB
+of scratch on an H100 where inductor allocates none: most likely the f32 source kept between those
+kernels. With the copies each kernel can recompute it from the region's inputs. Not yet measured.
 
 Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), GraphModule out.
 """
