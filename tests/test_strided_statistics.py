@@ -92,3 +92,19 @@ def test_half_inputs_sum_in_float32(dtype):
     assert _notes(plans) and "torch.float32" in _region_code(plans)
     var, mean = compile_fn(fn, ON)(x)
     assert var.dtype == dtype and torch.isfinite(var).all() and torch.isfinite(mean).all()
+
+
+def test_the_sums_recompute_their_source_from_the_region_inputs():
+    """Statistics of a value the region computes (a residual add, as BiT's) read their own copy of it,
+    recomputed from the region's inputs, so nvFuser's segments need not keep it between them."""
+
+    def fn(a, b):
+        x = (a + b).float()
+        var, mean = torch.var_mean(x, dim=[1, 3], correction=0, keepdim=True)
+        return (x - mean) * torch.rsqrt(var + 1e-5)
+
+    a, b = torch.randn(4, 6, 5, 8), torch.randn(4, 6, 5, 8)
+    plans = check_inference(fn, [a, b], ON)
+    code = _region_code(plans)
+    assert _notes(plans) and code.count("aten.add.Tensor(") == 4, code  # the source three times, plus eps
+    check_fresh_inputs(compile_fn(fn, ON), fn, lambda: [torch.randn(4, 6, 5, 8), torch.randn(4, 6, 5, 8)])
