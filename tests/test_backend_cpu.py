@@ -364,3 +364,27 @@ def test_full_sum_knows_when_its_region_reduces_rows():
     for gm, expected in ((norm_loss, True), (plain_loss, False), (column_loss, False)):
         total = [n for n in gm.graph.nodes if n.target is torch.ops.aten.sum.default][0]
         assert _rows_reduced_in_region(total, total.args[0]) is expected, gm.code
+
+
+@pytest.mark.parametrize("dims,expected", [([0, 1, 2, 3], []), ([0, 1, -1, 2], [[0, 1, 3, 2]])],
+                         ids=["identity", "swap"])
+def test_an_identity_permute_lowers_to_its_input(dims, expected):
+    """An identity permute defines nothing in nvFuser (nvFuser's no-op permute beside outputs of two
+    layouts gave wrong values: scripts/nvfuser_repros/row_major_pin_beside_channels_last_output.py); another
+    permute lowers to nvFuser's permute with non-negative dims."""
+    from types import SimpleNamespace
+
+    from dynamo_nvf.ops.context import LoweringContext
+    from dynamo_nvf.ops.registry import LOWERINGS
+
+    gm = torch.fx.symbolic_trace(lambda x: x.permute(*dims))
+    src = next(n for n in gm.graph.nodes if n.op == "placeholder")
+    src.meta["val"] = torch.empty(2, 3, 4, 5)
+    node = torch.fx.Graph().call_function(torch.ops.aten.permute.default, (src, dims))
+    calls = []
+    ctx = LoweringContext.__new__(LoweringContext)
+    ctx.ops = SimpleNamespace(permute=lambda v, d: calls.append(d) or ("permuted", v))
+    ctx.values = {src: "x"}
+    out = LOWERINGS[torch.ops.aten.permute.default].lower(ctx, node)
+    assert calls == expected
+    assert out == ("x" if not expected else ("permuted", "x"))

@@ -726,8 +726,13 @@ def _reshape(ctx, node: Node) -> Any:
 
 @register_lowering(aten.permute.default)
 def _permute(ctx, node: Node) -> Any:
+    """An identity permute is its input: nvFuser's own (a no-op) beside an output pinned row-major and
+    another written channels-last gave wrong values (scripts/nvfuser_repros/row_major_pin_beside_channels_last_output.py)."""
     rank = _rank(node.args[0])
-    return ctx.ops.permute(ctx.value(node.args[0]), [_norm_dim(d, rank) for d in node.args[1]])
+    dims = [_norm_dim(d, rank) for d in node.args[1]]
+    if dims == list(range(rank)):
+        return ctx.value(node.args[0])
+    return ctx.ops.permute(ctx.value(node.args[0]), dims)
 
 
 @register_lowering(aten.transpose.int)
