@@ -30,8 +30,10 @@ they were not measured in this form.
 The sums read their own copy of the statistics' source where the region computes it from its
 inputs by a few pointwise ops, casts and views (BiT's residual add before its GroupNorm): nvFuser
 segments the sums and the normalisation into several kernels, and one BiT region allocated 294 MiB
-of scratch on an H100 where inductor allocates none: most likely the f32 source kept between those
-kernels. With the copies each kernel can recompute it from the region's inputs. Not yet measured.
+of scratch on an H100 where inductor allocates none: the f32 source kept between those kernels.
+With the copies each kernel recomputes it from the region's inputs: BiT inference on an H100 (bf16,
+`python -m perf --only zoo_timm_resnetv2_bit_fwd_bf16 --backends inductor,nvf_bookend`, 2026-11-27)
+went from 2.80x inductor's peak memory to 1.28x, and from 1.30x its kernel time to 1.16x.
 
 Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), GraphModule out.
 """
