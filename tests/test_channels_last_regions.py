@@ -32,6 +32,15 @@ def _activation_inputs(region):
     return [t for t in region.inputs if len(t.shape) == 4 and t.shape[1] * t.shape[2] > 1 and t.shape[3] > 1]
 
 
+def _fresh_channels_last_inputs_match_eager(compiled, m, shape) -> None:
+    """Two fresh channels-last inputs: `compiled`'s outputs have eager's layout and values."""
+    for _ in range(2):
+        x = torch.randn(*shape).to(memory_format=torch.channels_last)
+        out, expected = compiled(x), m(x)
+        assert_same_layout(out, expected)
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_batch_norm_training_regions_compute_in_nhwc_order():
     m = _conv_bn_relu()
     x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
@@ -69,11 +78,7 @@ def test_fresh_inputs_outputs_and_strides_match_eager():
     with torch.no_grad():
         plans = check_inference(m, [torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)], ON)
         assert _notes(plans)
-        for _ in range(2):
-            x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
-            out, expected = compiled(x), m(x)
-            assert_same_layout(out, expected)
-            torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        _fresh_channels_last_inputs_match_eager(compiled, m, (8, 8, 32, 32))
 
 
 def test_squeeze_excite_gate_and_mean_keep_eager_layout():
@@ -158,11 +163,7 @@ def test_a_pad_computes_in_nhwc_order():
     assert _notes(plans), [p.rewrites for p in plans]
     with torch.no_grad():
         compiled = torch.compile(m, backend="nvf_bookend", options=ON)
-        for _ in range(2):
-            x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
-            out, expected = compiled(x), m(x)
-            assert_same_layout(out, expected)
-            torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        _fresh_channels_last_inputs_match_eager(compiled, m, (8, 8, 32, 32))
 
 
 @pytest.mark.parametrize("hoist_permutes", [True, False], ids=["hoisted", "not_hoisted"])
@@ -218,8 +219,4 @@ def test_a_concatenation_of_channels_last_maps_computes_in_nhwc_order():
         plans = check_inference(m, [x], ON)
         assert [r for p in plans for r in p.regions if "cat.default" in r.fx_code] and _notes(plans)
         compiled = torch.compile(m, backend="nvf_bookend", options=ON)
-        for _ in range(2):
-            x = torch.randn(8, 16, 32, 32).to(memory_format=torch.channels_last)
-            out, expected = compiled(x), m(x)
-            assert_same_layout(out, expected)
-            torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        _fresh_channels_last_inputs_match_eager(compiled, m, (8, 16, 32, 32))
