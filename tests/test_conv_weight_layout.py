@@ -35,14 +35,17 @@ def _weight_regions(plan):
     return [r for r in plan.regions if r.compute_ops == ["aten.clone.default"]]
 
 
-def test_graphs_convert_the_weight_and_fuse_the_bias_add():
-    (plan,) = check_inference(down, _inputs(), GRAPHS)
+@pytest.mark.parametrize("sizes", [{}, {"cin": 16, "cout": 64, "hw": 64}], ids=["small", "large"])
+def test_graphs_convert_the_weight_and_fuse_the_bias_add(sizes):
+    """Large: an output channels_last_regions would take (it leaves the lone add in its layout)."""
+    (plan,) = check_inference(down, _inputs(**sizes), GRAPHS)
     assert [n.split(":")[0] for n in plan.rewrites if "channels-last" in n] == ["convolution"], plan.rewrites
     (weight,) = _weight_regions(plan)
     assert "memory_format = torch.channels_last" in weight.fx_code, weight.fx_code
     (w_in,) = weight.inputs
     (w_out,) = weight.outputs
-    assert list(w_in.stride) == [32, 4, 2, 1] and list(w_out.stride) == [32, 1, 16, 8], (w_in, w_out)
+    cin = sizes.get("cin", 8)
+    assert list(w_in.stride) == [4 * cin, 4, 2, 1] and list(w_out.stride) == [4 * cin, 1, 2 * cin, cin], (w_in, w_out)
     adds = [r for r in plan.regions if r.compute_ops == ["aten.add.Tensor"]]
     assert len(adds) == 1, [r.ops for r in plan.regions]
     assert not plan.eager_nodes or all(n.op != "aten.add.Tensor" for n in plan.eager_nodes)
