@@ -37,9 +37,9 @@ def _weight_regions(plan):
 
 @pytest.mark.parametrize("sizes", [{}, {"cin": 16, "cout": 64, "hw": 64}], ids=["small", "large"])
 def test_graphs_convert_the_weight_and_fuse_the_bias_add(sizes):
-    """Large: an output channels_last_regions would take (it leaves the lone add in its layout)."""
+    """Large: an output channels_last_regions takes into NHWC order; the lone add is still a region."""
     (plan,) = check_inference(down, _inputs(**sizes), GRAPHS)
-    assert [n.split(":")[0] for n in plan.rewrites if "channels-last" in n] == ["convolution"], plan.rewrites
+    assert [n.split(":")[0] for n in plan.rewrites if "converted to channels-last" in n] == ["convolution"], plan.rewrites
     (weight,) = _weight_regions(plan)
     assert "memory_format = torch.channels_last" in weight.fx_code, weight.fx_code
     (w_in,) = weight.inputs

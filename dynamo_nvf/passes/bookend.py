@@ -51,6 +51,8 @@ from dynamo_nvf.passes.partition import (
 from dynamo_nvf.plan import Decision
 from dynamo_nvf.settings import Settings
 
+aten = torch.ops.aten
+
 DECISIONS_KEY = "nvf_decisions"
 
 
@@ -171,9 +173,14 @@ def _is_strided_broadcast(node: Node) -> bool:
     Worth a region of its own under CUDA graphs, where a replay costs no host time per region: on an
     H100 (scripts/repros/convnext_head.py at commit 2828583, 2026-11-25) ConvNeXt's downsampling bias add took 1.6 us
     as nvFuser's kernel against ATen's 2.7. Not every lone pointwise op: same-shape ops (an optimizer
-    step's, by the hundred) run as fast in ATen, and each region is a compile."""
+    step's, by the hundred) run as fast in ATen, and each region is a compile. A result that
+    channels_last_regions computes in NHWC order is row-major; its permute back, the region's output,
+    is what eager lays out strided."""
     out = node.meta.get("val")
-    if not is_pointwise(node) or not isinstance(out, torch.Tensor) or out.dim() < 2 or out.is_contiguous():
+    if not is_pointwise(node) or not isinstance(out, torch.Tensor) or out.dim() < 2:
+        return False
+    backs = [u.meta.get("val") for u in node.users if u.target is aten.permute.default]
+    if all(v.is_contiguous() for v in [out, *backs] if isinstance(v, torch.Tensor)):
         return False
     operands = [a.meta.get("val") for a in node.all_input_nodes]
     return any(isinstance(v, torch.Tensor) and tuple(v.shape) != tuple(out.shape) for v in operands)

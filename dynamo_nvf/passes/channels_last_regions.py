@@ -61,7 +61,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_pointwise, keeps_reduced_dims, reduced_dims
-from dynamo_nvf.ops.metadata import RESHAPE_OPS, is_metadata, memory_order, static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import RESHAPE_OPS, memory_order, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like
 from dynamo_nvf.passes.hoist_permutes import permute_operand
 from dynamo_nvf.passes.partition import regions_of
@@ -291,11 +291,7 @@ def _plan_orders(nodes: list[Node]) -> Optional[dict[Node, Order]]:
 
 def _eligible(nodes: list[Node]) -> Optional[dict[Node, Order]]:
     """The region's orders (`_plan_orders`) where it reads a large channels-last activation and no
-    4-D activation in another order; None otherwise. A region of one compute op is left as it is: it
-    is a region only for the layout it computes in (bookend's lone strided broadcast under CUDA
-    graphs), and in NHWC order it would be a row-major op the single-op policy hands back to ATen."""
-    if sum(not is_metadata(n) and n.target is not operator.getitem for n in nodes) < 2:
-        return None
+    4-D activation in another order; None otherwise."""
     members = set(nodes)
     outside = [a for n in nodes for a in n.all_input_nodes if a not in members]
     acts = [tensor_val(a) for a in outside]
