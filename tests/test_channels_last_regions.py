@@ -166,6 +166,19 @@ def test_a_pad_computes_in_nhwc_order():
         _fresh_channels_last_inputs_match_eager(compiled, m, (8, 8, 32, 32))
 
 
+def test_a_region_of_one_op_computes_in_nhwc_order():
+    """A lone pad of a channels-last activation (BiT's stem, before a later pass fuses it into the
+    next region) is planned in NHWC order too; values and strides as eager's."""
+    def pad(x):
+        return F.pad(x, (0, 1, 0, 1))
+
+    x = torch.randn(2, 16, 64, 64).to(memory_format=torch.channels_last)
+    plans = check_inference(pad, [x], {**ON, "min_region_size": 1})
+    assert _notes(plans), [p.rewrites for p in plans]
+    ((region,),) = [p.regions for p in plans]
+    assert "[0, 0, 0, 1, 0, 1]" in region.fx_code, region.fx_code
+
+
 @pytest.mark.parametrize("hoist_permutes", [True, False], ids=["hoisted", "not_hoisted"])
 def test_a_permute_read_outside_keeps_eager_strides(hoist_permutes):
     """A permute of a broadcast of two keepdim reductions (which TensorIterator lays out in logical
