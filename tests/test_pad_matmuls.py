@@ -56,7 +56,12 @@ def test_vocabulary_dim_is_padded_forward_and_backward(always_pays):
     assert backward.count("aten.mm.default") == 2
     notes = _notes(plans)
     assert any("N=50" in n for n in notes) and any("K=50" in n for n in notes) and any("M=50" in n for n in notes), notes
-
+    # the logits gradient's pad reads it from memory: in eager (a lone copy), not in the region computing it
+    (bwd,) = [p for p in plans if p.kind == "backward"]
+    pads_in_regions = [line for r in bwd.regions for line in r.fx_code.splitlines() if "aten.constant_pad_nd" in line]
+    assert all("(primals_" in line for line in pads_in_regions), pads_in_regions  # the weight's pad only
+    assert [n.inputs for n in bwd.eager_nodes if n.op == "aten.constant_pad_nd.default"] == [["_to_copy_2"]], \
+        bwd.eager_nodes
 
 def test_logits_returned_keep_eager_strides(always_pays):
     head = Head()
