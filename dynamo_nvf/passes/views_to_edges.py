@@ -35,7 +35,7 @@ from torch._prims_common import check_significant_strides
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import draws_random_numbers, is_pointwise
-from dynamo_nvf.ops.metadata import METADATA_OPS, MULTI_OUTPUT_METADATA_OPS, RESHAPE_OPS, tensor_val
+from dynamo_nvf.ops.metadata import METADATA_OPS, MULTI_OUTPUT_METADATA_OPS, RESHAPE_OPS, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
 
@@ -56,7 +56,9 @@ def _operand(node: Node, region: Any) -> Optional[Node]:
     if len(operands) != 1:
         return None
     val, src = tensor_val(node), tensor_val(operands[0])
-    if val is None or src is None or val.shape != src.shape or val.stride() != src.stride():
+    if val is None or src is None or static_sizes(val) is None or static_sizes(src) is None:
+        return None  # symbolic sizes: comparing them would add guards
+    if val.shape != src.shape or val.stride() != src.stride():
         return None
     if node.target is aten._to_copy.default:  # a cast: no layout, memory format or device change
         kwargs = dict(node.kwargs)
