@@ -138,6 +138,10 @@ def _max_pool_as_taps(gm: GraphModule, ctx: PassContext) -> GraphModule:
     return max_pool_as_taps(gm, ctx.settings.plan_cpu_as_cuda)
 
 
+def _views_to_region_edges(gm: GraphModule, ctx: PassContext) -> GraphModule:
+    return views_to_region_edges(gm, ctx.kind)
+
+
 def _channels_last_convs(gm: GraphModule, ctx: PassContext) -> GraphModule:
     return channels_last_convs(gm, ctx.kind, ctx.settings.plan_cpu_as_cuda)
 
@@ -241,7 +245,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("sink_permutes", _graph_only(sink_permutes), NOT_BACKWARD, option="sink_permutes"),
     Pass("split_transposes", _graph_only(split_transposes), NOT_BACKWARD, option="split_transposes"),
     Pass("hoist_slices", _graph_only(hoist_slices), option="hoist_slices"),
-    Pass("views_to_region_edges", _graph_only(views_to_region_edges)),
+    Pass("views_to_region_edges", _views_to_region_edges),
     Pass("bookend_regions", _settings_only(bookend_regions)),
     Pass("fuse_regions", _fuse_regions),
     Pass("assign_fast_math", _assign_fast_math),

@@ -18,7 +18,10 @@ unchanged. Only where it is also free:
   not random, sits in the view's region, and is read only by the next op of the chain;
 - hoisting, the chain starts at a value from outside the region, or a view of one (so the moved view
   is trimmed), and that value's layout allows the view (it is an alias, never a copy);
-- sinking, the chain's last op is read only outside the region, or through views read only there;
+- sinking, the chain's last op is read only outside the region, or through views read only there,
+  and, in a forward or inference graph, is not a value the graph returns (it would become a view
+  where eager returns a fresh tensor);
+- no op crossed takes keyword arguments (clone's memory_format sets a layout), a cast aside;
 - the value that replaces the chain's end has the same significant strides (what readers see).
 
 Pure on annotations: GraphModule in (partitioned), GraphModule out.
@@ -65,7 +68,7 @@ def _operand(node: Node, region: Any) -> Optional[Node]:
         if kwargs.pop("layout", torch.strided) != torch.strided or kwargs.pop("device", src.device) != src.device:
             return None
         return operands[0] if set(kwargs) <= {"dtype"} and len(node.args) == 1 else None
-    return operands[0] if is_pointwise(node) else None
+    return operands[0] if is_pointwise(node) and not node.kwargs else None  # clone's memory_format: a layout
 
 
 def _is_view(node: Node, region: Any) -> bool:
@@ -82,10 +85,14 @@ def _from_outside(node: Node, region: Any) -> bool:
     return isinstance(node, Node) and node.meta.get(REGION_KEY) != region
 
 
-def _read_only_outside(node: Node, region: Any) -> bool:
-    """Whether only code outside `region` reads `node`, directly or through views."""
+def _read_only_outside(node: Node, region: Any, returned_ok: bool) -> bool:
+    """Whether only code outside `region` reads `node`, directly or through views; unless
+    `returned_ok`, the graph must not return it either: a returned value that became a view of an
+    intermediate is, to autograd, a view it did not make (an in-place op on it raises), where eager
+    returns a fresh tensor. A backward graph's outputs are gradients autograd accumulates."""
     return bool(node.users) and all(
-        u.meta.get(REGION_KEY) != region or (_is_view(u, region) and _read_only_outside(u, region))
+        (returned_ok or u.op != "output")
+        and (u.meta.get(REGION_KEY) != region or (_is_view(u, region) and _read_only_outside(u, region, returned_ok)))
         for u in node.users)
 
 
@@ -153,7 +160,7 @@ def _hoist(gm: GraphModule, view: Node, shape: list[int], region: Any) -> bool:
     return True
 
 
-def _sink(gm: GraphModule, view: Node, shape: list[int], region: Any) -> bool:
+def _sink(gm: GraphModule, view: Node, shape: list[int], region: Any, returned_ok: bool) -> bool:
     """`op_k(...op_1(view(y)))` -> `view(op_k(...op_1(y)))` where `op_k` is read only outside the region."""
     source = view.args[0]
     if not isinstance(source, Node) or _from_outside(view, region):
@@ -167,7 +174,7 @@ def _sink(gm: GraphModule, view: Node, shape: list[int], region: Any) -> bool:
         chain.append(user)
         current = user
     mode = getattr(tensor_val(view), "fake_mode", None)
-    if not chain or not _read_only_outside(current, region) or mode is None:
+    if not chain or not _read_only_outside(current, region, returned_ok) or mode is None:
         return False
     value = _insert_or_roll_back(
         gm, current.next, lambda: call_like(gm, aten.view.default, (_rebuild(gm, chain, source, mode), shape), view, mode),
@@ -181,18 +188,18 @@ def _sink(gm: GraphModule, view: Node, shape: list[int], region: Any) -> bool:
     return True
 
 
-def _move_at(gm: GraphModule, node: Node) -> bool:
+def _move_at(gm: GraphModule, node: Node, returned_ok: bool) -> bool:
     region = node.meta.get(REGION_KEY)
     shape = _view_shape(node)
     if region is None or shape is None:
         return False
-    return _hoist(gm, node, shape, region) or _sink(gm, node, shape, region)
+    return _hoist(gm, node, shape, region) or _sink(gm, node, shape, region, returned_ok)
 
 
-def views_to_region_edges(gm: GraphModule) -> GraphModule:
+def views_to_region_edges(gm: GraphModule, kind: str) -> GraphModule:
     """Moves each in-region view across the one-operand elementwise ops between it and its region's
-    edge (module docstring)."""
-    moved = rewrite_to_fixpoint(gm, _move_at)
+    edge (module docstring); `kind` is the graph's ("forward", "backward", "inference")."""
+    moved = rewrite_to_fixpoint(gm, lambda g, n: _move_at(g, n, returned_ok=kind == "backward"))
     if moved:
         log.debug("dynamo_nvf: moved %d view(s) to their region's edge", moved)
     return gm
