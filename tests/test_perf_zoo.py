@@ -162,6 +162,21 @@ def test_compare_passes_equal_and_fails_wrong():
     assert bad["accuracy"] == "fail" and bad["acc_rmse_ratio"] > 3 and bad["acc_detail"]
 
 
+def test_a_tensor_zero_within_eagers_error_is_left_out_of_the_ratio():
+    """A gradient that is zero in exact math (1e-21 in fp64) holds bf16 rounding noise on both sides:
+    its rmse ratio says nothing and is left out; a real tensor beside it still sets the ratio."""
+    torch.manual_seed(0)
+    signal = torch.randn(64, 64, dtype=torch.float64)
+    zero = 1e-21 * torch.randn(64, dtype=torch.float64)
+    ref64 = [signal, zero]
+    ref = [signal.to(torch.bfloat16), (1e-9 * torch.randn(64)).to(torch.bfloat16)]
+    res = [ref[0].clone(), (1e-7 * torch.randn(64)).to(torch.bfloat16)]  # 100x the noise of eager's
+    out = zoo.compare(ref, res, ref64, zoo.TOLERANCE["train"])
+    assert out["accuracy"] == "pass" and out["acc_rmse_ratio"] == pytest.approx(1.0)
+    worse = [(ref[0].double() + 0.05 * torch.randn(64, 64, dtype=torch.float64)).to(torch.bfloat16), res[1]]
+    assert zoo.compare(ref, worse, ref64, zoo.TOLERANCE["train"])["acc_rmse_ratio"] > 3
+
+
 @pytest.mark.parametrize("kind", ["fwd", "train"])
 def test_checked_first_call(kind):
     """Eager passes its own check; a step that computes something else fails it.  Training compares
