@@ -60,6 +60,7 @@ from dynamo_nvf.passes.two_stage_statistics import two_stage_statistics
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.passes.unfuse_addmm import unfuse_addmm_bias
 from dynamo_nvf.passes.unpermute_reductions import unpermute_reductions
+from dynamo_nvf.passes.views_to_edges import views_to_region_edges
 from dynamo_nvf.plan import PassRecord
 from dynamo_nvf.runtime.region import RegionRuntime
 from dynamo_nvf.segmenter import oracle_for
@@ -135,6 +136,10 @@ def _channels_last_patch_inputs(gm: GraphModule, ctx: PassContext) -> GraphModul
 
 def _max_pool_as_taps(gm: GraphModule, ctx: PassContext) -> GraphModule:
     return max_pool_as_taps(gm, ctx.settings.plan_cpu_as_cuda)
+
+
+def _views_to_region_edges(gm: GraphModule, ctx: PassContext) -> GraphModule:
+    return views_to_region_edges(gm, ctx.kind)
 
 
 def _channels_last_convs(gm: GraphModule, ctx: PassContext) -> GraphModule:
@@ -240,6 +245,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("sink_permutes", _graph_only(sink_permutes), NOT_BACKWARD, option="sink_permutes"),
     Pass("split_transposes", _graph_only(split_transposes), NOT_BACKWARD, option="split_transposes"),
     Pass("hoist_slices", _graph_only(hoist_slices), option="hoist_slices"),
+    Pass("views_to_region_edges", _views_to_region_edges),
     Pass("bookend_regions", _settings_only(bookend_regions)),
     Pass("fuse_regions", _fuse_regions),
     Pass("assign_fast_math", _assign_fast_math),

@@ -202,16 +202,18 @@ def test_seed000_sequential_study(views):
 
 
 def test_interior_reshape_chain_collapses():
-    def fn(x):
-        y = x * 2
+    # ops of two tensors on both sides: views_to_region_edges moves no view across them
+    def fn(x, w, b):
+        y = x * w
         z = y.view(4, 8, 16).view(32, 16).view(8, 64)
-        return z + 1
+        return z + b
 
-    plan = only_plan(cuda_plans(fn, (32, 16), options={"min_region_size": 1}))
+    plan = only_plan(cuda_plans(fn, (32, 16), (32, 16), (8, 64), options={"min_region_size": 1}))
     region = plan.regions[0]
     assert region.ops.count("aten.view.default") == 1
     assert sum(d.action == "collapsed" for d in region.kept) == 2
-    check_inference(fn, [torch.randn(32, 16)], {"plan_cpu_as_cuda": True, "min_region_size": 1})
+    inputs = [torch.randn(32, 16), torch.randn(32, 16), torch.randn(8, 64)]
+    check_inference(fn, inputs, {"plan_cpu_as_cuda": True, "min_region_size": 1})
 
 
 def test_reshape_that_copies_stays_inside():
@@ -235,17 +237,16 @@ def test_leading_expand_stays_inside():
 
 
 def test_trailing_metadata_also_used_inside_is_duplicated_out():
-    def fn(x):
-        y = torch.exp(x)
+    def fn(x, w):
+        y = x * w  # an op of two tensors: views_to_region_edges moves the view across no op
         v = y.view(-1)
         return v * 2, v
 
-    plan = only_plan(cuda_plans(fn, (8, 16), options={"min_region_size": 1}))
+    plan = only_plan(cuda_plans(fn, (8, 16), (8, 16), options={"min_region_size": 1}))
     region = plan.regions[0]
     assert [d.action for d in region.trailing] == ["duplicated"]
     assert all("view" not in t.name for t in region.outputs)
-    x = torch.randn(8, 16)
-    check_inference(fn, [x], {"plan_cpu_as_cuda": True, "min_region_size": 1})
+    check_inference(fn, [torch.randn(8, 16), torch.randn(8, 16)], {"plan_cpu_as_cuda": True, "min_region_size": 1})
 
 
 def test_seed001_sum_joins_the_pointwise_region():

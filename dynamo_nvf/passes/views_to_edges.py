@@ -1,0 +1,205 @@
+"""Move a view across the one-operand elementwise ops (casts, exp, neg, ...) between it and its region's
+edge: `view(x.float(), [rows, vocab])` becomes `view(x, [rows, vocab]).float()` where `x` is a region
+input, and `view(y, [b, s, vocab]).bfloat16()` becomes `view(y.bfloat16(), [b, s, vocab])` where the
+cast is read only outside the region. The bookend pass then trims the view to a zero-copy alias, and
+nvFuser is handed the tensor in the shape the region computes in.
+
+Why: a cross-entropy's forward over GPT-2's 50257-word vocabulary upcasts the [batch, seq, vocab]
+logits and flattens them to [rows, vocab] inside its region; nvFuser 0.2.36 fails to compile that
+fusion ("Vectorized accesses cannot be inline with computation") and the region ran in eager, where
+the same fusion handed [rows, vocab] logits compiles and matches eager
+(`scripts/nvfuser_repros/cross_entropy_vectorized_reduction.py`, variant `flat`, H100, 2026-11-26).
+The backward region ends the same way mirrored (the gradient viewed back to [b, s, vocab], then cast).
+
+Exact: an elementwise op of one tensor computes each element from the element at the same index, and
+a view (of a tensor whose layout allows it) only renames indices, so the two commute; dtypes are
+unchanged. Only where it is also free:
+- every op crossed has one tensor operand (scalars aside), keeps its operand's shape and strides, is
+  not random, sits in the view's region, and is read only by the next op of the chain;
+- hoisting, the chain starts at a value from outside the region, or a view of one (so the moved view
+  is trimmed), and that value's layout allows the view (it is an alias, never a copy);
+- sinking, the chain's last op is read only outside the region, or through views read only there,
+  and, in a forward or inference graph, is not a value the graph returns (it would become a view
+  where eager returns a fresh tensor);
+- no op crossed takes keyword arguments (clone's memory_format sets a layout), a cast aside;
+- the value that replaces the chain's end has the same significant strides (what readers see).
+
+Pure on annotations: GraphModule in (partitioned), GraphModule out.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from typing import Any, Optional
+
+import torch
+from torch._prims_common import check_significant_strides
+from torch.fx import GraphModule, Node
+
+from dynamo_nvf.ops.lowerings import draws_random_numbers, is_pointwise
+from dynamo_nvf.ops.metadata import METADATA_OPS, MULTI_OUTPUT_METADATA_OPS, RESHAPE_OPS, static_sizes, tensor_val
+from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
+from dynamo_nvf.passes.partition import REGION_KEY
+
+log = logging.getLogger("dynamo_nvf")
+aten = torch.ops.aten
+
+#: The notes explain() shows for each move (graph plan's `rewrites`).
+NOTE_HOIST = "view {view}: moved above {ops} onto the region input {source}"
+NOTE_SINK = "view {view}: moved below {ops}, which only other code reads"
+
+
+def _operand(node: Node, region: Any) -> Optional[Node]:
+    """The one tensor operand of an elementwise op of one tensor in `region` whose result has that
+    operand's shape and strides (a cast, exp, neg, ...); None for any other node."""
+    if node.op != "call_function" or node.meta.get(REGION_KEY) != region or draws_random_numbers(node):
+        return None
+    operands = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, Node)]
+    if len(operands) != 1:
+        return None
+    val, src = tensor_val(node), tensor_val(operands[0])
+    if val is None or src is None or static_sizes(val) is None or static_sizes(src) is None:
+        return None  # symbolic sizes: comparing them would add guards
+    if val.shape != src.shape or val.stride() != src.stride():
+        return None
+    if node.target is aten._to_copy.default:  # a cast: no layout, memory format or device change
+        kwargs = dict(node.kwargs)
+        if kwargs.pop("layout", torch.strided) != torch.strided or kwargs.pop("device", src.device) != src.device:
+            return None
+        return operands[0] if set(kwargs) <= {"dtype"} and len(node.args) == 1 else None
+    return operands[0] if is_pointwise(node) and not node.kwargs else None  # clone's memory_format: a layout
+
+
+def _is_view(node: Node, region: Any) -> bool:
+    """A one-tensor metadata op (view, permute, slice, ...) in `region`: the bookend pass trims it
+    where it reads a region input or only code outside reads it."""
+    return (node.op == "call_function" and node.meta.get(REGION_KEY) == region and node.target in METADATA_OPS
+            and node.target not in MULTI_OUTPUT_METADATA_OPS and node.target is not operator.getitem)
+
+
+def _from_outside(node: Node, region: Any) -> bool:
+    """Whether `node` comes from outside `region`, directly or through views of a region input."""
+    while _is_view(node, region):
+        node = node.args[0]
+    return isinstance(node, Node) and node.meta.get(REGION_KEY) != region
+
+
+def _read_only_outside(node: Node, region: Any, returned_ok: bool) -> bool:
+    """Whether only code outside `region` reads `node`, directly or through views; unless
+    `returned_ok`, the graph must not return it either: a returned value that became a view of an
+    intermediate is, to autograd, a view it did not make (an in-place op on it raises), where eager
+    returns a fresh tensor. A backward graph's outputs are gradients autograd accumulates."""
+    return bool(node.users) and all(
+        (returned_ok or u.op != "output")
+        and (u.meta.get(REGION_KEY) != region or (_is_view(u, region) and _read_only_outside(u, region, returned_ok)))
+        for u in node.users)
+
+
+def _view_shape(node: Node) -> Optional[list[int]]:
+    """The target shape of a view, reshape or _unsafe_view with plain-int sizes; None otherwise."""
+    if node.op != "call_function" or node.target not in RESHAPE_OPS or len(node.args) != 2:
+        return None
+    shape = node.args[1]
+    return list(shape) if isinstance(shape, (list, tuple)) and all(isinstance(s, int) for s in shape) else None
+
+
+def _same_strides(new: Node, old: Node) -> bool:
+    new_val, old_val = tensor_val(new), tensor_val(old)
+    return (new_val is not None and old_val is not None and new_val.shape == old_val.shape
+            and check_significant_strides(new_val, old_val, only_cuda=False)[0])
+
+
+def _rebuild(gm: GraphModule, chain: list[Node], source: Node, mode: Any) -> Node:
+    """The ops of `chain` (top first) applied again from `source`, each reading the one before."""
+    value = source
+    for op in chain:
+        old = _operand(op, op.meta.get(REGION_KEY))
+        args = tuple(value if a is old else a for a in op.args)
+        kwargs = {k: value if v is old else v for k, v in op.kwargs.items()}
+        value = call_like(gm, op.target, args, op, mode, kwargs)
+    return value
+
+
+def _insert_or_roll_back(gm: GraphModule, before: Node, build: Any, replaced: Node) -> Optional[Node]:
+    """Runs `build()` with new nodes inserted before `before`; keeps them when it returns a value with
+    the significant strides of `replaced`, else erases them (and returns None)."""
+    anchor = before.prev
+    with gm.graph.inserting_before(before):
+        try:
+            value = build()
+        except RuntimeError:  # a view the layout does not allow: it would copy
+            value = None
+    if value is not None and _same_strides(value, replaced):
+        return value
+    while before.prev is not anchor:
+        gm.graph.erase_node(before.prev)
+    return None
+
+
+def _hoist(gm: GraphModule, view: Node, shape: list[int], region: Any) -> bool:
+    """`view(op_k(...op_1(source)))` -> `op_k(...op_1(view(source)))` where `source` is a region input."""
+    chain: list[Node] = []  # bottom first
+    current = view.args[0]
+    while isinstance(current, Node) and len(current.users) == 1 and _operand(current, region) is not None:
+        chain.append(current)
+        current = _operand(current, region)
+    mode = getattr(tensor_val(view), "fake_mode", None)
+    if not chain or not _from_outside(current, region) or tensor_val(current) is None or mode is None:
+        return False
+    top = list(reversed(chain))
+    value = _insert_or_roll_back(
+        gm, top[0], lambda: _rebuild(gm, top, call_like(gm, aten.view.default, (current, shape), view, mode), mode),
+        view)
+    if value is None:
+        return False
+    view.replace_all_uses_with(value)
+    for node in [view, *chain]:  # users first
+        gm.graph.erase_node(node)
+    add_note(gm, NOTE_HOIST.format(view=view.name, ops=", ".join(n.name for n in top), source=current.name))
+    return True
+
+
+def _sink(gm: GraphModule, view: Node, shape: list[int], region: Any, returned_ok: bool) -> bool:
+    """`op_k(...op_1(view(y)))` -> `view(op_k(...op_1(y)))` where `op_k` is read only outside the region."""
+    source = view.args[0]
+    if not isinstance(source, Node) or _from_outside(view, region):
+        return False  # a view of a region input: the bookend pass trims it already
+    chain: list[Node] = []  # top first
+    current = view
+    while len(current.users) == 1:
+        user = next(iter(current.users))
+        if _operand(user, region) is not current:
+            break
+        chain.append(user)
+        current = user
+    mode = getattr(tensor_val(view), "fake_mode", None)
+    if not chain or not _read_only_outside(current, region, returned_ok) or mode is None:
+        return False
+    value = _insert_or_roll_back(
+        gm, current.next, lambda: call_like(gm, aten.view.default, (_rebuild(gm, chain, source, mode), shape), view, mode),
+        current)
+    if value is None:
+        return False
+    current.replace_all_uses_with(value)
+    for node in [*reversed(chain), view]:  # users first
+        gm.graph.erase_node(node)
+    add_note(gm, NOTE_SINK.format(view=view.name, ops=", ".join(n.name for n in chain)))
+    return True
+
+
+def _move_at(gm: GraphModule, node: Node, returned_ok: bool) -> bool:
+    region = node.meta.get(REGION_KEY)
+    shape = _view_shape(node)
+    if region is None or shape is None:
+        return False
+    return _hoist(gm, node, shape, region) or _sink(gm, node, shape, region, returned_ok)
+
+
+def views_to_region_edges(gm: GraphModule, kind: str) -> GraphModule:
+    """Moves each in-region view across the one-operand elementwise ops between it and its region's
+    edge (module docstring); `kind` is the graph's ("forward", "backward", "inference")."""
+    moved = rewrite_to_fixpoint(gm, lambda g, n: _move_at(g, n, returned_ok=kind == "backward"))
+    if moved:
+        log.debug("dynamo_nvf: moved %d view(s) to their region's edge", moved)
+    return gm

@@ -1,0 +1,161 @@
+"""views_to_region_edges: a view moves across the one-operand elementwise ops between it and its
+region's edge (above a cast onto a region input, below a cast that only other code reads), so the
+bookend pass trims it and nvFuser gets the tensor in the shape the region computes in; where the move
+would copy or change what readers see, the view stays. CPU plans as for CUDA (regions run eagerly);
+the GPU test runs real nvFuser on GPT-2's cross-entropy, which failed to compile with the view inside."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dynamo_nvf import recording
+from dynamo_nvf.ops.metadata import RESHAPE_OPS
+from dynamo_nvf.runtime.stats import STATS
+from helpers import (DEVICES, check_fresh_inputs, check_inference, check_training, compile_fn, device_options,
+                     tolerance)
+
+ON = {"plan_cpu_as_cuda": True}
+_RESHAPE_NAMES = tuple(f"{op.overloadpacket.__name__}.{op._overloadname}" for op in RESHAPE_OPS)
+
+
+def _notes(plans, word):
+    return [n for p in plans for n in p.rewrites if n.startswith("view ") and word in n]
+
+
+def _reshapes(region) -> list[str]:
+    return [op for op in region.ops if op.endswith(_RESHAPE_NAMES)]
+
+
+def _loss(logits, targets):
+    """A language model's loss: logits upcast to f32, flattened to (rows, vocab), cross-entropy."""
+    return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten())
+
+
+def test_a_cross_entropys_flatten_leaves_its_regions():
+    """Forward: the flatten moves above the upcast onto the logits (a region input); backward: the
+    gradient's view back to [batch, seq, vocab] moves below its downcast, which only the graph's
+    output reads. No region computes a reshape; loss and gradient as eager's."""
+    logits = torch.randn(2, 16, 1001, dtype=torch.bfloat16)
+    targets = torch.randint(0, 1001, (2, 16))
+    plans = check_training(_loss, [logits, targets], ON)
+    assert _notes(plans, "moved above") and _notes(plans, "moved below"), [p.rewrites for p in plans]
+    for plan in plans:
+        for region in plan.regions:
+            assert not _reshapes(region), (plan.kind, region.fx_code)
+            assert all(len(t.shape) <= 2 for t in region.inputs), [t.shape for t in region.inputs]
+
+
+def test_a_view_crosses_a_chain_of_one_operand_ops():
+    """exp(neg(x.float())).view(...) reads the view of x; the ops are computed on it as before."""
+
+    def fn(x):
+        return torch.exp(-x.float()).view(-1, 64) * 2.0
+
+    x = torch.randn(4, 8, 64, dtype=torch.bfloat16)
+    plans = check_inference(fn, [x], ON)
+    notes = _notes(plans, "moved above")
+    assert len(notes) == 1 and "neg" in notes[0] and "exp" in notes[0], [p.rewrites for p in plans]
+    assert not any(_reshapes(r) for p in plans for r in p.regions)
+    check_fresh_inputs(compile_fn(fn, ON), fn, lambda: [torch.randn(4, 8, 64, dtype=torch.bfloat16)])
+
+
+def test_a_view_that_would_copy_stays():
+    """A transposed input cannot be viewed flat without a copy: the reshape's copy is not moved onto
+    the input."""
+
+    def fn(x):
+        return x.t().float().reshape(-1) + 1.0
+
+    plans = check_inference(fn, [torch.randn(32, 48, dtype=torch.bfloat16)], ON)
+    assert not _notes(plans, "moved above"), [p.rewrites for p in plans]
+    check_fresh_inputs(compile_fn(fn, ON), fn, lambda: [torch.randn(32, 48, dtype=torch.bfloat16)])
+
+
+def test_an_op_read_inside_the_region_keeps_its_view_inside():
+    """The cast after the view is read by the region too: sinking the view would not take it out."""
+
+    def fn(x):
+        y = (x * 2.0).view(4, 8, 64)
+        z = y.to(torch.bfloat16)
+        return z, z.float().sum(-1)
+
+    plans = check_inference(fn, [torch.randn(32, 64)], ON)
+    assert not _notes(plans, "moved below"), [p.rewrites for p in plans]
+
+
+def test_an_op_of_two_tensors_is_not_crossed():
+    """x.float() + y, then flattened: the add reads two tensors, so the view is not moved above it
+    (nor below the scaling: the graph returns that)."""
+
+    def fn(x, y):
+        return (x.float() + y).view(-1) * 3.0
+
+    plans = check_inference(fn, [torch.randn(4, 8, dtype=torch.bfloat16), torch.randn(4, 8)], ON)
+    assert not _notes(plans, "moved"), [p.rewrites for p in plans]
+
+
+def test_symbolic_sizes_are_left_alone():
+    """With dynamic shapes the sizes are symbols: nothing is moved (comparing them would add guards),
+    and the loss matches eager's at two sequence lengths."""
+    compiled = compile_fn(_loss, ON, dynamic=True)
+    with recording() as rec:
+        for seq in (16, 24):
+            logits = torch.randn(2, seq, 1001, dtype=torch.bfloat16)
+            targets = torch.randint(0, 1001, (2, seq))
+            torch.testing.assert_close(compiled(logits, targets), _loss(logits, targets), rtol=1e-4, atol=1e-4)
+    assert rec.plans and not _notes(rec.plans, "moved"), [p.rewrites for p in rec.plans]
+
+
+def test_a_returned_value_is_not_made_a_view():
+    """sigmoid((x * w).view(4, 8)).bfloat16() returned: sinking the view below the cast would return a
+    view of an intermediate, which autograd refuses to modify in place; eager returns a fresh tensor."""
+
+    def fn(x, w):
+        return torch.sigmoid((x * w).view(4, 8)).to(torch.bfloat16)
+
+    compiled = compile_fn(fn, ON)
+    with recording() as rec:
+        x = torch.randn(32, requires_grad=True)
+        out = compiled(x, torch.randn(32))
+    assert not out._is_view() and not _notes(rec.plans, "moved below"), [p.rewrites for p in rec.plans]
+    out.mul_(2)
+    out.float().sum().backward()
+    assert x.grad is not None
+
+
+def test_a_clone_to_a_memory_format_is_not_crossed():
+    """clone(memory_format=...) sets a layout: a view is not moved across it, so strides stay eager's
+    in size-one dims too."""
+
+    def fn(x):
+        return torch.clone(x.float(), memory_format=torch.channels_last).view(2, 3, 1, 1) * 2
+
+    x = torch.randn(1, 1, 2, 3, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    plans = check_inference(fn, [x], ON)
+    assert not any("clone" in n for n in _notes(plans, "moved")), [p.rewrites for p in plans]
+    assert compile_fn(fn, ON)(x).stride() == fn(x).stride()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("device", [d for d in DEVICES if d.id == "cuda"])
+def test_gpu_cross_entropy_over_gpt2s_vocabulary_runs_on_nvfuser(device):
+    """GPT-2's loss over a 50257-word vocabulary, bf16 logits [8, 512, 50257]: with the flatten inside
+    its region the forward failed to compile (scripts/nvfuser_repros/cross_entropy_vectorized_reduction.py)
+    and ran in eager. Now every region runs on nvFuser; loss and gradient match eager's."""
+    STATS.reset()
+    torch.manual_seed(0)
+    compiled = compile_fn(_loss, device_options(device))
+    rtol, atol = tolerance(torch.bfloat16)
+    for _ in range(2):
+        logits = torch.randn(8, 512, 50257, device=device, dtype=torch.bfloat16)
+        targets = torch.randint(0, 50257, (8, 512), device=device)
+        la, le = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
+        out, expected = compiled(la, targets), _loss(le, targets)
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        out.backward()
+        expected.backward()
+        assert la.grad.stride() == le.grad.stride()
+        torch.testing.assert_close(la.grad, le.grad, rtol=rtol, atol=atol)
+    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0, STATS.snapshot()
