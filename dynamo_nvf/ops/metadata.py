@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 
 import torch
 from torch.fx import GraphModule, Node
+from torch._prims_common import check_significant_strides
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from dynamo_nvf._compat import hint_int
 
@@ -141,6 +142,12 @@ def tensor_val(node: object) -> Optional[torch.Tensor]:
 def same_shape(a: Any, b: Any) -> bool:
     """Whether two shapes are equal, without a guard on symbolic sizes (unknown counts as unequal)."""
     return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
+
+
+def same_significant_strides(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a rewrite's value `a` can stand in for `b` where other code reads it: the same shape and
+    the same strides in every dim of size above one (what a reader of the tensor sees)."""
+    return tuple(a.shape) == tuple(b.shape) and check_significant_strides(a, b, only_cuda=False)[0]
 
 
 def static_shape(node: object) -> Optional[tuple[int, ...]]:

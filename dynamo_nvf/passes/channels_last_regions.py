@@ -56,12 +56,12 @@ import operator
 from typing import Any, Optional
 
 import torch
-from torch._prims_common import check_significant_strides, invert_perm
+from torch._prims_common import invert_perm
 from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_pointwise, keeps_reduced_dims, reduced_dims
-from dynamo_nvf.ops.metadata import RESHAPE_OPS, memory_order, static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import RESHAPE_OPS, memory_order, same_significant_strides, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like
 from dynamo_nvf.passes.hoist_permutes import permute_operand
 from dynamo_nvf.passes.partition import regions_of
@@ -308,7 +308,7 @@ def _other_strides_outside(node: Node, new: Node, members: set[Node]) -> bool:
     val, new_val = tensor_val(node), tensor_val(new)
     return (isinstance(val, torch.Tensor) and isinstance(new_val, torch.Tensor)
             and any(u not in members for u in node.users)
-            and not check_significant_strides(new_val, val, only_cuda=False)[0])
+            and not same_significant_strides(new_val, val))
 
 
 class _Rewriter:

@@ -39,10 +39,9 @@ import logging
 from typing import Any, Optional
 
 import torch
-from torch._prims_common import check_significant_strides
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import same_significant_strides, static_sizes, tensor_val
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_pointwise, reduced_dims
 from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
@@ -160,8 +159,7 @@ def _hoist(gm: GraphModule, permute: Node, perm: list[int]) -> bool:
         replacement = call_like(gm, op.target, args, op, mode, kwargs)
     region = permute.meta.get(REGION_KEY)
     read_outside = any(u.meta.get(REGION_KEY) != region or u.op == "output" for u in permute.users)
-    if read_outside and not check_significant_strides(tensor_val(replacement), tensor_val(permute),
-                                                      only_cuda=False)[0]:
+    if read_outside and not same_significant_strides(tensor_val(replacement), tensor_val(permute)):
         while op.prev is not first:
             gm.graph.erase_node(op.prev)
         return False

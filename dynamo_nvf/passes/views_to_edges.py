@@ -34,11 +34,11 @@ import operator
 from typing import Any, Optional
 
 import torch
-from torch._prims_common import check_significant_strides
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import draws_random_numbers, is_pointwise
-from dynamo_nvf.ops.metadata import METADATA_OPS, MULTI_OUTPUT_METADATA_OPS, RESHAPE_OPS, static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import (METADATA_OPS, MULTI_OUTPUT_METADATA_OPS, RESHAPE_OPS, same_significant_strides,
+                                     static_sizes, tensor_val)
 from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
 
@@ -106,8 +106,7 @@ def _view_shape(node: Node) -> Optional[list[int]]:
 
 def _same_strides(new: Node, old: Node) -> bool:
     new_val, old_val = tensor_val(new), tensor_val(old)
-    return (new_val is not None and old_val is not None and new_val.shape == old_val.shape
-            and check_significant_strides(new_val, old_val, only_cuda=False)[0])
+    return new_val is not None and old_val is not None and same_significant_strides(new_val, old_val)
 
 
 def _rebuild(gm: GraphModule, chain: list[Node], source: Node, mode: Any) -> Node:
