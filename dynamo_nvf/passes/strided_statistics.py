@@ -51,7 +51,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
 from dynamo_nvf.ops.lowerings import is_pointwise, keeps_reduced_dims, reduced_dims
-from dynamo_nvf.ops.metadata import static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import RESHAPE_OPS, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
 
@@ -75,7 +75,7 @@ def _runs(dims: list[int]) -> list[list[int]]:
 #: The most ops a statistics' own copy of its source recomputes (module docstring).
 MAX_RECOMPUTED = 8
 #: Ops a copy recomputes: a cast, views, and pointwise ops (with is_pointwise).
-_VIEWS = frozenset({aten.view.default, aten.reshape.default, aten.permute.default})
+_VIEWS = RESHAPE_OPS | {aten.permute.default}
 _CHEAP = _VIEWS | {aten._to_copy.default}
 
 
