@@ -61,6 +61,23 @@ def test_a_view_crosses_a_chain_of_one_operand_ops():
     check_fresh_inputs(compile_fn(fn, ON), fn, lambda: [torch.randn(4, 8, 64, dtype=torch.bfloat16)])
 
 
+def test_a_view_of_an_in_region_reshape_joins_it():
+    """`view(cast(view(a + b, 3-D)), 2-D)` gives `a + b` its own shape back: the two views become none,
+    forward and backward (a padded LM head's logits: sliced, copied dense, viewed [batch, seq, vocab],
+    upcast, flattened; nvFuser failed to compile that region with the reshape round trip in it)."""
+
+    def fn(x, b, t):
+        return _loss((x + b).view(2, 16, 1001), t)
+
+    args = [torch.randn(32, 1001, dtype=torch.bfloat16), torch.randn(1001, dtype=torch.bfloat16),
+            torch.randint(0, 1001, (2, 16))]
+    plans = check_training(fn, args, ON)
+    assert any(p.kind == "forward" for p in plans) and _notes(plans, "joined with"), [p.rewrites for p in plans]
+    for plan in plans:
+        for region in plan.regions:
+            assert not _reshapes(region), (plan.kind, region.fx_code)
+
+
 def test_a_view_that_would_copy_stays():
     """A transposed input cannot be viewed flat without a copy: the reshape's copy is not moved onto
     the input."""
@@ -136,6 +153,40 @@ def test_a_clone_to_a_memory_format_is_not_crossed():
     plans = check_inference(fn, [x], ON)
     assert not any("clone" in n for n in _notes(plans, "moved")), [p.rewrites for p in plans]
     assert compile_fn(fn, ON)(x).stride() == fn(x).stride()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("device", [d for d in DEVICES if d.id == "cuda"])
+def test_gpu_padded_lm_head_and_its_cross_entropy_run_whole(device):
+    """GPT-2's head and loss: `h @ w.t()` over 50257 words (pad_matmuls pads it to 50264 and slices; the
+    slice is copied dense for the backward), viewed [8, 512, vocab], upcast, flattened. With the view
+    round trip in the loss region nvFuser failed to compile it and it ran as pieces; joined, every
+    region runs whole on nvFuser. Loss and gradients match eager's."""
+
+    def head(h, w, targets):
+        return _loss((h @ w.t()).view(8, 512, -1), targets)
+
+    STATS.reset()
+    torch.manual_seed(0)
+    compiled = compile_fn(head, device_options(device))
+    rtol, atol = tolerance(torch.bfloat16)
+    with recording() as rec:
+        for _ in range(2):
+            h = torch.randn(4096, 768, device=device, dtype=torch.bfloat16)
+            w = torch.randn(50257, 768, device=device, dtype=torch.bfloat16) * 0.02
+            targets = torch.randint(0, 50257, (8, 512), device=device)
+            (hc, wc), (he, we) = [[t.clone().requires_grad_(True) for t in (h, w)] for _ in range(2)]
+            out, expected = compiled(hc, wc, targets), head(he, we, targets)
+            torch.testing.assert_close(out, expected, rtol=1e-3, atol=1e-3)
+            out.backward()
+            expected.backward()
+            for got, want in ((hc.grad, he.grad), (wc.grad, we.grad)):
+                assert got.stride() == want.stride()
+                torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+    assert any("pad_matmuls" in n for p in rec.plans for n in p.rewrites), [p.rewrites for p in rec.plans]
+    assert all(r.executor == "nvfuser" for p in rec.plans for r in p.regions), \
+        [(r.name, r.executor, r.executor_reason[:200]) for p in rec.plans for r in p.regions]
+    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0, STATS.snapshot()
 
 
 @pytest.mark.gpu

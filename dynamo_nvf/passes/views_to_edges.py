@@ -10,6 +10,10 @@ fusion ("Vectorized accesses cannot be inline with computation") and the region 
 the same fusion handed [rows, vocab] logits compiles and matches eager
 (`scripts/nvfuser_repros/cross_entropy_vectorized_reduction.py`, variant `flat`, H100, 2026-11-26).
 The backward region ends the same way mirrored (the gradient viewed back to [b, s, vocab], then cast).
+Where the chain above a view starts at another reshape inside the region, the two become one (none
+where the pair gives the value its own shape back): a padded LM head's logits are sliced, copied
+dense, viewed [b, s, vocab], upcast and flattened, all in the loss's region, and nvFuser failed on
+that round trip the same way (GPT-2 training ran the region as six pieces; H100, 2026-11-28).
 
 Exact: an elementwise op of one tensor computes each element from the element at the same index, and
 a view (of a tensor whose layout allows it) only renames indices, so the two commute; dtypes are
@@ -17,7 +21,8 @@ unchanged. Only where it is also free:
 - every op crossed has one tensor operand (scalars aside), keeps its operand's shape and strides, is
   not random, sits in the view's region, and is read only by the next op of the chain;
 - hoisting, the chain starts at a value from outside the region, or a view of one (so the moved view
-  is trimmed), and that value's layout allows the view (it is an alias, never a copy);
+  is trimmed), or at an in-region reshape (joined), and the layout allows the view (an alias, never
+  a copy);
 - sinking, the chain's last op is read only outside the region, or through views read only there,
   and, in a forward or inference graph, is not a value the graph returns (it would become a view
   where eager returns a fresh tensor);
@@ -47,6 +52,7 @@ aten = torch.ops.aten
 
 #: The notes explain() shows for each move (graph plan's `rewrites`).
 NOTE_HOIST = "view {view}: moved above {ops} onto the region input {source}"
+NOTE_JOIN = "view {view}: moved above {ops} and joined with the view {inner} of {source}"
 NOTE_SINK = "view {view}: moved below {ops}, which only other code reads"
 
 
@@ -137,25 +143,45 @@ def _insert_or_roll_back(gm: GraphModule, before: Node, build: Any, replaced: No
 
 
 def _hoist(gm: GraphModule, view: Node, shape: list[int], region: Any) -> bool:
-    """`view(op_k(...op_1(source)))` -> `op_k(...op_1(view(source)))` where `source` is a region input."""
+    """`view(op_k(...op_1(source)))` -> `op_k(...op_1(view(source)))` where `source` is a region input;
+    where the chain starts at an in-region reshape instead, the two views become one:
+    `view(op(reshape(y)))` -> `op(view(y))`, or `op(y)` where the view gives y its own shape back."""
     chain: list[Node] = []  # bottom first
     current = view.args[0]
     while isinstance(current, Node) and len(current.users) == 1 and _operand(current, region) is not None:
         chain.append(current)
         current = _operand(current, region)
     mode = getattr(tensor_val(view), "fake_mode", None)
-    if not chain or not _from_outside(current, region) or tensor_val(current) is None or mode is None:
+    if not chain or tensor_val(current) is None or mode is None:
         return False
+    inner: Optional[Node] = None
+    if not _from_outside(current, region):
+        if not _is_view(current, region) or _view_shape(current) is None or not isinstance(current.args[0], Node):
+            return False
+        inner, current = current, current.args[0]
+        if tensor_val(current) is None:
+            return False
     top = list(reversed(chain))
-    value = _insert_or_roll_back(
-        gm, top[0], lambda: _rebuild(gm, top, call_like(gm, aten.view.default, (current, shape), view, mode), mode),
-        view)
+    source = current
+
+    def build() -> Node:
+        own_shape = inner is not None and list(tensor_val(source).shape) == shape
+        viewed = source if own_shape else call_like(gm, aten.view.default, (source, shape), view, mode)
+        return _rebuild(gm, top, viewed, mode)
+
+    value = _insert_or_roll_back(gm, top[0], build, view)
     if value is None:
         return False
     view.replace_all_uses_with(value)
     for node in [view, *chain]:  # users first
         gm.graph.erase_node(node)
-    add_note(gm, NOTE_HOIST.format(view=view.name, ops=", ".join(n.name for n in top), source=current.name))
+    ops = ", ".join(n.name for n in top)
+    if inner is None:
+        add_note(gm, NOTE_HOIST.format(view=view.name, ops=ops, source=current.name))
+        return True
+    if not inner.users:
+        gm.graph.erase_node(inner)
+    add_note(gm, NOTE_JOIN.format(view=view.name, ops=ops, inner=inner.name, source=current.name))
     return True
 
 
