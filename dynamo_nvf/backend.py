@@ -85,6 +85,7 @@ def partition_joint_graph(joint: GraphModule, joint_inputs: Sequence[Any], setti
                            f"where the backward reads them; the forward saves their bases (CUDA graphs)")
     for graph in (forward, backward):
         graph.meta[PASSES_KEY] = list(stage.records)
+        graph.meta[NOTES_KEY] = list(joint.meta.get(NOTES_KEY, [])) + graph.meta.get(NOTES_KEY, [])
     return forward, backward
 
 

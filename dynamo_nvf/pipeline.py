@@ -61,6 +61,7 @@ from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.passes.unfuse_addmm import unfuse_addmm_bias
 from dynamo_nvf.passes.unpermute_reductions import unpermute_reductions
 from dynamo_nvf.passes.views_to_edges import views_to_region_edges
+from dynamo_nvf.passes.wide_pads import compute_pads_wide
 from dynamo_nvf.plan import PassRecord
 from dynamo_nvf.runtime.region import RegionRuntime
 from dynamo_nvf.segmenter import oracle_for
@@ -211,6 +212,8 @@ DYNAMO_PASSES: tuple[Pass, ...] = (
 #: On the joint forward-backward graph, before the min-cut partitioner.
 JOINT_PASSES: tuple[Pass, ...] = (
     Pass("simplify_one_hot_sums", _graph_only(simplify_one_hot_sums), JOINT),
+    Pass("pad_matmuls", _pad_matmuls, JOINT, option="pad_matmuls"),
+    Pass("compute_pads_wide", _graph_only(compute_pads_wide), JOINT, option="pad_matmuls"),
     Pass("recompute_saved_views", _graph_only(recompute_saved_views), JOINT, cuda_graphs=True,
          option="recompute_saved_views"),
 )

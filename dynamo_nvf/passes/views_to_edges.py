@@ -18,8 +18,7 @@ that round trip the same way (GPT-2 training ran the region as six pieces; H100,
 Exact: an elementwise op of one tensor computes each element from the element at the same index, and
 a view (of a tensor whose layout allows it) only renames indices, so the two commute; dtypes are
 unchanged. Only where it is also free:
-- every op crossed has one tensor operand (scalars aside), keeps its operand's shape and strides, is
-  not random, sits in the view's region, and is read only by the next op of the chain;
+- every op crossed has one tensor operand (scalars aside), keeps its operand's shape, is not random, sits in the view's region, and is read only by the next op of the chain;
 - hoisting, the chain starts at a value from outside the region, or a view of one (so the moved view
   is trimmed), or at an in-region reshape (joined), and the layout allows the view (an alias, never
   a copy);
@@ -27,7 +26,8 @@ unchanged. Only where it is also free:
   and, in a forward or inference graph, is not a value the graph returns (it would become a view
   where eager returns a fresh tensor);
 - no op crossed takes keyword arguments (clone's memory_format sets a layout), a cast aside;
-- the value that replaces the chain's end has the same significant strides (what readers see).
+- the value that replaces the chain's end has the same significant strides (what readers see), or
+  only the region's compute ops read it (a cast of a padded slice is dense in eager, strided here).
 
 Pure on annotations: GraphModule in (partitioned), GraphModule out.
 """
@@ -58,7 +58,7 @@ NOTE_SINK = "view {view}: moved below {ops}, which only other code reads"
 
 def _operand(node: Node, region: Any) -> Optional[Node]:
     """The one tensor operand of an elementwise op of one tensor in `region` whose result has that
-    operand's shape and strides (a cast, exp, neg, ...); None for any other node."""
+    operand's shape (a cast, exp, neg, ...); None for any other node."""
     if node.op != "call_function" or node.meta.get(REGION_KEY) != region or draws_random_numbers(node):
         return None
     operands = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, Node)]
@@ -67,8 +67,8 @@ def _operand(node: Node, region: Any) -> Optional[Node]:
     val, src = tensor_val(node), tensor_val(operands[0])
     if val is None or src is None or static_sizes(val) is None or static_sizes(src) is None:
         return None  # symbolic sizes: comparing them would add guards
-    if val.shape != src.shape or val.stride() != src.stride():
-        return None
+    if val.shape != src.shape:
+        return None  # strides may differ (a cast of a padded slice is dense): the chain's end is checked
     if node.target is aten._to_copy.default:  # a cast: no layout, memory format or device change
         kwargs = dict(node.kwargs)
         if kwargs.pop("layout", torch.strided) != torch.strided or kwargs.pop("device", src.device) != src.device:
@@ -126,16 +126,26 @@ def _rebuild(gm: GraphModule, chain: list[Node], source: Node, mode: Any) -> Nod
     return value
 
 
+def _read_only_inside(node: Node, region: Any) -> bool:
+    """Whether only ops of `region` that compute (not views, which could carry the strides out) read
+    `node`: its strides are then nvFuser's business, never seen by other code."""
+    return all(u.op == "call_function" and u.meta.get(REGION_KEY) == region and u.target not in METADATA_OPS
+               for u in node.users)
+
+
 def _insert_or_roll_back(gm: GraphModule, before: Node, build: Any, replaced: Node) -> Optional[Node]:
     """Runs `build()` with new nodes inserted before `before`; keeps them when it returns a value with
-    the significant strides of `replaced`, else erases them (and returns None)."""
+    the significant strides of `replaced`, or `replaced` is read only by its region's compute ops
+    (a dense copy of a padded slice: the view moves onto the slice), else erases them (and returns
+    None)."""
     anchor = before.prev
     with gm.graph.inserting_before(before):
         try:
             value = build()
         except RuntimeError:  # a view the layout does not allow: it would copy
             value = None
-    if value is not None and _same_strides(value, replaced):
+    if value is not None and (_same_strides(value, replaced)
+                              or _read_only_inside(replaced, replaced.meta.get(REGION_KEY))):
         return value
     while before.prev is not anchor:
         gm.graph.erase_node(before.prev)
