@@ -212,7 +212,7 @@ DYNAMO_PASSES: tuple[Pass, ...] = (
 #: On the joint forward-backward graph, before the min-cut partitioner.
 JOINT_PASSES: tuple[Pass, ...] = (
     Pass("simplify_one_hot_sums", _graph_only(simplify_one_hot_sums), JOINT),
-    Pass("pad_matmuls", _pad_matmuls, JOINT, option="pad_matmuls"),
+    Pass("pad_joint_matmuls", _pad_matmuls, JOINT, option="pad_matmuls"),
     Pass("compute_pads_wide", _graph_only(compute_pads_wide), JOINT, option="pad_matmuls"),
     Pass("recompute_saved_views", _graph_only(recompute_saved_views), JOINT, cuda_graphs=True,
          option="recompute_saved_views"),

@@ -63,6 +63,23 @@ def test_vocabulary_dim_is_padded_forward_and_backward(always_pays):
     assert [list(t.shape) for r in bwd.regions for t in r.outputs if VOCAB + 6 in t.shape] == [[TOKENS, VOCAB + 6]]
 
 
+def test_a_head_with_a_bias_computes_its_gradients_wide(always_pays):
+    """BERT's MLM decoder has a bias: its gradient (the logits gradient summed over tokens) is summed at
+    the padded width too, so the backward reads the padded logits alone, and pads nothing."""
+    torch.manual_seed(0)
+    decoder = torch.nn.Linear(HIDDEN, VOCAB, dtype=torch.bfloat16)
+
+    def loss_fn(x, labels):
+        return torch.nn.functional.cross_entropy(decoder(x).float(), labels)
+
+    x = torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16)
+    plans = check_training(loss_fn, [x, torch.randint(0, VOCAB, (TOKENS,))], PLAN, params=list(decoder.parameters()))
+    (bwd,) = [p for p in plans if p.kind == "backward"]
+    assert "aten.constant_pad_nd.default" not in _ops(plans, "backward")
+    assert any("columns wide" in n for n in bwd.rewrites), bwd.rewrites
+    assert not [t for r in bwd.regions for t in r.inputs if list(t.shape) == [TOKENS, VOCAB]], bwd.regions
+
+
 def test_a_gradient_that_cannot_be_computed_wide_is_padded_from_memory(always_pays):
     """Where the logits gradient comes from the graph's incoming gradient, it cannot be computed at the
     padded width: the pad stays, and reads the gradient from memory (in eager, a lone copy), not in

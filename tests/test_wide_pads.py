@@ -84,6 +84,25 @@ def test_a_value_that_is_not_a_slice_of_the_padded_width_keeps_the_pad():
     _check(fn, widened=False)
 
 
+def test_a_sum_over_the_rows_is_taken_from_the_wide_value():
+    """A bias gradient (the gradient summed over rows) beside the pad: summed at the padded width,
+    then its first columns taken; the narrow value is gone from the graph."""
+
+    def fn(wide, stat, label):
+        g = torch.exp(wide[:, :N].float() - stat).to(torch.bfloat16)
+        return F.pad(g, (0, P)), g.sum(0)
+
+    torch.manual_seed(0)
+    args = [torch.randn(8, N + P, dtype=torch.bfloat16), torch.randn(8, 1), torch.randint(0, N, (8, 1))]
+    gm = compute_pads_wide(_graph(fn, *args))
+    assert _pads(gm) == 0, gm.code
+    assert not [n for n in gm.graph.nodes if n.target is torch.ops.aten.sum.dim_IntList
+                and n.args[0].meta["val"].shape[-1] == N], gm.code
+    for got, want in zip(gm(*args), fn(*args)):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_a_gradient_read_elsewhere_too_keeps_the_pad():
     def fn(wide, stat, label):
         g = torch.exp(wide[:, :N].float())

@@ -14,8 +14,8 @@ Exact: f's ops are elementwise, so f(x) at a column below n is f of the elements
 x[..., :n]'s; views reshape only the other dims; operands without the padded dim broadcast along it;
 `arange(n)` in f becomes `arange(n + p)`, equal below n. Columns from n on are the pad's zeros
 whatever f computed there. Where any op of f is of another kind (a reduction over the padded dim, a
-gather, a random op), or the pad's operand has other readers (it would be computed twice), the pad
-stays.
+gather, a random op), or the pad's operand has readers other than sums over other dims (a bias
+gradient: summed wide, then its first n columns taken), the pad stays.
 
 Runs on the joint graph (training, after pad_matmuls), the one graph where the forward's slice and the
 backward's pad meet. Pure: GraphModule in, GraphModule out.
@@ -51,6 +51,16 @@ def _column_pad(node: Node) -> Optional[tuple[Node, int, int]]:
             or any(w != 0 for i, w in enumerate(pads) if i != 1):
         return None  # [0, p] or [0, p, 0, 0, ...]: columns appended, nothing else
     return operand, int(val.shape[-1]), int(pads[1])
+
+
+def _column_sum(node: Node, operand: Node) -> bool:
+    """A sum of `operand` over dims other than its last (a bias gradient): it becomes the sum of the
+    wide value, its first columns taken (the same elements summed in the same order)."""
+    if node.op != "call_function" or node.target is not aten.sum.dim_IntList or node.args[0] is not operand:
+        return False
+    rank = tensor_val(operand).dim()
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    return bool(dims) and all(d % rank != rank - 1 for d in dims)
 
 
 class _Widener:
@@ -155,7 +165,7 @@ def _widen_at(gm: GraphModule, pad: Node) -> bool:
         return False
     operand, n, p = found
     mode = getattr(tensor_val(pad), "fake_mode", None)
-    if mode is None or len(operand.users) != 1:
+    if mode is None or not all(u is pad or _column_sum(u, operand) for u in operand.users):
         return False
     widener = _Widener(gm, n, p, pad, mode)
     anchor_prev = pad.prev
@@ -174,6 +184,12 @@ def _widen_at(gm: GraphModule, pad: Node) -> bool:
         masked = call_like(gm, aten.where.self, (keep, wide, zero), operand, mode)
     pad.replace_all_uses_with(masked)
     gm.graph.erase_node(pad)
+    for user in [u for u in operand.users if _column_sum(u, operand)]:  # sum wide, then take n columns
+        with gm.graph.inserting_before(user):
+            total = call_like(gm, user.target, (masked, *user.args[1:]), user, mode, dict(user.kwargs))
+            narrow = call_like(gm, aten.slice.Tensor, (total, -1, 0, n), user, mode)
+        user.replace_all_uses_with(narrow)
+        gm.graph.erase_node(user)
     add_note(gm, NOTE.format(name=pad.name, operand=operand.name, n=n, p=p, source=widener.sources[0].name))
     return True
 
