@@ -80,6 +80,26 @@ def test_a_head_with_a_bias_computes_its_gradients_wide(always_pays):
     assert not [t for r in bwd.regions for t in r.inputs if list(t.shape) == [TOKENS, VOCAB]], bwd.regions
 
 
+def test_a_gradient_computed_wide_costs_the_cost_model_no_copy(monkeypatch):
+    """GEMMs fast enough that copying the logits gradient to pad it would cost more than its
+    misaligned input-gradient matmul loses (ELECTRA's head: 8192 tokens x 128 x 30522): since the
+    gradient is computed at the padded width, its pad is no copy, and that matmul is padded too."""
+    monkeypatch.setattr(pad_module, "ALIGNED_TFLOPS", 0.05)
+    head = Head()
+
+    def loss_fn(x, labels):
+        return torch.nn.functional.cross_entropy(head(x).float(), labels)
+
+    x = torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16)
+    plans = check_training(loss_fn, [x, torch.randint(0, VOCAB, (TOKENS,))], PLAN, params=[head.weight])
+    notes = _notes(plans)
+    assert any("K=50" in n for n in notes) and any("M=50" in n for n in notes), notes
+    assert "aten.constant_pad_nd.default" not in _ops(plans, "backward")
+    # priced as a copy, the same gradient's pad does not pay
+    assert not pad_module._worth_it(1, TOKENS, VOCAB, HIDDEN, (0, 6, 0), 2, 0)
+    assert pad_module._worth_it(1, TOKENS, VOCAB, HIDDEN, (0, 6, 0), 2, 0, free=(True, False))
+
+
 def test_a_gradient_that_cannot_be_computed_wide_is_padded_from_memory(always_pays):
     """Where the logits gradient comes from the graph's incoming gradient, it cannot be computed at the
     padded width: the pad stays, and reads the gradient from memory (in eager, a lone copy), not in

@@ -46,6 +46,7 @@ from dynamo_nvf._compat import hint_int
 from dynamo_nvf.ops.metadata import EXPLICIT_STRIDES, is_metadata, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like
 from dynamo_nvf.passes.partition import READS_MEMORY_KEY
+from dynamo_nvf.passes.wide_pads import can_compute_wide
 
 aten = torch.ops.aten
 
@@ -89,16 +90,17 @@ def _is_2d_transpose(node: Node) -> bool:
 
 
 def _worth_it(batch: int, m: int, k: int, n: int, pads: tuple[int, int, int], itemsize: int,
-              copies: int) -> bool:
-    """The cost model: the misaligned GEMM's loss against the copies padding adds."""
+              copies: int, free: tuple[bool, bool] = (False, False)) -> bool:
+    """The cost model: the misaligned GEMM's loss against the copies padding adds (none for an
+    operand `free` says is computed at the padded width, wide_pads)."""
     pm, pk, pn = pads
     flops = 2.0 * batch * m * k * n
     loss_s = flops / (ALIGNED_TFLOPS * 1e12) * (MISALIGNED_SLOWDOWN - 1.0)
     moved, kernels = 0, copies
-    if pm or pk:
+    if (pm or pk) and not free[0]:
         moved += 2 * batch * (m + pm) * (k + pk)
         kernels += 1
-    if pk or pn:
+    if (pk or pn) and not free[1]:
         moved += 2 * batch * (k + pk) * (n + pn)
         kernels += 1
     moved += copies * 2 * batch * m * n
@@ -129,6 +131,14 @@ class _Padder:
             if x.op == "call_function":
                 self.cache[key].meta[READS_MEMORY_KEY] = READS_OPERAND
         return self.cache[key]
+
+
+def _computed_wide(x: Node, rows: int, cols: int) -> bool:
+    """Whether padding `x` (last two dims) by `rows` and `cols` costs no copy: only columns of the
+    tensor under a transpose or of `x` itself are added, and wide_pads computes it that wide."""
+    if _is_2d_transpose(x):
+        x, rows, cols = x.args[0], cols, rows
+    return isinstance(x, Node) and not rows and cols > 0 and can_compute_wide(x, cols)
 
 
 def _needs_eager_strides(node: Node) -> bool:
@@ -235,7 +245,8 @@ def pad_matmuls(gm: GraphModule, plan_cpu_as_cuda: bool = False) -> GraphModule:
             if not pk:
                 continue
         restore = bool(pm or pn) and _needs_eager_strides(node)
-        if not _worth_it(batch, m, k, n, (pm, pk, pn), val.element_size(), int(restore)):
+        free = (_computed_wide(a, pm, pk), _computed_wide(b, pk, pn))
+        if not _worth_it(batch, m, k, n, (pm, pk, pn), val.element_size(), int(restore), free):
             continue
         padder = padders.setdefault(id(mode), _Padder(gm, mode))
         new_a = padder.pad(a, pm, pk, node)

@@ -66,8 +66,9 @@ def _column_sum(node: Node, operand: Node) -> bool:
 class _Widener:
     """Rebuilds the elementwise ops under a pad `p` columns wider, before `anchor`; memoized."""
 
-    def __init__(self, gm: GraphModule, n: int, p: int, anchor: Node, mode: Any) -> None:
+    def __init__(self, gm: GraphModule, n: int, p: int, anchor: Optional[Node], mode: Any, dry: bool = False) -> None:
         self.gm, self.n, self.p, self.anchor, self.mode = gm, n, p, anchor, mode
+        self.dry = dry  # only say whether it could: each op stands for its wide copy
         self.memo: dict[Node, Optional[Node]] = {}
         self.sources: list[Node] = []
 
@@ -97,6 +98,8 @@ class _Widener:
         return self.memo[node]
 
     def _call(self, target: Any, args: tuple, like: Node, kwargs: Optional[dict] = None) -> Optional[Node]:
+        if self.dry:
+            return like
         with self.gm.graph.inserting_before(self.anchor):
             try:
                 return call_like(self.gm, target, args, like, self.mode, kwargs)
@@ -157,6 +160,17 @@ class _Widener:
                 return None
             return self._call(target, tuple(new_args), node, dict(node.kwargs))
         return None
+
+
+def can_compute_wide(operand: Node, p: int) -> bool:
+    """Whether `operand`, padded by `p` columns, is a function compute_pads_wide can compute at the
+    padded width (pad_matmuls' cost model then counts that pad as free); its readers are not looked
+    at (the pad does not exist yet)."""
+    val = tensor_val(operand)
+    if operand.op != "call_function" or val is None or val.dim() == 0 or static_sizes(val) is None:
+        return False
+    widener = _Widener(operand.graph.owning_module, int(val.shape[-1]), p, None, None, dry=True)
+    return widener.wide(operand) is not None and bool(widener.sources)
 
 
 def _widen_at(gm: GraphModule, pad: Node) -> bool:
