@@ -416,6 +416,16 @@ def test_segmenter_one_kernel_schedule_keeps_the_region_whole_untimed(monkeypatc
                for n in plan.rewrites), plan.rewrites
 
 
+def test_segmenter_is_not_asked_where_the_cut_is_refused(monkeypatch):
+    """Where the column sums' inputs cannot be recomputed apart there is no cut to weigh: nvFuser is
+    asked nothing (each question costs compile time on the first call) and the region stays whole."""
+    monkeypatch.setattr(split_reductions, "_cut_copy", lambda *args: None)
+    answers = _Answers(())
+    plan = _plan_with_answer(monkeypatch, answers, {"cuda_graphs": True})
+    assert answers.asked == 0 and len(plan.regions) == 1
+    assert any(n.startswith("segmenter: not asked about the region of") for n in plan.rewrites), plan.rewrites
+
+
 @pytest.mark.parametrize("answer, whole_us", [(None, 100.0), ((), None)])
 def test_segmenter_without_an_answer_keeps_the_region_whole(monkeypatch, answer, whole_us):
     plan = _plan_with_answer(monkeypatch, _Answers(answer, whole_us=whole_us), {"cuda_graphs": True})

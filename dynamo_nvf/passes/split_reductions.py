@@ -249,16 +249,20 @@ def _ask_segmenter(gm: GraphModule, nodes: list[Node], sums: list[Node], tails: 
     nvFuser has no one-kernel schedule for the region (it would segment it anyway), and the cut's two
     regions measured faster on the GPU than the whole one. Notes each answer for explain()."""
     rows = _rows_and_cols(tensor_val(sums[0].args[0]))[0]
+    where = f"the region of {nodes[0].name} ({rows} rows)"
+    parts = _cut_copy(gm, nodes, sums, tails, rows)
+    if not parts:  # nothing to cut to: asking nvFuser (10-350 ms a question) could change nothing
+        add_note(gm, f"segmenter: not asked about {where}: a column sum's inputs cannot be recomputed "
+                     f"apart, so there is no cut to weigh: kept whole")
+        return ""
     whole, _, _ = fuse_as_graphmodule(gm, nodes, "nvf_whole_trial", always_return_tuple=True)
     answer = ask.schedulers(whole)
-    where = f"the region of {nodes[0].name} ({rows} rows)"
     if answer:
         add_note(gm, f"segmenter: nvFuser runs {where} as one {answer[0]} kernel: kept whole")
         return ""
     if answer is None:
         return ""
-    parts = _cut_copy(gm, nodes, sums, tails, rows)
-    whole_us = ask.gpu_us(whole) if parts else None  # a refused cut: nothing to compare, no timing
+    whole_us = ask.gpu_us(whole)
     part_us = [ask.gpu_us(p) for p in parts] if whole_us is not None else [None]
     if whole_us is None or any(us is None for us in part_us):
         add_note(gm, f"segmenter: nvFuser would segment {where}; the cut was not measured: kept whole")
