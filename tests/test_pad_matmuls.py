@@ -100,6 +100,27 @@ def test_a_gradient_computed_wide_costs_the_cost_model_no_copy(monkeypatch):
     assert pad_module._worth_it(1, TOKENS, VOCAB, HIDDEN, (0, 6, 0), 2, 0, free=(True, False))
 
 
+def test_an_inference_graph_computes_a_padded_operand_wide(monkeypatch):
+    """relu(x @ w1.t()) @ w2.t() over a hidden size of 50: the second matmul's operand is computed at
+    the first product's padded width in the inference graph too, so its pad costs no copy and no
+    pad of a computed value is left; values as eager's."""
+    monkeypatch.setattr(pad_module, "ALIGNED_TFLOPS", 0.05)
+    torch.manual_seed(0)
+    w1 = torch.randn(VOCAB, HIDDEN, dtype=torch.bfloat16) * 0.1
+    w2 = torch.randn(HIDDEN, VOCAB, dtype=torch.bfloat16) * 0.1
+
+    def fn(x):
+        return torch.relu(x @ w1.t()) @ w2.t()
+
+    plans = check_inference(fn, [torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16)], PLAN)
+    notes = [n for p in plans for n in p.rewrites]
+    assert any("K=50" in n for n in notes) and any("relu computed 50 + 6 columns wide" in n for n in notes), notes
+    pads = [n for p in plans for n in p.nodes if n.op == "aten.constant_pad_nd.default"]
+    assert len(pads) == 2 and all(n.inputs[0].startswith("arg") for n in pads), [(n.name, n.inputs) for n in pads]  # the weights'
+    (region,) = [r for p in plans for r in p.regions]
+    assert "aten.relu.default" in region.ops and [TOKENS, VOCAB + 6] in [list(t.shape) for t in region.inputs]
+
+
 def test_a_gradient_that_cannot_be_computed_wide_is_padded_from_memory(always_pays):
     """Where the logits gradient comes from the graph's incoming gradient, it cannot be computed at the
     padded width: the pad stays, and reads the gradient from memory (in eager, a lone copy), not in

@@ -4,6 +4,7 @@ the pad (a scan along the padded dim, a value that is not such a slice, a second
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -113,3 +114,60 @@ def test_a_gradient_read_elsewhere_too_keeps_the_pad():
     gm = compute_pads_wide(_graph(fn, *args))
     assert _pads(gm) == 1, gm.code
     torch.testing.assert_close(gm(*args), fn(*args))
+
+
+def _float_arange(wide, stat, label):
+    return F.pad(wide[:, :N] * torch.arange(0.0, N), (0, P))
+
+
+def _integer_remainder(wide, stat, label):
+    x = wide[:, :N].to(torch.int64)
+    return F.pad(torch.remainder(x * 7 + 1, x + (x == 0).to(torch.int64)).float(), (0, P))
+
+
+def _minus_zero(wide, stat, label):
+    return F.pad(torch.exp(wide[:, :N].float()), (0, P), value=-0.0)
+
+
+@pytest.mark.parametrize("fn", [_float_arange, _integer_remainder, _minus_zero])
+def test_what_the_mask_cannot_reproduce_keeps_the_pad(fn):
+    """A float arange (ATen's own rounding and dtype), integer arithmetic (it would run on the pad's
+    zero columns: a remainder by zero), a pad value of -0.0 (the mask writes +0)."""
+    _check(fn, widened=False)
+    args = [torch.randn(8, N + P, dtype=torch.bfloat16), torch.randn(8, 1), torch.randint(0, N, (8, 1))]
+    got = compute_pads_wide(_graph(fn, *args))(*args)
+    assert torch.equal(torch.signbit(got), torch.signbit(fn(*args)))
+
+
+def test_a_reshape_that_makes_the_padded_dim_keeps_the_pad():
+    """[8, 1] viewed [2, 4]: the padded dim is made by the reshape, not carried through it."""
+
+    def fn(wide, column):
+        return F.pad(wide[:, :4] + column.view(-1, 4), (0, 4))
+
+    args = [torch.randn(2, 8), torch.randn(8, 1)]
+    gm = compute_pads_wide(_graph(fn, *args))
+    assert _pads(gm) == 1, gm.code
+    torch.testing.assert_close(gm(*args), fn(*args), rtol=0, atol=0)
+
+
+def test_a_row_sum_before_the_pad_and_a_sum_of_many_rows():
+    """A bias gradient's sum placed before the pad is rewritten in order; a sum that leaves several
+    rows (its first columns would be strided) keeps the narrow value and the pad."""
+
+    def before(wide, stat, label):
+        g = torch.exp(wide[:, :N].float())
+        total = g.sum(0)
+        return F.pad(g, (0, P)), total
+
+    def many_rows(wide, stat, label):
+        g = torch.exp(wide[:, :N].float()).view(2, 4, N)
+        return F.pad(g, (0, P)), g.sum(0).view(-1)
+
+    args = [torch.randn(8, N + P, dtype=torch.bfloat16), torch.randn(8, 1), torch.randint(0, N, (8, 1))]
+    for fn, pads in ((before, 0), (many_rows, 1)):
+        gm = compute_pads_wide(_graph(fn, *args))
+        assert _pads(gm) == pads, gm.code
+        for got, want in zip(gm(*args), fn(*args)):
+            assert got.stride() == want.stride()
+            torch.testing.assert_close(got, want, rtol=0, atol=0)

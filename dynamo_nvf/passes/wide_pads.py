@@ -17,12 +17,14 @@ whatever f computed there. Where any op of f is of another kind (a reduction ove
 gather, a random op), or the pad's operand has readers other than sums over other dims (a bias
 gradient: summed wide, then its first n columns taken), the pad stays.
 
-Runs on the joint graph (training, after pad_matmuls), the one graph where the forward's slice and the
-backward's pad meet. Pure: GraphModule in, GraphModule out.
+Runs after pad_matmuls on the joint graph (training: the one graph where the forward's slice and the
+backward's pad meet) and on each aten graph (an inference graph's padded product read by another
+padded matmul through elementwise ops). Pure: GraphModule in, GraphModule out.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import torch
@@ -39,7 +41,7 @@ NOTE = "pad {name}: {operand} computed {n} + {p} columns wide from {source} (wid
 
 def _column_pad(node: Node) -> Optional[tuple[Node, int, int]]:
     """(operand, n, p) of `constant_pad_nd(operand, [0, p, 0, 0, ...], 0)` that appends p zero columns
-    to the last dim of a static operand n wide; None for any other node."""
+    (+0: the mask writes +0) to the last dim of a static operand n wide; None for any other node."""
     if node.op != "call_function" or node.target is not aten.constant_pad_nd.default:
         return None
     operand, pads = node.args[0], node.args[1]
@@ -47,19 +49,21 @@ def _column_pad(node: Node) -> Optional[tuple[Node, int, int]]:
     val = tensor_val(operand)
     if not isinstance(operand, Node) or val is None or val.dim() == 0 or static_sizes(val) is None:
         return None
-    if value != 0 or len(pads) < 2 or not isinstance(pads[1], int) or pads[1] <= 0 \
-            or any(w != 0 for i, w in enumerate(pads) if i != 1):
+    if value != 0 or math.copysign(1.0, value) < 0 or len(pads) < 2 or not isinstance(pads[1], int) \
+            or pads[1] <= 0 or any(w != 0 for i, w in enumerate(pads) if i != 1):
         return None  # [0, p] or [0, p, 0, 0, ...]: columns appended, nothing else
     return operand, int(val.shape[-1]), int(pads[1])
 
 
 def _column_sum(node: Node, operand: Node) -> bool:
-    """A sum of `operand` over dims other than its last (a bias gradient): it becomes the sum of the
-    wide value, its first columns taken (the same elements summed in the same order)."""
+    """A sum of `operand` over every dim but its last, one row of n (a bias gradient): it becomes the
+    sum of the wide value, its first columns taken (the same elements summed in the same order)."""
     if node.op != "call_function" or node.target is not aten.sum.dim_IntList or node.args[0] is not operand:
         return False
-    rank = tensor_val(operand).dim()
+    rank, out = tensor_val(operand).dim(), tensor_val(node)
     dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if out is None or any(s != 1 for s in out.shape[:-1]):
+        return False  # more than one row: its first n columns would be a strided slice, not eager's layout
     return bool(dims) and all(d % rank != rank - 1 for d in dims)
 
 
@@ -103,11 +107,12 @@ class _Widener:
         with self.gm.graph.inserting_before(self.anchor):
             try:
                 return call_like(self.gm, target, args, like, self.mode, kwargs)
-            except RuntimeError:  # a view the wide layout does not allow
+            except Exception:  # noqa: BLE001 - a view the wide layout does not allow: leave the pad
                 return None
 
     def _wide(self, node: Node) -> Optional[Node]:
-        if node.op != "call_function":
+        val = tensor_val(node)
+        if node.op != "call_function" or val is None:
             return None
         width = self.n + self.p
         target, args = node.target, node.args
@@ -123,12 +128,14 @@ class _Widener:
                 return None
             self.sources.append(src)
             return src
-        if target in ARANGES:
+        if target in ARANGES:  # integer only: a float arange's values are ATen's own rounding
             start, end, step = arange_params(node)
-            if start != 0 or step != 1 or end != self.n:
+            if val.dtype.is_floating_point or start != 0 or step != 1 or end != self.n:
                 return None
             return self._call(aten.arange.default, (width,), node, dict(node.kwargs))
         if target in RESHAPE_OPS or target in (aten.alias.default, aten.unsqueeze.default, aten.expand.default):
+            if target is not aten.expand.default and self.spans(args[0]) is not True:
+                return None  # a reshape that makes the padded dim (from [8, 1] to [2, 4]) regroups elements
             inner = self.operand(args[0])
             if inner is None:
                 return None
@@ -149,6 +156,8 @@ class _Widener:
             inner = self.operand(args[0])
             return None if inner is None else self._call(target, (inner,), node, dict(node.kwargs))
         if is_pointwise(node) and not draws_random_numbers(node):
+            if not (val.dtype.is_floating_point or val.dtype == torch.bool):
+                return None  # integer math on the pad's columns could divide by their zeros
             new_args = []
             for a in args:
                 if isinstance(a, Node):
@@ -162,12 +171,27 @@ class _Widener:
         return None
 
 
+#: What reads a matmul operand that pad_matmuls may pad (its pad then takes the place of the read).
+_MATMULS = frozenset({aten.mm.default, aten.addmm.default, aten.bmm.default})
+_TRANSPOSES = frozenset({aten.t.default, aten.transpose.int, aten.permute.default})
+
+
+def _read_by_matmuls(node: Node) -> bool:
+    return all(u.op == "call_function" and u.target in _MATMULS for u in node.users)
+
+
 def can_compute_wide(operand: Node, p: int) -> bool:
-    """Whether `operand`, padded by `p` columns, is a function compute_pads_wide can compute at the
-    padded width (pad_matmuls' cost model then counts that pad as free); its readers are not looked
-    at (the pad does not exist yet)."""
+    """Whether `operand`, padded by `p` columns for a matmul, is a function compute_pads_wide can
+    compute at the padded width (pad_matmuls' cost model then counts that pad as free): its readers
+    are matmuls (directly or through a transpose), column pads and column sums, which
+    compute_pads_wide takes."""
     val = tensor_val(operand)
     if operand.op != "call_function" or val is None or val.dim() == 0 or static_sizes(val) is None:
+        return False
+    if not all(_column_sum(u, operand) or _column_pad(u) is not None  # a pad placed for an earlier matmul
+               or (u.op == "call_function" and u.target in _MATMULS)
+               or (u.op == "call_function" and u.target in _TRANSPOSES and _read_by_matmuls(u))
+               for u in operand.users):
         return False
     widener = _Widener(operand.graph.owning_module, int(val.shape[-1]), p, None, None, dry=True)
     return widener.wide(operand) is not None and bool(widener.sources)
@@ -181,15 +205,18 @@ def _widen_at(gm: GraphModule, pad: Node) -> bool:
     mode = getattr(tensor_val(pad), "fake_mode", None)
     if mode is None or not all(u is pad or _column_sum(u, operand) for u in operand.users):
         return False
-    widener = _Widener(gm, n, p, pad, mode)
-    anchor_prev = pad.prev
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    anchor = min(operand.users, key=order.__getitem__)  # a bias gradient's sum may come before the pad
+    widener = _Widener(gm, n, p, anchor, mode)
+    anchor_prev = anchor.prev
     wide = widener.wide(operand)
     out = tensor_val(pad)
-    if wide is None or not widener.sources or tensor_val(wide).shape != out.shape:
-        while pad.prev is not anchor_prev:  # erase what was built, newest first
-            gm.graph.erase_node(pad.prev)
+    if wide is None or not widener.sources or tensor_val(wide).shape != out.shape \
+            or tensor_val(wide).dtype != out.dtype:
+        while anchor.prev is not anchor_prev:  # erase what was built, newest first
+            gm.graph.erase_node(anchor.prev)
         return False
-    with gm.graph.inserting_before(pad):  # annotated like the operand: the pad's (reads memory) would not do
+    with gm.graph.inserting_before(anchor):  # annotated like the operand: the pad's (reads memory) would not do
         columns = call_like(gm, aten.arange.default, (n + p,), operand, mode,
                             {"dtype": torch.int64, "device": out.device})
         keep = call_like(gm, aten.lt.Scalar, (columns, n), operand, mode)
