@@ -157,6 +157,19 @@ def static_shape(node: object) -> Optional[tuple[int, ...]]:
     return tuple(sizes) if sizes is not None else None
 
 
+def slice_params(node: object) -> Optional[tuple[int, Any, Any, int]]:
+    """(dim, start, end, step) of an `aten.slice.Tensor` node with plain-int (or None) arguments,
+    positional or keyword; None for anything else."""
+    if not isinstance(node, Node) or node.op != "call_function" or node.target is not aten.slice.Tensor:
+        return None
+    values = dict(zip(("self", "dim", "start", "end", "step"), node.args))
+    values.update(node.kwargs)
+    dim, start, end, step = values.get("dim", 0), values.get("start"), values.get("end"), values.get("step", 1)
+    if not all(v is None or isinstance(v, int) for v in (dim, start, end, step)) or not isinstance(step, int):
+        return None
+    return dim, start, end, step
+
+
 ARANGES = (aten.arange.default, aten.arange.start, aten.arange.start_step)
 
 

@@ -32,7 +32,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import draws_random_numbers, is_pointwise
-from dynamo_nvf.ops.metadata import static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import slice_params, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
 
@@ -41,19 +41,6 @@ aten = torch.ops.aten
 
 #: The note explain() shows for each hoist (graph plan's `rewrites`).
 NOTE = "slices of {op}: moved above it onto its operands ({slices})"
-
-
-def _slice_args(node: Node) -> Optional[tuple[int, Any, Any, int]]:
-    """(dim, start, end, step) of an `aten.slice.Tensor` node with plain-int arguments, else None."""
-    if node.op != "call_function" or node.target is not aten.slice.Tensor:
-        return None
-    names = ("self", "dim", "start", "end", "step")
-    values = dict(zip(names, node.args))
-    values.update(node.kwargs)
-    dim, start, end, step = values.get("dim", 0), values.get("start"), values.get("end"), values.get("step", 1)
-    if not all(v is None or isinstance(v, int) for v in (dim, start, end, step)) or not isinstance(step, int):
-        return None
-    return dim, start, end, step
 
 
 def _hoistable(op: Node, region: Any) -> Optional[list[int]]:
@@ -67,7 +54,7 @@ def _hoistable(op: Node, region: Any) -> Optional[list[int]]:
     if shape is None or not op.users:
         return None
     for user in op.users:
-        if _slice_args(user) is None or user.args[0] is not op or user.meta.get(REGION_KEY) != region:
+        if slice_params(user) is None or user.args[0] is not op or user.meta.get(REGION_KEY) != region:
             return None
         if any(u.meta.get(REGION_KEY) != region for u in user.users):
             return None
@@ -98,7 +85,7 @@ def _hoist(gm: GraphModule, op: Node, shape: list[int]) -> list[str]:
     rank = len(shape)
     names = []
     for user in list(op.users):
-        dim, start, end, step = _slice_args(user)
+        dim, start, end, step = slice_params(user)
         dim %= rank
         with gm.graph.inserting_before(user):
             args = tuple(_operand_slice(gm, a, dim, rank, shape[dim], (start, end, step), user, mode)
@@ -114,7 +101,7 @@ def _hoist(gm: GraphModule, op: Node, shape: list[int]) -> list[str]:
 
 
 def _hoist_at(gm: GraphModule, node: Node) -> bool:
-    if _slice_args(node) is None or node.meta.get(REGION_KEY) is None or not isinstance(node.args[0], Node):
+    if slice_params(node) is None or node.meta.get(REGION_KEY) is None or not isinstance(node.args[0], Node):
         return False
     op = node.args[0]
     if getattr(tensor_val(op), "fake_mode", None) is None:

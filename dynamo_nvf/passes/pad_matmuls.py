@@ -133,12 +133,19 @@ class _Padder:
         return self.cache[key]
 
 
+def _read_by_matmul(node: Node) -> bool:
+    """`node` is a matmul this pass may pad, or a transpose only such matmuls read."""
+    if _is_2d_transpose(node):
+        return all(_matmul_shape(u) is not None for u in node.users)
+    return _matmul_shape(node) is not None
+
+
 def _computed_wide(x: Node, rows: int, cols: int) -> bool:
     """Whether padding `x` (last two dims) by `rows` and `cols` costs no copy: only columns of the
     tensor under a transpose or of `x` itself are added, and wide_pads computes it that wide."""
     if _is_2d_transpose(x):
         x, rows, cols = x.args[0], cols, rows
-    return isinstance(x, Node) and not rows and cols > 0 and can_compute_wide(x, cols)
+    return isinstance(x, Node) and not rows and cols > 0 and can_compute_wide(x, cols, _read_by_matmul)
 
 
 def _needs_eager_strides(node: Node) -> bool:

@@ -18,7 +18,8 @@ that round trip the same way (GPT-2 training ran the region as six pieces; H100,
 Exact: an elementwise op of one tensor computes each element from the element at the same index, and
 a view (of a tensor whose layout allows it) only renames indices, so the two commute; dtypes are
 unchanged. Only where it is also free:
-- every op crossed has one tensor operand (scalars aside), keeps its operand's shape, is not random, sits in the view's region, and is read only by the next op of the chain;
+- every op crossed has one tensor operand (scalars aside), keeps its operand's shape, is not random,
+  sits in the view's region, and is read only by the next op of the chain;
 - hoisting, the chain starts at a value from outside the region, or a view of one (so the moved view
   is trimmed), or at an in-region reshape (joined), and the layout allows the view (an alias, never
   a copy);

@@ -25,13 +25,13 @@ padded matmul through elementwise ops). Pure: GraphModule in, GraphModule out.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import draws_random_numbers, is_pointwise
-from dynamo_nvf.ops.metadata import ARANGES, RESHAPE_OPS, arange_params, static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import ARANGES, RESHAPE_OPS, arange_params, slice_params, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like
 
 aten = torch.ops.aten
@@ -117,12 +117,11 @@ class _Widener:
         width = self.n + self.p
         target, args = node.target, node.args
         if target is aten.slice.Tensor:
-            src, src_val = args[0], tensor_val(args[0])
-            dim = args[1] if len(args) > 1 else node.kwargs.get("dim", 0)
-            start = args[2] if len(args) > 2 else node.kwargs.get("start")
-            end = args[3] if len(args) > 3 else node.kwargs.get("end")
-            step = args[4] if len(args) > 4 else node.kwargs.get("step", 1)
-            if src_val is None or static_sizes(src_val) is None or dim % src_val.dim() != src_val.dim() - 1:
+            found, src, src_val = slice_params(node), args[0], tensor_val(args[0])
+            if found is None or src_val is None or static_sizes(src_val) is None:
+                return None
+            dim, start, end, step = found
+            if dim % src_val.dim() != src_val.dim() - 1:
                 return None
             if start not in (0, None) or step != 1 or end != self.n or src_val.shape[-1] != width:
                 return None
@@ -145,7 +144,7 @@ class _Widener:
                 if not shape or shape[-1] not in (self.n, -1):
                     return None
                 rest[0] = shape[:-1] + [width]
-            elif target is aten.unsqueeze.default and rest[0] % (tensor_val(node).dim()) == tensor_val(node).dim() - 1:
+            elif target is aten.unsqueeze.default and rest[0] % val.dim() == val.dim() - 1:
                 return None  # a new last dim: the padded dim would move
             return self._call(target, (inner, *rest), node, dict(node.kwargs))
         if target is aten._to_copy.default:  # a cast: no layout or device change
@@ -171,27 +170,14 @@ class _Widener:
         return None
 
 
-#: What reads a matmul operand that pad_matmuls may pad (its pad then takes the place of the read).
-_MATMULS = frozenset({aten.mm.default, aten.addmm.default, aten.bmm.default})
-_TRANSPOSES = frozenset({aten.t.default, aten.transpose.int, aten.permute.default})
-
-
-def _read_by_matmuls(node: Node) -> bool:
-    return all(u.op == "call_function" and u.target in _MATMULS for u in node.users)
-
-
-def can_compute_wide(operand: Node, p: int) -> bool:
+def can_compute_wide(operand: Node, p: int, matmul_read: Callable[[Node], bool]) -> bool:
     """Whether `operand`, padded by `p` columns for a matmul, is a function compute_pads_wide can
-    compute at the padded width (pad_matmuls' cost model then counts that pad as free): its readers
-    are matmuls (directly or through a transpose), column pads and column sums, which
-    compute_pads_wide takes."""
+    compute at the padded width (pad_matmuls' cost model then counts that pad as free): each reader
+    is a matmul's (`matmul_read`, which the pad will take), a column pad or a column sum."""
     val = tensor_val(operand)
     if operand.op != "call_function" or val is None or val.dim() == 0 or static_sizes(val) is None:
         return False
-    if not all(_column_sum(u, operand) or _column_pad(u) is not None  # a pad placed for an earlier matmul
-               or (u.op == "call_function" and u.target in _MATMULS)
-               or (u.op == "call_function" and u.target in _TRANSPOSES and _read_by_matmuls(u))
-               for u in operand.users):
+    if not all(_column_sum(u, operand) or _column_pad(u) is not None or matmul_read(u) for u in operand.users):
         return False
     widener = _Widener(operand.graph.owning_module, int(val.shape[-1]), p, None, None, dry=True)
     return widener.wide(operand) is not None and bool(widener.sources)
