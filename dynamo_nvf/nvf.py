@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from types import ModuleType
 from typing import Optional
 
@@ -12,8 +13,24 @@ import torch
 log = logging.getLogger("dynamo_nvf")
 
 
+#: nvFuser's options that this backend turns off in its process (``NVFUSER_DISABLE``), read by nvFuser
+#: once, at its first question. ``multidevice``: every fusion here runs on one device, and nvFuser's
+#: multi-device Communicator, under torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK), opens a
+#: TCPStore of its own, sets the current device to LOCAL_RANK and, at interpreter exit, joins a barrier
+#: over NCCL groups it creates then; torchrun's LLaMA-style DDP step ended in heap corruption there.
+DISABLED_NVFUSER_OPTIONS = ("multidevice",)
+
+
+def disable_nvfuser_options(environ: "os._Environ[str] | dict[str, str]" = os.environ) -> None:
+    """Adds DISABLED_NVFUSER_OPTIONS to ``NVFUSER_DISABLE``, keeping what the user set there."""
+    current = [token for token in environ.get("NVFUSER_DISABLE", "").split(",") if token]
+    names = {token.split("(")[0] for token in current}
+    environ["NVFUSER_DISABLE"] = ",".join(current + [o for o in DISABLED_NVFUSER_OPTIONS if o not in names])
+
+
 @functools.lru_cache(maxsize=None)
 def _import_nvfuser() -> tuple[Optional[ModuleType], str]:
+    disable_nvfuser_options()
     try:
         import nvfuser_direct  # noqa: F401
     except Exception as exc:  # ImportError, or a broken binary install

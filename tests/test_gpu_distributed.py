@@ -72,6 +72,22 @@ def test_ddp_training_with_cuda_graphs_matches_eager_on_nvfuser(tmp_path):
     _check_nvf(_launch(tmp_path, "llama", ("ddp",), "nvf_cudagraphs"), ("ddp",), "nvf_cudagraphs")
 
 
+def test_a_ddp_training_process_ends_cleanly_with_its_model_alive():
+    """Under torchrun's environment nvFuser's multi-device Communicator, left on, set up a TCPStore
+    and NCCL groups of its own and tore them down at interpreter exit: the LLaMA-style DDP step's
+    processes ended in heap corruption ("corrupted size vs. prev_size", SIGABRT or SIGSEGV) after
+    their last line, four runs in four. The backend turns it off (nvf.DISABLED_NVFUSER_OPTIONS)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           str(REPO / "tests" / "distributed_exit_main.py")]
+    env = dict(env_with_repo(), PYTHONFAULTHANDLER="1")
+    for _ in range(2):
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 0, output[-4000:]
+        assert proc.stdout.count("steps ok") == 2, output[-4000:]
+        assert "Fatal Python error" not in output and "corrupted" not in output, output[-4000:]
+
+
 def test_regions_run_on_the_gpu_of_their_tensors():
     """One process, tensors on cuda:1 while cuda:0 is current (as on rank 1 without set_device): a
     region with inputs runs on nvFuser on cuda:1; a region of factory ops alone (which nvFuser would
