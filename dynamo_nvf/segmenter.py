@@ -54,9 +54,9 @@ class SegmenterOracle:
     _meta_inputs: Optional[bool] = None  # whether nvFuser took meta tensors (tried once per process)
 
     def __init__(self) -> None:
-        import nvfuser_direct
-
-        self._nvf = nvfuser_direct
+        self._nvf = nvf_env.nvfuser_module()  # imported once, after the process's nvFuser options are set
+        if self._nvf is None:
+            raise ImportError(nvf_env.unavailable_reason() or "nvfuser_direct could not be imported")
         self.asked = 0
         self.spent_ms = 0.0
 
