@@ -16,6 +16,11 @@ prints one row per run:
 * dynamo_nvf: fallbacks (nvFuser errors) and planning failures on all ranks, nvFuser calls per step,
   regions run eagerly per step, compiled graphs and the collectives found in them.
 
+Run one after another, two backends' step times also differ by whatever the machine did between the
+runs (20-30% from run to run on a shared two-GPU machine). ``--interleave`` builds every backend's model
+under a wrapper at once and goes round them each step, in reverse order every other round: their step
+times are then measured side by side (peak memory is the models' together, so it is not reported).
+
 ``inductor_ro`` and ``nvf_cudagraphs`` are inductor and nvf_bookend with ``mode="reduce-overhead"``
 (CUDA graphs, a ``cudagraph_mark_step_begin()`` before each step); nvf_cudagraphs' step time is
 compared with inductor_ro's.  ``--check`` makes the exit status 1 when a run failed, a loss is out of
@@ -40,6 +45,7 @@ import traceback
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional, Sequence
 
 import torch
@@ -82,6 +88,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--profile-steps", type=int, default=0,
                    help="after the timed steps, profile this many more (CUDA): kernel time per step and how much "
                         "of the NCCL kernels' time runs beside compute kernels")
+    p.add_argument("--interleave", action="store_true",
+                   help="under each wrapper, build every backend's model at once and alternate their steps "
+                        "(step times side by side; peak memory is then not per backend)")
     p.add_argument("--json", default=None, help="write the results here (rank 0, after every run)")
     p.add_argument("--check", action="store_true",
                    help="exit 1 on a failed run, a loss out of tolerance, or an nvf fallback")
@@ -257,92 +266,160 @@ def _nvf_recording() -> Any:
     return recording()
 
 
-def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str, device: torch.device) -> dict:
-    """One rank's run: per-step losses (tensors) and times, peak memory, dynamo_nvf counters."""
-    rank = dist.get_rank()
-    torch._dynamo.reset()
-    nvf = backend in NVF_BACKENDS
-    mark = mark_step(get_backend(backend))  # a new CUDA-graph step, or nothing
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    torch.manual_seed(args.seed)  # the same initial weights on every rank
-    model = build_model(spec, args.batch, True, device, torch.float32, args.tiny)
-    wrapped = wrap(model, wrapper, backend, device, args.dtype == "bf16", args.bucket_cap_mb, args.nvf_options)
-    optimizer = torch.optim.AdamW(wrapped.params_module.parameters(), lr=args.lr)
-    torch.manual_seed(args.seed + 1 + rank)  # each rank its own batch
-    inputs = model_inputs(spec, args.batch, True, device, torch.float32, args.tiny)
+class _Trainer:
+    """One backend's run on this rank: its model, optimizer and batch, and what its steps recorded
+    (losses, synchronized step times, and for an nvf backend the plans it compiled and its counters)."""
 
-    losses, times = [], []
-    stats_at_warmup: dict = {}
-    breaks_before = _graph_breaks()
+    def __init__(self, args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
+                 device: torch.device) -> None:
+        self.args, self.backend, self.device = args, backend, device
+        self.nvf = backend in NVF_BACKENDS
+        self.mark = mark_step(get_backend(backend))  # a new CUDA-graph step, or nothing
+        torch.manual_seed(args.seed)  # the same initial weights on every rank
+        self.model = build_model(spec, args.batch, True, device, torch.float32, args.tiny)
+        self.wrapped = wrap(self.model, wrapper, backend, device, args.dtype == "bf16", args.bucket_cap_mb,
+                            args.nvf_options)
+        self.optimizer = torch.optim.AdamW(self.wrapped.params_module.parameters(), lr=args.lr)
+        torch.manual_seed(args.seed + 1 + dist.get_rank())  # each rank its own batch
+        self.inputs = model_inputs(spec, args.batch, True, device, torch.float32, args.tiny)
+        self.losses: list[torch.Tensor] = []
+        self.times: list[float] = []
+        self.graph_breaks = 0
+        self.recorded = SimpleNamespace(plans=[], graph_modules=[])  # what plan_summary reads
+        self.counted: Counter = Counter()  # nvf counters over every step
+        self.counted_timed: Counter = Counter()  # and over the steps after the warm-up
 
-    def one_step() -> torch.Tensor:
-        mark()
-        with wrapped.autocast():
-            loss = wrapped.step_module(*inputs)
+    def one_step(self) -> torch.Tensor:
+        self.mark()
+        with self.wrapped.autocast():
+            loss = self.wrapped.step_module(*self.inputs)
         loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
         # A CUDA graph's output lives in its pool and is overwritten by the next replay.
         return loss.detach().float().clone()
 
-    with _nvf_recording() if nvf else contextlib.nullcontext() as recorder:
-        stats_before = _nvf_stats() if nvf else {}
-        for step in range(args.steps):
-            if step == args.warmup and nvf:
-                stats_at_warmup = _nvf_stats()
-            _sync(device)
+    def timed_step(self) -> None:
+        """One synchronized, timed step; its plans, graph breaks and nvf counters are this run's."""
+        breaks = _graph_breaks()
+        before = _nvf_stats() if self.nvf else {}
+        with _nvf_recording() if self.nvf else contextlib.nullcontext() as recorder:
+            _sync(self.device)
             start = time.perf_counter()
-            loss = one_step()
-            _sync(device)
-            times.append(time.perf_counter() - start)
-            losses.append(loss)
-        end = _nvf_stats() if nvf else {}
+            loss = self.one_step()
+            _sync(self.device)
+            self.times.append(time.perf_counter() - start)
+        self.losses.append(loss)
+        self.graph_breaks += _graph_breaks() - breaks
+        if self.nvf:
+            self.recorded.plans += recorder.plans
+            self.recorded.graph_modules += recorder.graph_modules
+            delta = Counter({k: v - before[k] for k, v in _nvf_stats().items() if isinstance(v, (int, float))})
+            self.counted.update(delta)
+            if len(self.times) > self.args.warmup:
+                self.counted_timed.update(delta)
+
+    def result(self, peak_mem_mib: Optional[float]) -> dict:
+        """This run's figures (profiling `--profile-steps` more steps first); losses as a tensor."""
         profiled: dict[str, Any] = {}
-        if args.profile_steps and device.type == "cuda":
-            kernels = _profiled_kernels(one_step, args.profile_steps)
-            profiled = {**kernel_overlap(kernels, args.profile_steps),
-                        "top_kernels": top_kernels(kernels, args.profile_steps)}
+        if self.args.profile_steps and self.device.type == "cuda":
+            kernels = _profiled_kernels(self.one_step, self.args.profile_steps)
+            profiled = {**kernel_overlap(kernels, self.args.profile_steps),
+                        "top_kernels": top_kernels(kernels, self.args.profile_steps)}
         result: dict[str, Any] = {
-            "losses": torch.stack(losses),
-            "times_s": times,
-            "peak_mem_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
-            "graph_breaks": _graph_breaks() - breaks_before,
-            "precision": wrapped.precision,
+            "losses": torch.stack(self.losses),
+            "times_s": self.times,
+            "peak_mem_mib": peak_mem_mib,
+            "graph_breaks": self.graph_breaks,
+            "precision": self.wrapped.precision,
             **profiled,
         }
-        if nvf:
-            timed = args.steps - args.warmup
-            result["fallbacks"] = end["fallbacks"] - stats_before["fallbacks"]
+        if self.nvf:
+            timed = self.args.steps - self.args.warmup
+            result["fallbacks"] = self.counted["fallbacks"]
             # CUDA graphs replay regions without Python: only the warm-up and recording calls count
-            result["nvfuser_calls"] = end["nvfuser_calls"] - stats_before["nvfuser_calls"]
-            result["nvfuser_calls_per_step"] = (end["nvfuser_calls"] - stats_at_warmup["nvfuser_calls"]) / timed
-            result["eager_region_calls_per_step"] = (end["eager_calls"] - stats_at_warmup["eager_calls"]) / timed
-            result.update(plan_summary(recorder))
-    del wrapped, optimizer, model, inputs, losses
+            result["nvfuser_calls"] = self.counted["nvfuser_calls"]
+            result["nvfuser_calls_per_step"] = self.counted_timed["nvfuser_calls"] / timed
+            result["eager_region_calls_per_step"] = self.counted_timed["eager_calls"] / timed
+            result.update(plan_summary(self.recorded))
+        return result
+
+
+def _peak_mib(device: torch.device) -> Optional[float]:
+    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+
+
+def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str, device: torch.device) -> dict:
+    """One rank's run: per-step losses (tensors) and times, peak memory, dynamo_nvf counters."""
+    torch._dynamo.reset()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    trainer = _Trainer(args, spec, wrapper, backend, device)
+    for _ in range(args.steps):
+        trainer.timed_step()
+    result = trainer.result(_peak_mib(device))
+    del trainer
     return result
 
 
-def run_everywhere(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
-                   device: torch.device) -> dict:
-    """`train` on every rank, merged: the global loss per step and each figure over ranks."""
-    error = None
-    try:
-        local = train(args, spec, wrapper, backend, device)
-        losses = local.pop("losses")
-    except Exception as exc:  # a deterministic failure reaches the gather on every rank
-        error = f"{type(exc).__name__}: {exc}"
-        traceback.print_exc()
-        local, losses = {}, torch.zeros(args.steps)
+def train_alternating(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backends: Sequence[str],
+                      device: torch.device) -> dict[str, dict]:
+    """One rank's runs of every backend at once (`--interleave`): each step of the run goes round the
+    backends, in reverse order every other round, so that whatever the machine does meanwhile (clocks,
+    other jobs, the other rank) falls on all of them alike. Peak memory is the models' together (None)."""
     torch._dynamo.reset()
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    trainers = [_Trainer(args, spec, wrapper, backend, device) for backend in backends]
+    for step in range(args.steps):
+        for trainer in trainers if step % 2 == 0 else trainers[::-1]:
+            trainer.timed_step()
+    results = {trainer.backend: trainer.result(None) for trainer in trainers}
+    del trainers
+    return results
+
+
+def _gathered(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str, device: torch.device,
+              local: dict, error: Optional[str]) -> dict:
+    """One record from this rank's `local` result (or its error) and every other rank's."""
+    losses = local.pop("losses") if error is None else torch.zeros(args.steps)
     per_rank = all_gather_json({"local": local, "error": error}, device)
     losses = losses.to(device)
     dist.all_reduce(losses)  # gloo has no AVG
     losses = (losses / dist.get_world_size()).tolist()
     return merge(per_rank, losses, wrapper, backend, spec, args)
+
+
+def _clean_up(device: torch.device) -> None:
+    torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def run_everywhere(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
+                   device: torch.device) -> dict:
+    """`train` on every rank, merged: the global loss per step and each figure over ranks."""
+    error, local = None, {}
+    try:
+        local = train(args, spec, wrapper, backend, device)
+    except Exception as exc:  # a deterministic failure reaches the gather on every rank
+        error = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+    _clean_up(device)
+    return _gathered(args, spec, wrapper, backend, device, local, error)
+
+
+def run_alternating_everywhere(args: argparse.Namespace, spec: ModelSpec, wrapper: str,
+                               device: torch.device) -> list[dict]:
+    """`train_alternating` on every rank: one record per backend, as `run_everywhere` makes them."""
+    error, results = None, {}
+    try:
+        results = train_alternating(args, spec, wrapper, args.backends, device)
+    except Exception as exc:  # one failure fails the group: the runs share every step
+        error = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+    _clean_up(device)
+    return [_gathered(args, spec, wrapper, backend, device, results.get(backend, {}), error)
+            for backend in args.backends]
 
 
 def all_gather_json(obj: Any, device: torch.device) -> list[Any]:
@@ -521,13 +598,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"{doc['NCCL_NVLS_ENABLE']}", flush=True)
         records: list[dict] = []
         for wrapper in args.wrappers:
-            for backend in args.backends:
+            groups = [args.backends] if args.interleave else [[backend] for backend in args.backends]
+            for group in groups:
                 started = time.perf_counter()
-                records.append(run_everywhere(args, spec, wrapper, backend, device))
+                if args.interleave:
+                    records += run_alternating_everywhere(args, spec, wrapper, device)
+                else:
+                    records.append(run_everywhere(args, spec, wrapper, group[0], device))
                 add_comparisons(records, args.rtol, args.atol)
                 if rank0:
-                    print(f"  {wrapper}/{backend}: {time.perf_counter() - started:.1f} s"
-                          + (f", FAILED: {records[-1]['error']}" if records[-1].get("error") else ""), flush=True)
+                    failed = [r["error"] for r in records[-len(group):] if r.get("error")]
+                    print(f"  {wrapper}/{','.join(group)}: {time.perf_counter() - started:.1f} s"
+                          + (f", FAILED: {failed[0]}" if failed else ""), flush=True)
                     if args.json:
                         _write(args.json, doc, records)
         problems = failures(records)

@@ -285,6 +285,28 @@ def test_launcher_one_process_bf16(tmp_path, model):
         _check_nvf_run(runs[(wrapper, "nvf_bookend")], runs[(wrapper, "eager")], rtol=1e-2)
 
 
+def test_interleaved_runs_train_as_runs_one_after_another(tmp_path):
+    """--interleave: every backend's model under a wrapper at once, their steps alternating. Each run
+    trains exactly as alone (same losses, step for step), and its plans and counters are its own."""
+    from perf.distributed import main
+
+    common = ["--device", "cpu", "--tiny", "--model", "llama", "--wrappers", "ddp,fsdp2", "--backends",
+              "eager,nvf_bookend", "--steps", "3", "--warmup", "1", "--dtype", "f32", "--check"]
+    assert main(common + ["--json", str(tmp_path / "apart.json")]) == 0
+    assert main(common + ["--interleave", "--json", str(tmp_path / "together.json")]) == 0
+    apart, _ = _launcher_json(tmp_path / "apart.json")
+    together, doc = _launcher_json(tmp_path / "together.json")
+    assert sorted(together) == sorted(apart) and doc["problems"] == []
+    for key, run in together.items():
+        assert run["losses"] == apart[key]["losses"], key
+        assert len(run["step_ms_each"]) == 3 and run["peak_mem_mib"] is None
+    for wrapper in ("ddp", "fsdp2"):
+        nvf, alone = together[(wrapper, "nvf_bookend")], apart[(wrapper, "nvf_bookend")]
+        _check_nvf_run(nvf, together[(wrapper, "eager")], rtol=1e-5)
+        for figure in ("graphs", "regions", "eager_region_calls_per_step", "nvfuser_calls", "fallbacks"):
+            assert nvf[figure] == alone[figure], (wrapper, figure)
+
+
 # ------------------------------------------------------------------------------------ one GPU per rank
 
 
