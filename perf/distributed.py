@@ -368,11 +368,16 @@ def train_alternating(args: argparse.Namespace, spec: ModelSpec, wrapper: str, b
     backends, in reverse order every other round, so that whatever the machine does meanwhile (clocks,
     other jobs, the other rank) falls on all of them alike. Peak memory is the models' together (None)."""
     torch._dynamo.reset()
-    trainers = [_Trainer(args, spec, wrapper, backend, device) for backend in backends]
-    for step in range(args.steps):
-        for trainer in trainers if step % 2 == 0 else trainers[::-1]:
-            trainer.timed_step()
-    results = {trainer.backend: trainer.result(None) for trainer in trainers}
+    config = torch._dynamo.config
+    # The backends' compiled graphs share each code object's cache (a block's forward compiled once per
+    # backend): its limits grow with their number, so no backend's blocks fall back to eager.
+    with config.patch(recompile_limit=config.recompile_limit * len(backends),
+                      accumulated_recompile_limit=config.accumulated_recompile_limit * len(backends)):
+        trainers = [_Trainer(args, spec, wrapper, backend, device) for backend in backends]
+        for step in range(args.steps):
+            for trainer in trainers if step % 2 == 0 else trainers[::-1]:
+                trainer.timed_step()
+        results = {trainer.backend: trainer.result(None) for trainer in trainers}
     del trainers
     return results
 
