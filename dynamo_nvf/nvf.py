@@ -21,10 +21,32 @@ log = logging.getLogger("dynamo_nvf")
 DISABLED_NVFUSER_OPTIONS = ("multidevice",)
 
 
+def _split_options(setting: str) -> list[str]:
+    """An nvFuser option list split at its top-level commas: ``a,b(x,y)`` is ``a`` and ``b(x,y)``."""
+    tokens, depth, start = [], 0, 0
+    for i, char in enumerate(setting + ","):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            token = setting[start:i].strip()
+            if token:
+                tokens.append(token)
+            start = i + 1
+    return tokens
+
+
 def disable_nvfuser_options(environ: "os._Environ[str] | dict[str, str]" = os.environ) -> None:
-    """Adds DISABLED_NVFUSER_OPTIONS to ``NVFUSER_DISABLE``, keeping what the user set there."""
-    current = [token for token in environ.get("NVFUSER_DISABLE", "").split(",") if token]
-    names = {token.split("(")[0] for token in current}
+    """Adds DISABLED_NVFUSER_OPTIONS to ``NVFUSER_DISABLE``, keeping what the user set there.
+
+    nvFuser reads ``NVFUSER_DISABLE`` and, only where that is unset, the older
+    ``PYTORCH_NVFUSER_DISABLE``: a setting made in the older name is carried into the new one."""
+    setting = environ.get("NVFUSER_DISABLE")
+    if setting is None:
+        setting = environ.get("PYTORCH_NVFUSER_DISABLE", "")
+    current = _split_options(setting)
+    names = {token.split("(")[0].strip() for token in current}
     environ["NVFUSER_DISABLE"] = ",".join(current + [o for o in DISABLED_NVFUSER_OPTIONS if o not in names])
 
 

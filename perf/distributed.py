@@ -319,8 +319,9 @@ class _Trainer:
             if len(self.times) > self.args.warmup:
                 self.counted_timed.update(delta)
 
-    def result(self, peak_mem_mib: Optional[float]) -> dict:
-        """This run's figures (profiling `--profile-steps` more steps first); losses as a tensor."""
+    def result(self, alone: bool) -> dict:
+        """This run's figures (profiling `--profile-steps` more steps first); losses as a tensor. Peak
+        memory, profiled steps included, only for a run `alone` on its device (else None)."""
         profiled: dict[str, Any] = {}
         if self.args.profile_steps and self.device.type == "cuda":
             kernels = _profiled_kernels(self.one_step, self.args.profile_steps)
@@ -329,7 +330,7 @@ class _Trainer:
         result: dict[str, Any] = {
             "losses": torch.stack(self.losses),
             "times_s": self.times,
-            "peak_mem_mib": peak_mem_mib,
+            "peak_mem_mib": _peak_mib(self.device) if alone else None,
             "graph_breaks": self.graph_breaks,
             "precision": self.wrapped.precision,
             **profiled,
@@ -357,7 +358,7 @@ def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
     trainer = _Trainer(args, spec, wrapper, backend, device)
     for _ in range(args.steps):
         trainer.timed_step()
-    result = trainer.result(_peak_mib(device))
+    result = trainer.result(alone=True)
     del trainer
     return result
 
@@ -377,7 +378,7 @@ def train_alternating(args: argparse.Namespace, spec: ModelSpec, wrapper: str, b
         for step in range(args.steps):
             for trainer in trainers if step % 2 == 0 else trainers[::-1]:
                 trainer.timed_step()
-        results = {trainer.backend: trainer.result(None) for trainer in trainers}
+        results = {trainer.backend: trainer.result(alone=False) for trainer in trainers}
     del trainers
     return results
 

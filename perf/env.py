@@ -64,6 +64,9 @@ def nvidia_driver() -> Optional[str]:
 
 def collect_env() -> dict:
     """GPU, driver, library versions, host and date; missing facts are None."""
+    from dynamo_nvf import nvf
+
+    nvf.disable_nvfuser_options()  # before this process's first import of nvfuser_direct, as the backend's
     env: dict = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "hostname": socket.gethostname(),

@@ -80,6 +80,8 @@ def test_a_ddp_training_process_ends_cleanly_with_its_model_alive():
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            str(REPO / "tests" / "distributed_exit_main.py")]
     env = dict(env_with_repo(), PYTHONFAULTHANDLER="1")
+    for inherited in ("NVFUSER_DISABLE", "PYTORCH_NVFUSER_DISABLE"):  # each rank must set it itself
+        env.pop(inherited, None)
     for _ in range(2):
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         output = proc.stdout + proc.stderr

@@ -364,6 +364,24 @@ def test_real_env_header_is_json_serialisable():
     assert "torch" in format_env(env)
 
 
+def test_env_header_sets_the_backends_nvfuser_options_before_asking_nvfuser_its_version(monkeypatch):
+    """The header imports nvfuser_direct for its version: the backend's options (nvf.
+    DISABLED_NVFUSER_OPTIONS) are in the environment before that, as when the backend imports it."""
+    from dynamo_nvf import nvf
+    from perf import env as perf_env
+
+    monkeypatch.delenv("NVFUSER_DISABLE", raising=False)
+    seen: dict = {}
+
+    def module_version(module, dists=()):
+        seen.setdefault(module, os.environ.get("NVFUSER_DISABLE"))
+        return None
+
+    monkeypatch.setattr(perf_env, "_module_version", module_version)
+    perf_env.collect_env()
+    assert seen["nvfuser_direct"] == ",".join(nvf.DISABLED_NVFUSER_OPTIONS)
+
+
 # ----------------------------------------------------------------------------- baseline
 
 
