@@ -23,8 +23,8 @@ times are then measured side by side (peak memory is the models' together, so it
 
 ``inductor_ro`` and ``nvf_cudagraphs`` are inductor and nvf_bookend with ``mode="reduce-overhead"``
 (CUDA graphs, a ``cudagraph_mark_step_begin()`` before each step); nvf_cudagraphs' step time is
-compared with inductor_ro's.  ``--check`` makes the exit status 1 when a run failed, a loss is out of
-tolerance or an nvf backend fell back; ``--device cpu`` runs over gloo with tiny shapes (what the CPU
+compared with inductor_ro's.  ``--check`` makes the exit status 1 when a run failed, or an nvf
+backend's loss is out of tolerance or it fell back; ``--device cpu`` runs over gloo with tiny shapes (what the CPU
 test suite runs).  NCCL settings come from the environment as they are (the GPU machine sets
 NCCL_NVLS_ENABLE=0; it is printed).
 """
@@ -522,15 +522,17 @@ def add_comparisons(records: list[dict], rtol: float, atol: float) -> None:
 
 
 def failures(records: list[dict]) -> list[str]:
-    """What --check rejects: failed runs, losses out of tolerance, nvf fallbacks and planning errors,
-    collectives inside a region."""
+    """What --check rejects: failed runs; an nvf backend's losses out of tolerance, fallbacks, planning
+    errors or collectives inside a region. Another backend's losses out of tolerance show in the table
+    but pass: the check gates this backend, and a bf16 conv net's losses drift from eager's over tens of
+    steps under inductor too (perf/README.md)."""
     found = []
     for r in records:
         name = f"{r['wrapper']}/{r['backend']}"
         if r.get("error"):
             found.append(f"{name}: {r['error']}")
             continue
-        if r.get("losses_match") is False:
+        if r.get("losses_match") is False and r["backend"] in NVF_BACKENDS:
             found.append(f"{name}: losses differ from eager's (max abs {r['loss_max_abs_diff']:.3g})")
         for key in ("fallbacks", "planning_errors", "communication_in_regions"):
             if r.get(key):
