@@ -56,7 +56,7 @@ from dynamo_nvf.passes.split_channel_statistics import split_channel_statistics
 from dynamo_nvf.passes.split_reductions import split_norm_backward
 from dynamo_nvf.passes.split_transposes import split_transposes
 from dynamo_nvf.passes.strided_statistics import strided_statistics
-from dynamo_nvf.passes.two_stage_statistics import two_stage_statistics
+from dynamo_nvf.passes.two_stage_statistics import two_stage_statistics, two_stage_sums
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.passes.unfuse_addmm import unfuse_addmm_bias
 from dynamo_nvf.passes.unpermute_reductions import unpermute_reductions
@@ -237,6 +237,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("channels_last_regions", _graph_only(channels_last_regions), option="channels_last_regions"),
     Pass("strided_statistics", _graph_only(strided_statistics)),
     Pass("two_stage_statistics", _graph_only(two_stage_statistics), NOT_BACKWARD, option="bookend"),
+    Pass("two_stage_sums", _graph_only(two_stage_sums)),
     Pass("unflatten_reductions", _graph_only(unflatten_reductions), option="unflatten_reductions",
          enabled=Settings.unflattens),
     Pass("unpermute_reductions", _unpermute_reductions, option="unpermute_reductions",

@@ -182,3 +182,66 @@ def two_stage_statistics(gm: GraphModule) -> GraphModule:
     if changed:
         log.debug("dynamo_nvf: %d BatchNorm statistics in two stages", changed)
     return gm
+
+
+#: A sum's first stage keeps W x C values per row; at least this many, so its loads stay wide.
+MIN_SUM_ROW_WIDTH = 1024
+
+SUM_NOTE = ("sum {name}: a BatchNorm backward's sum over [{n}, {h}, {w}, {c}] in two stages, N and H first, "
+            "so nvFuser reduces contiguous {width}-wide rows")
+
+
+def _sum_source(node: Node) -> Optional[Node]:
+    """The 4-D value `node` sums, where `node` is a region's sum over its leading three dims (N, H, W of
+    a row-major NHWC value) that this pass splits."""
+    region = node.meta.get(REGION_KEY)
+    if region is None or node.target is not aten.sum.dim_IntList or reduced_dims(node) != [0, 1, 2]:
+        return None
+    src = node.args[0]
+    val = tensor_val(src) if isinstance(src, Node) else None
+    if val is None or val.dim() != 4 or not val.is_contiguous() or getattr(val, "fake_mode", None) is None:
+        return None
+    sizes = static_sizes(val)
+    if sizes is None or not val.dtype.is_floating_point:
+        return None
+    n, h, w, c = sizes
+    if n * h < 2 or w * c < MIN_SUM_ROW_WIDTH or not splits(n * h * w, c):
+        return None
+    return src
+
+
+def _split_sum(gm: GraphModule, node: Node, src: Node) -> bool:
+    n, h, w, c = (int(s) for s in tensor_val(src).shape)
+    keepdim = keeps_reduced_dims(node)
+    dtype = node.kwargs.get("dtype")
+    with gm.graph.inserting_before(node):
+        rows = call_like(gm, aten.sum.dim_IntList, (src, [0, 1], keepdim), node, tensor_val(src).fake_mode,
+                         {"dtype": dtype} if dtype is not None else None)
+        total = call_like(gm, aten.sum.dim_IntList, (rows, [2 if keepdim else 0], keepdim), node,
+                          tensor_val(src).fake_mode)
+    old = tensor_val(node)
+    new = tensor_val(total)
+    if list(old.shape) != list(new.shape) or old.dtype != new.dtype:  # not the sum after all: as it was
+        gm.graph.erase_node(total)
+        gm.graph.erase_node(rows)
+        return False
+    node.replace_all_uses_with(total)
+    gm.graph.erase_node(node)
+    add_note(gm, SUM_NOTE.format(name=node.name, n=n, h=h, w=w, c=c, width=w * c))
+    return True
+
+
+def _rewrite_sum_at(gm: GraphModule, node: Node) -> bool:
+    src = _sum_source(node) if node.op == "call_function" else None
+    return src is not None and _split_sum(gm, node, src)
+
+
+def two_stage_sums(gm: GraphModule) -> GraphModule:
+    """Splits each eligible sum over N, H and W of a region's row-major NHWC value in two stages: N and H
+    first (rows W x C wide), then W. The sums of a channels-last BatchNorm's backward (its bias and weight
+    gradients) are those of the statistics in `two_stage_statistics`: one sum over M rows of C channels
+    ran with narrow loads across the channels. Values are those of the same sum in another order."""
+    changed = rewrite_to_fixpoint(gm, _rewrite_sum_at)  # the new sums reduce [0, 1] and [0]: never again
+    if changed:
+        log.debug("dynamo_nvf: %d sums over N, H and W in two stages", changed)
+    return gm
