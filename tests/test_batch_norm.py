@@ -185,7 +185,11 @@ def test_every_batch_norm_entry_point_decomposes_and_updates_stats_as_aten(name)
 
 
 def _two_stage_notes(plans: list[Any]) -> list[str]:
-    return [n for p in plans for n in p.rewrites if "in two stages" in n]
+    return [n for p in plans for n in p.rewrites if n.startswith("var_mean") and "in two stages" in n]
+
+
+def _two_stage_sum_notes(plans: list[Any]) -> list[str]:
+    return [n for p in plans if p.kind == "backward" for n in p.rewrites if "N and H first" in n]
 
 
 #: 2**23 elements, 64 channels: statistics in two stages (passes/two_stage_statistics.py).
@@ -217,12 +221,12 @@ def _large_steps(device: str, dtype: torch.dtype, options: dict[str, Any], steps
         xs = [x.clone().requires_grad_(True), x.clone().requires_grad_(True), x.double().requires_grad_(True)]
         with recording() as rec:
             out = compiled(xs[0])
+            expected, exact = eager(xs[1]), reference(xs[2])
+            assert_same_layout(out, expected)
+            assert_as_close_as_eager(out, expected, exact)
+            for y, g in ((out, grad), (expected, grad), (exact, grad.double())):
+                y.backward(g)
         plans += rec.plans
-        expected, exact = eager(xs[1]), reference(xs[2])
-        assert_same_layout(out, expected)
-        assert_as_close_as_eager(out, expected, exact)
-        for y, g in ((out, grad), (expected, grad), (exact, grad.double())):
-            y.backward(g)
         assert_as_close_as_eager(xs[0].grad, xs[1].grad, xs[2].grad)
         for (name, pa), (_, pe), (_, px) in zip(model.named_parameters(), eager.named_parameters(),
                                                  reference.named_parameters()):
@@ -248,6 +252,18 @@ def test_large_channels_last_statistics_reduce_row_blocks_of_a_trimmed_view():
     assert all("[0, 1, 2], correction" not in r.fx_code for r in forward), forward[0].fx_code
 
 
+def test_large_channels_last_backward_sums_reduce_n_and_h_first():
+    """The same BatchNorm's backward: its two sums over N, H and W (the bias and weight gradients) of
+    [8, 128, 128, 64] row-major values reduce N and H first (8192-wide rows), then W; gradients are
+    eager's (_large_steps)."""
+    plans = _large_steps("cpu", torch.float32, {"plan_cpu_as_cuda": True}, steps=1)
+    assert len(_two_stage_sum_notes(plans)) == 2, [p.rewrites for p in plans]
+    backward = [r.fx_code for p in plans if p.kind == "backward" for r in p.regions]
+    assert backward and not any("[0, 1, 2], False" in code for code in backward), backward
+    assert sum(code.count("sum.dim_IntList") for code in backward) == 4, backward
+    assert any(", [0, 1], False)" in code and ", [0], False)" in code for code in backward), backward
+
+
 @pytest.mark.parametrize("shape, channels_last", [
     ((8, 64, 128, 128), False),   # NCHW: the statistics are not over row-major rows
     ((8, 16, 32, 32), True),      # fewer rows than MIN_ROWS
@@ -261,7 +277,26 @@ def test_statistics_stay_one_reduction_outside_the_measured_range(shape, channel
     x = _input(shape, channels_last, "cpu", torch.float32).requires_grad_(True)
     with recording() as rec:
         compiled(x).sum().backward()
-    assert not _two_stage_notes(rec.plans), [p.rewrites for p in rec.plans]
+    assert not _two_stage_notes(rec.plans) and not _two_stage_sum_notes(rec.plans), [p.rewrites for p in rec.plans]
+
+
+@pytest.mark.parametrize("keepdim, dtype", [(True, None), (False, torch.float32)])
+def test_sums_over_n_h_and_w_split_with_keepdim_and_dtype(keepdim, dtype):
+    """A sum over the leading three dims of a row-major [N, H, W, C] value, with keepdim or a dtype:
+    N and H first, then W; values and shapes are the one sum's."""
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2 + 1).sum([0, 1, 2], keepdim=keepdim, dtype=dtype) * 3
+
+    x = torch.randn(8, 128, 128, 64, dtype=torch.bfloat16)
+    compiled = compile_fn(fn, {"plan_cpu_as_cuda": True})
+    with torch.no_grad(), recording() as rec:
+        out = compiled(x)
+    (plan,) = rec.plans
+    assert [n for n in plan.rewrites if "N and H first" in n], plan.rewrites
+    (region,) = plan.regions
+    assert ", [0, 1, 2]" not in region.fx_code and ", [0, 1]" in region.fx_code, region.fx_code
+    assert_same_layout(out, fn(x))
+    assert_as_close_as_eager(out, fn(x), fn(x.double()))
 
 
 def test_statistics_without_keepdim_split_too():
@@ -340,7 +375,7 @@ def test_gpu_batch_norm_training_matches_eager(device, case, dtype):
 def test_gpu_two_stage_statistics_match_eager_on_nvfuser(device, dtype):
     STATS.reset()
     plans = _large_steps(device, dtype, device_options(device), steps=3)
-    assert _two_stage_notes(plans), [p.rewrites for p in plans]
+    assert _two_stage_notes(plans) and _two_stage_sum_notes(plans), [p.rewrites for p in plans]
     assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0, STATS.snapshot()
 
 

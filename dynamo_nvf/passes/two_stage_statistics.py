@@ -38,6 +38,12 @@ shapes keeps one `var_mean`). Values are those of the same statistics in another
 summation. Forward graphs (the backward has no `var_mean`), and only with `bookend` on: without it
 nothing would trim the view, and nvFuser would reshape its input in the kernel.
 
+`two_stage_sums` does the same for a region's sums over N, H and W of a row-major NHWC value (a
+BatchNorm backward's bias and weight gradients, the values computed in the region): they sum N and H
+first, keeping W x C-wide rows, then W. No view is needed, so neither is the bookend pass. The
+ResNet-style stem's backward sums took 253 µs as one sum; GPU kernel time per training step fell 3%
+(docs/design.md has the measurement).
+
 Pure on annotations: GraphModule in (partitioned, `node.meta[REGION_KEY]`), GraphModule out.
 """
 
@@ -187,8 +193,8 @@ def two_stage_statistics(gm: GraphModule) -> GraphModule:
 #: A sum's first stage keeps W x C values per row; at least this many, so its loads stay wide.
 MIN_SUM_ROW_WIDTH = 1024
 
-SUM_NOTE = ("sum {name}: a BatchNorm backward's sum over [{n}, {h}, {w}, {c}] in two stages, N and H first, "
-            "so nvFuser reduces contiguous {width}-wide rows")
+SUM_NOTE = ("sum {name}: over N, H and W of [{n}, {h}, {w}, {c}] in two stages, N and H first, so nvFuser "
+            "reduces contiguous {width}-wide rows")
 
 
 def _sum_source(node: Node) -> Optional[Node]:
