@@ -5,44 +5,28 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from dynamo_nvf import nvf
 
 
-def test_an_empty_setting_gains_multidevice():
-    environ: dict[str, str] = {}
+@pytest.mark.parametrize("environ, expected", [
+    ({}, "multidevice"),
+    ({"NVFUSER_DISABLE": "fma,kernel_reuse"}, "fma,kernel_reuse,multidevice"),  # the user's options kept
+    ({"NVFUSER_DISABLE": "multidevice,fma"}, "multidevice,fma"),  # nothing repeated
+    # options with arguments are split at top-level commas only
+    ({"NVFUSER_DISABLE": "kernel_reuse(a,multidevice),fma"}, "kernel_reuse(a,multidevice),fma,multidevice"),
+    ({"NVFUSER_DISABLE": "multidevice(x,y)"}, "multidevice(x,y)"),
+    # nvFuser reads PYTORCH_NVFUSER_DISABLE only where NVFUSER_DISABLE is unset: setting the new one
+    # must not hide the user's options in the old
+    ({"PYTORCH_NVFUSER_DISABLE": "fma"}, "fma,multidevice"),
+    ({"PYTORCH_NVFUSER_DISABLE": "fma", "NVFUSER_DISABLE": "kernel_reuse"}, "kernel_reuse,multidevice"),
+])
+def test_the_setting_gains_multidevice_once_keeping_the_users_options(environ, expected):
     nvf.disable_nvfuser_options(environ)
-    assert environ["NVFUSER_DISABLE"] == "multidevice"
-
-
-def test_the_users_options_are_kept_and_nothing_is_repeated():
-    environ = {"NVFUSER_DISABLE": "fma,kernel_reuse"}
-    nvf.disable_nvfuser_options(environ)
-    assert environ["NVFUSER_DISABLE"] == "fma,kernel_reuse,multidevice"
-    nvf.disable_nvfuser_options(environ)
-    assert environ["NVFUSER_DISABLE"] == "fma,kernel_reuse,multidevice"
-    environ = {"NVFUSER_DISABLE": "multidevice,fma"}
-    nvf.disable_nvfuser_options(environ)
-    assert environ["NVFUSER_DISABLE"] == "multidevice,fma"
-
-
-def test_options_with_arguments_are_split_at_top_level_commas_only():
-    environ = {"NVFUSER_DISABLE": "kernel_reuse(a,multidevice),fma"}
-    nvf.disable_nvfuser_options(environ)
-    assert environ["NVFUSER_DISABLE"] == "kernel_reuse(a,multidevice),fma,multidevice"
-    environ = {"NVFUSER_DISABLE": "multidevice(x,y)"}
-    nvf.disable_nvfuser_options(environ)
-    assert environ["NVFUSER_DISABLE"] == "multidevice(x,y)"
-
-
-def test_the_older_variable_is_carried_over_where_the_new_one_is_unset():
-    """nvFuser reads PYTORCH_NVFUSER_DISABLE only where NVFUSER_DISABLE is unset: setting the new one
-    must not hide the user's options in the old."""
-    environ = {"PYTORCH_NVFUSER_DISABLE": "fma"}
-    nvf.disable_nvfuser_options(environ)
-    assert environ["NVFUSER_DISABLE"] == "fma,multidevice"
-    environ = {"PYTORCH_NVFUSER_DISABLE": "fma", "NVFUSER_DISABLE": "kernel_reuse"}
-    nvf.disable_nvfuser_options(environ)
-    assert environ["NVFUSER_DISABLE"] == "kernel_reuse,multidevice"
+    assert environ["NVFUSER_DISABLE"] == expected
+    nvf.disable_nvfuser_options(environ)  # a second call changes nothing
+    assert environ["NVFUSER_DISABLE"] == expected
 
 
 def test_asking_for_nvfuser_sets_it_in_the_process(monkeypatch):
