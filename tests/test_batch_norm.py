@@ -280,14 +280,15 @@ def test_statistics_stay_one_reduction_outside_the_measured_range(shape, channel
     assert not _two_stage_notes(rec.plans) and not _two_stage_sum_notes(rec.plans), [p.rewrites for p in rec.plans]
 
 
-@pytest.mark.parametrize("keepdim, dtype", [(True, None), (False, torch.float32)])
-def test_sums_over_n_h_and_w_split_with_keepdim_and_dtype(keepdim, dtype):
-    """A sum over the leading three dims of a row-major [N, H, W, C] value, with keepdim or a dtype:
-    N and H first, then W; values and shapes are the one sum's."""
+@pytest.mark.parametrize("keepdim, dtype, x_dtype", [(True, None, torch.float32),
+                                                     (False, torch.float32, torch.bfloat16)])
+def test_sums_over_n_h_and_w_split_with_keepdim_and_dtype(keepdim, dtype, x_dtype):
+    """A sum over the leading three dims of a row-major [N, H, W, C] value accumulating in f32, with
+    keepdim or a dtype: N and H first, then W; values and shapes are the one sum's."""
     def fn(x: torch.Tensor) -> torch.Tensor:
         return (x * 2 + 1).sum([0, 1, 2], keepdim=keepdim, dtype=dtype) * 3
 
-    x = torch.randn(8, 128, 128, 64, dtype=torch.bfloat16)
+    x = torch.randn(8, 128, 128, 64, dtype=x_dtype)
     compiled = compile_fn(fn, {"plan_cpu_as_cuda": True})
     with torch.no_grad(), recording() as rec:
         out = compiled(x)
@@ -297,6 +298,38 @@ def test_sums_over_n_h_and_w_split_with_keepdim_and_dtype(keepdim, dtype):
     assert ", [0, 1, 2]" not in region.fx_code and ", [0, 1]" in region.fx_code, region.fx_code
     assert_same_layout(out, fn(x))
     assert_as_close_as_eager(out, fn(x), fn(x.double()))
+
+
+def test_a_half_precision_sum_stays_one_reduction():
+    """A sum accumulating in f16 would round its first stage's partial sums (a piece's output, an
+    eager region's tensor): +-102400 partials overflow f16 where the one sum gives 0."""
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return (x * 1).sum([0, 1, 2])
+
+    x = torch.full((8, 128, 128, 64), 100.0, dtype=torch.float16)
+    x[:, :, 1::2] = -100.0
+    compiled = compile_fn(fn, {"plan_cpu_as_cuda": True})
+    with torch.no_grad(), recording() as rec:
+        out = compiled(x)
+    assert not [n for p in rec.plans for n in p.rewrites if "N and H first" in n], rec.plans[0].rewrites
+    torch.testing.assert_close(out, fn(x))
+
+
+def test_a_layer_norms_column_sums_are_left_to_split_norm_backward():
+    """LayerNorm over the channels of a row-major [N, H, W, C] value: its backward region reduces rows
+    (the last dim) too; its weight-gradient sum is split_norm_backward's to place (a segment boundary
+    before its column sums), not split here."""
+    torch.manual_seed(0)
+    ln = nn.LayerNorm(32)
+    x = torch.randn(8, 128, 128, 32, requires_grad=True)
+    compiled = compile_fn(ln, {"plan_cpu_as_cuda": True})
+    with recording() as rec:
+        out = compiled(x)
+        out.backward(torch.randn_like(out))
+    (backward,) = [p for p in rec.plans if p.kind == "backward"]
+    assert any(n.startswith("segment boundary: column sums") for n in backward.rewrites), backward.rewrites
+    rows = [r for r in backward.regions if ", [3], True)" in r.fx_code]
+    assert rows and not any(", [0, 1], " in r.fx_code for r in rows), [r.fx_code for r in rows]
 
 
 def test_statistics_without_keepdim_split_too():

@@ -371,6 +371,7 @@ def test_env_header_sets_the_backends_nvfuser_options_before_asking_nvfuser_its_
     from perf import env as perf_env
 
     monkeypatch.delenv("NVFUSER_DISABLE", raising=False)
+    monkeypatch.delenv("PYTORCH_NVFUSER_DISABLE", raising=False)
     seen: dict = {}
 
     def module_version(module, dists=()):

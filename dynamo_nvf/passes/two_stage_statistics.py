@@ -40,7 +40,9 @@ nothing would trim the view, and nvFuser would reshape its input in the kernel.
 
 `two_stage_sums` does the same for a region's sums over N, H and W of a row-major NHWC value (a
 BatchNorm backward's bias and weight gradients, the values computed in the region): they sum N and H
-first, keeping W x C-wide rows, then W. No view is needed, so neither is the bookend pass. The
+first, keeping W x C-wide rows, then W. No view is needed, so neither is the bookend pass. Only sums
+that accumulate in f32 or f64 (the partials can be values of their own), and not in a region that
+also reduces rows of that shape (a LayerNorm's: split_norm_backward places its column sums). The
 ResNet-style stem's backward sums took 253 µs as one sum; GPU kernel time per training step fell 3%
 (docs/design.md has the measurement).
 
@@ -56,10 +58,10 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.lowerings import keeps_reduced_dims, reduced_dims
+from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, keeps_reduced_dims, reduced_dims
 from dynamo_nvf.ops.metadata import static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
-from dynamo_nvf.passes.partition import REGION_KEY
+from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY
 
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
@@ -142,6 +144,8 @@ def _split(gm: GraphModule, node: Node, src: Node, dtype: Optional[torch.dtype])
 
     def new(target, args, kwargs=None) -> Node:  # noqa: ANN001, ANN202 (aten overloads and their args)
         made.append(call_like(gm, target, args, node, mode, kwargs))
+        if len(made) > 1:  # the first keeps the statistics' notes (a shared list) on where they are
+            made[-1].meta.pop(SPLIT_KEY, None)
         return made[-1]
 
     with gm.graph.inserting_before(node):
@@ -197,9 +201,27 @@ SUM_NOTE = ("sum {name}: over N, H and W of [{n}, {h}, {w}, {c}] in two stages, 
             "reduces contiguous {width}-wide rows")
 
 
+#: Dtypes a sum may accumulate in to be split: the first stage's partial sums are values of their own
+#: (a piece's output under split_by_stage, an eager region's tensor), and bf16 or f16 ones would round.
+SUM_DTYPES = (torch.float32, torch.float64)
+
+
+def _reduces_rows_of(node: Node, shape: tuple, region: int) -> bool:
+    """Whether `node`'s region also reduces the last dim of a value shaped `shape`: a LayerNorm over the
+    channels, whose column sums split_norm_backward decides about (and its rows would stay one kernel)."""
+    for other in node.graph.nodes:
+        if other.op != "call_function" or other.meta.get(REGION_KEY) != region or other.target not in DIM_REDUCTIONS:
+            continue
+        src = other.args[0]
+        if isinstance(src, Node) and tensor_val(src) is not None and tuple(tensor_val(src).shape) == shape \
+                and reduced_dims(other) == [len(shape) - 1]:
+            return True
+    return False
+
+
 def _sum_source(node: Node) -> Optional[Node]:
     """The 4-D value `node` sums, where `node` is a region's sum over its leading three dims (N, H, W of
-    a row-major NHWC value) that this pass splits."""
+    a row-major NHWC value: a BatchNorm backward's) that this pass splits."""
     region = node.meta.get(REGION_KEY)
     if region is None or node.target is not aten.sum.dim_IntList or reduced_dims(node) != [0, 1, 2]:
         return None
@@ -208,10 +230,12 @@ def _sum_source(node: Node) -> Optional[Node]:
     if val is None or val.dim() != 4 or not val.is_contiguous() or getattr(val, "fake_mode", None) is None:
         return None
     sizes = static_sizes(val)
-    if sizes is None or not val.dtype.is_floating_point:
+    if sizes is None or (node.kwargs.get("dtype") or val.dtype) not in SUM_DTYPES:
         return None
     n, h, w, c = sizes
     if n * h < 2 or w * c < MIN_SUM_ROW_WIDTH or not splits(n * h * w, c):
+        return None
+    if _reduces_rows_of(node, tuple(sizes), region):
         return None
     return src
 
@@ -225,6 +249,7 @@ def _split_sum(gm: GraphModule, node: Node, src: Node) -> bool:
                          {"dtype": dtype} if dtype is not None else None)
         total = call_like(gm, aten.sum.dim_IntList, (rows, [2 if keepdim else 0], keepdim), node,
                           tensor_val(src).fake_mode)
+    total.meta.pop(SPLIT_KEY, None)  # the first stage keeps the sum's notes (a shared list) on where it is
     old = tensor_val(node)
     new = tensor_val(total)
     if list(old.shape) != list(new.shape) or old.dtype != new.dtype:  # not the sum after all: as it was
