@@ -7,7 +7,7 @@ dtype eager produced (node.meta["val"]), so lowerings only need to get the value
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 from torch.fx import Node
@@ -437,18 +437,21 @@ def keeps_reduced_dims(node: Node) -> bool:
     return node.target is not aten.sum.default and bool(_arg(node, 2, "keepdim", False))
 
 
-def _rows_reduced_in_region(node: Node, x: Any) -> bool:
-    """True when another node of `node`'s region reduces the last dim of a tensor shaped like `x`."""
-    shape, rank = tuple(_val(x).shape), _rank(x)
-    for other in node.graph.nodes:
-        if other is node or other.op != "call_function" or other.target not in DIM_REDUCTIONS:
+def reduces_last_dim_of(nodes: Iterable[Node], shape: tuple) -> bool:
+    """True when one of `nodes` reduces the last dim of a tensor shaped `shape` (a norm's rows)."""
+    for other in nodes:
+        if other.op != "call_function" or other.target not in DIM_REDUCTIONS:
             continue
         src = other.args[0]
-        if not isinstance(src, Node) or tuple(_val(src).shape) != shape:
-            continue
-        if reduced_dims(other) == [rank - 1]:
+        val = _val(src) if isinstance(src, Node) else None
+        if val is not None and tuple(val.shape) == shape and reduced_dims(other) == [len(shape) - 1]:
             return True
     return False
+
+
+def _rows_reduced_in_region(node: Node, x: Any) -> bool:
+    """True when another node of `node`'s region reduces the last dim of a tensor shaped like `x`."""
+    return reduces_last_dim_of((n for n in node.graph.nodes if n is not node), tuple(_val(x).shape))
 
 
 def _sum(ctx, node: Node, xv: Any, dims: list[int], keepdim: bool, acc: Any) -> Any:

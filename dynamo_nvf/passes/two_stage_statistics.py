@@ -58,7 +58,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, keeps_reduced_dims, reduced_dims
+from dynamo_nvf.ops.lowerings import keeps_reduced_dims, reduced_dims, reduces_last_dim_of
 from dynamo_nvf.ops.metadata import static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY
@@ -206,19 +206,6 @@ SUM_NOTE = ("sum {name}: over N, H and W of [{n}, {h}, {w}, {c}] in two stages, 
 SUM_DTYPES = (torch.float32, torch.float64)
 
 
-def _reduces_rows_of(node: Node, shape: tuple, region: int) -> bool:
-    """Whether `node`'s region also reduces the last dim of a value shaped `shape`: a LayerNorm over the
-    channels, whose column sums split_norm_backward decides about (and its rows would stay one kernel)."""
-    for other in node.graph.nodes:
-        if other.op != "call_function" or other.meta.get(REGION_KEY) != region or other.target not in DIM_REDUCTIONS:
-            continue
-        src = other.args[0]
-        if isinstance(src, Node) and tensor_val(src) is not None and tuple(tensor_val(src).shape) == shape \
-                and reduced_dims(other) == [len(shape) - 1]:
-            return True
-    return False
-
-
 def _sum_source(node: Node) -> Optional[Node]:
     """The 4-D value `node` sums, where `node` is a region's sum over its leading three dims (N, H, W of
     a row-major NHWC value: a BatchNorm backward's) that this pass splits."""
@@ -235,7 +222,8 @@ def _sum_source(node: Node) -> Optional[Node]:
     n, h, w, c = sizes
     if n * h < 2 or w * c < MIN_SUM_ROW_WIDTH or not splits(n * h * w, c):
         return None
-    if _reduces_rows_of(node, tuple(sizes), region):
+    # a LayerNorm over the channels reduces rows of that shape: split_norm_backward places its column sums
+    if reduces_last_dim_of((n for n in node.graph.nodes if n.meta.get(REGION_KEY) == region), tuple(sizes)):
         return None
     return src
 
