@@ -350,25 +350,15 @@ def _peak_mib(device: torch.device) -> Optional[float]:
     return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
 
 
-def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str, device: torch.device) -> dict:
-    """One rank's run: per-step losses (tensors) and times, peak memory, dynamo_nvf counters."""
+def train(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backends: Sequence[str],
+          device: torch.device) -> dict[str, dict]:
+    """One rank's runs of `backends` (one backend, or every one at once with `--interleave`): per-step
+    losses (tensors) and times, dynamo_nvf counters, and peak memory where a run is alone on the device.
+    Several go round the backends each step, in reverse order every other round, so that whatever the
+    machine does meanwhile (clocks, other jobs, the other rank) falls on all of them alike."""
     torch._dynamo.reset()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    trainer = _Trainer(args, spec, wrapper, backend, device)
-    for _ in range(args.steps):
-        trainer.timed_step()
-    result = trainer.result(alone=True)
-    del trainer
-    return result
-
-
-def train_alternating(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backends: Sequence[str],
-                      device: torch.device) -> dict[str, dict]:
-    """One rank's runs of every backend at once (`--interleave`): each step of the run goes round the
-    backends, in reverse order every other round, so that whatever the machine does meanwhile (clocks,
-    other jobs, the other rank) falls on all of them alike. Peak memory is the models' together (None)."""
-    torch._dynamo.reset()
     config = torch._dynamo.config
     # The backends' compiled graphs share each code object's cache (a block's forward compiled once per
     # backend): its limits grow with their number, so no backend's blocks fall back to eager.
@@ -378,7 +368,7 @@ def train_alternating(args: argparse.Namespace, spec: ModelSpec, wrapper: str, b
         for step in range(args.steps):
             for trainer in trainers if step % 2 == 0 else trainers[::-1]:
                 trainer.timed_step()
-        results = {trainer.backend: trainer.result(alone=False) for trainer in trainers}
+        results = {trainer.backend: trainer.result(alone=len(trainers) == 1) for trainer in trainers}
     del trainers
     return results
 
@@ -394,38 +384,21 @@ def _gathered(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: 
     return merge(per_rank, losses, wrapper, backend, spec, args)
 
 
-def _clean_up(device: torch.device) -> None:
+def run_everywhere(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backends: Sequence[str],
+                   device: torch.device) -> list[dict]:
+    """`train` on every rank, merged: one record per backend, with the global loss per step and each
+    figure over ranks. One failure fails every backend of an interleaved group (they share each step)."""
+    error, results = None, {}
+    try:
+        results = train(args, spec, wrapper, backends, device)
+    except Exception as exc:  # a deterministic failure reaches the gather on every rank
+        error = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
     torch._dynamo.reset()
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-
-
-def run_everywhere(args: argparse.Namespace, spec: ModelSpec, wrapper: str, backend: str,
-                   device: torch.device) -> dict:
-    """`train` on every rank, merged: the global loss per step and each figure over ranks."""
-    error, local = None, {}
-    try:
-        local = train(args, spec, wrapper, backend, device)
-    except Exception as exc:  # a deterministic failure reaches the gather on every rank
-        error = f"{type(exc).__name__}: {exc}"
-        traceback.print_exc()
-    _clean_up(device)
-    return _gathered(args, spec, wrapper, backend, device, local, error)
-
-
-def run_alternating_everywhere(args: argparse.Namespace, spec: ModelSpec, wrapper: str,
-                               device: torch.device) -> list[dict]:
-    """`train_alternating` on every rank: one record per backend, as `run_everywhere` makes them."""
-    error, results = None, {}
-    try:
-        results = train_alternating(args, spec, wrapper, args.backends, device)
-    except Exception as exc:  # one failure fails the group: the runs share every step
-        error = f"{type(exc).__name__}: {exc}"
-        traceback.print_exc()
-    _clean_up(device)
-    return [_gathered(args, spec, wrapper, backend, device, results.get(backend, {}), error)
-            for backend in args.backends]
+    return [_gathered(args, spec, wrapper, backend, device, results.get(backend, {}), error) for backend in backends]
 
 
 def all_gather_json(obj: Any, device: torch.device) -> list[Any]:
@@ -609,10 +582,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             groups = [args.backends] if args.interleave else [[backend] for backend in args.backends]
             for group in groups:
                 started = time.perf_counter()
-                if args.interleave:
-                    records += run_alternating_everywhere(args, spec, wrapper, device)
-                else:
-                    records.append(run_everywhere(args, spec, wrapper, group[0], device))
+                records += run_everywhere(args, spec, wrapper, group, device)
                 add_comparisons(records, args.rtol, args.atol)
                 if rank0:
                     failed = [r["error"] for r in records[-len(group):] if r.get("error")]
