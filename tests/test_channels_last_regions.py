@@ -72,6 +72,35 @@ def test_pooled_head_backward_computes_in_nhwc_order():
             assert list(t.shape)[-1] == 16 and list(t.stride)[-1] == 1, (t.shape, t.stride)
 
 
+class _MeanHead(torch.nn.Module):
+    """conv-BN-ReLU, then `x.mean((2, 3))` and a Linear (ResNet's head as many nets write it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.fc = _conv_bn_relu(), torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.body(x).mean((2, 3)))
+
+
+def test_a_mean_heads_backward_computes_in_nhwc_order():
+    """The mean's backward unsqueezes the [N, C] gradient inside the region and expands it over H and W:
+    that [N, C, 1, 1] value is permuted and expanded in NHWC order, so the BatchNorm + ReLU backward
+    region it joins computes in NHWC order (it stayed NCHW, and nvFuser ran its sums as a transpose and
+    an inner reduction)."""
+    torch.manual_seed(0)
+    m = _MeanHead().to(memory_format=torch.channels_last)
+    x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
+    plans = check_training(m, [x], ON, params=list(m.parameters()), **GRAD_TOL)
+    backward = [r for p in plans if p.kind == "backward" for r in p.regions if "expand" in r.fx_code]
+    assert len(backward) == 1 and _notes(plans, "backward"), [p.rewrites for p in plans]
+    (region,) = backward
+    assert "[0, 1, 2]" in region.fx_code and "[0, 2, 3]" not in region.fx_code, region.fx_code
+    assert "expand.default(permute_default, [8, 32, 32, 16])" in region.fx_code, region.fx_code
+    for t in _activation_inputs(region):
+        assert list(t.shape)[-1] == 16 and list(t.stride)[-1] == 1, (t.shape, t.stride)
+
+
 def test_fresh_inputs_outputs_and_strides_match_eager():
     m = _conv_bn_relu().eval()
     compiled = torch.compile(m, backend="nvf_bookend", options=ON)

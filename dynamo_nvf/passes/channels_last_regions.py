@@ -19,7 +19,8 @@ Which regions: one that reads a channels-last 4-D activation (C and H x W both >
 nodes are all pointwise ops (a dtype-only `_to_copy` included), sums, means, amax, amin and var_means
 (their dims mapped into NHWC order; a result without keepdim only where its dims keep their order),
 getitems, squeezes of the 4-D values (the same condition), expands of 4-D values (a mean's backward
-broadcasting [N, C, 1, 1] over H and W), views of them that are views of the memory (GroupNorm's
+broadcasting [N, C, 1, 1] over H and W, whether that value is an input or the region unsqueezes it
+from the [N, C] gradient: it is then permuted, a broadcast operand, and expanded in NHWC order), views of them that are views of the memory (GroupNorm's
 `[N, G, C/G, H*W]` of a channels-last activation, and its backward's `[N, C, H*W]`) and views or
 unsqueezes of smaller tensors (a BatchNorm's [C, 1, 1] weight: made 4-D, then permuted, to broadcast).
 Permutes join too: permuted by its inverse, a permute is its source, so a pool's taps (which read the
@@ -220,6 +221,9 @@ def _order_of(node: Node, orders: dict[Node, Order]) -> Optional[Order]:
             raise _Unknown
         return parts.pop()
     if not moved:
+        if node.target is aten.expand.default and src is not None and _rank(src) == 4 \
+                and not _activation(tensor_val(src)) and _activation(tensor_val(node)):
+            return tuple(TO_NHWC)  # a [N, C, 1, 1] value the region computes (a mean's backward), expanded NHWC
         if (node.target in BROADCAST_BUILDERS or node.target in REDUCTIONS or node.target in RESHAPE_OPS
                 or node.target is aten.sum.default):
             return None
@@ -365,7 +369,9 @@ class _Rewriter:
                 self.moved[node] = self.moved_of(src, src_order, node)
             elif order is not None and node.target is aten.expand.default:
                 sizes = [int(tensor_val(node).shape[d]) for d in order]
-                self.moved[node] = self._new(aten.expand.default, (self.moved_of(src, src_order, node), sizes), node)
+                base = self.moved_of(src, src_order, node) if src_order is not None \
+                    else self.moved_of(self.plain.get(src, src), order, node)  # a broadcast operand, permuted
+                self.moved[node] = self._new(aten.expand.default, (base, sizes), node)
             elif order is not None and node.target is aten.cat.default:
                 dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % len(order)
                 parts = [self.moved_of(a, order, node) for a in node.args[0]]
