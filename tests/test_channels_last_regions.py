@@ -101,6 +101,18 @@ def test_a_mean_heads_backward_computes_in_nhwc_order():
         assert list(t.shape)[-1] == 16 and list(t.stride)[-1] == 1, (t.shape, t.stride)
 
 
+def test_an_expand_read_outside_the_region_leaves_the_rest_in_nhwc_order():
+    """An expanded mean returned as it is: eager lays the pointwise op of that broadcast out NCHW, so
+    the expand is not computed NHWC; the BatchNorm + ReLU before it still is, and strides match eager."""
+    def f(x):
+        y = F.batch_norm(x, None, None, training=True).relu()
+        return y, y.mean((2, 3))[:, :, None, None].expand_as(x) + 1
+
+    x = torch.randn(4, 16, 32, 32).to(memory_format=torch.channels_last)
+    plans = check_inference(f, [x], ON)
+    assert _notes(plans), [p.rewrites for p in plans]
+
+
 def test_fresh_inputs_outputs_and_strides_match_eager():
     m = _conv_bn_relu().eval()
     compiled = torch.compile(m, backend="nvf_bookend", options=ON)

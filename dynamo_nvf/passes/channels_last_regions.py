@@ -188,7 +188,7 @@ class _Unknown(Exception):
     """A node the rewrite does not know: the region stays as it is."""
 
 
-def _order_of(node: Node, orders: dict[Node, Order]) -> Optional[Order]:
+def _order_of(node: Node, orders: dict[Node, Order], expands: bool = True) -> Optional[Order]:
     """The order `node` is computed in, from its operands' (`orders`: the region's values computed
     permuted, and its 4-D inputs, read NHWC): its operand's for a pointwise op, a keepdim reduction,
     an alias or expand; the dense order of a view; NHWC for a 4-D pointwise op of other values (as a
@@ -221,7 +221,7 @@ def _order_of(node: Node, orders: dict[Node, Order]) -> Optional[Order]:
             raise _Unknown
         return parts.pop()
     if not moved:
-        if node.target is aten.expand.default and src is not None and _rank(src) == 4 \
+        if expands and node.target is aten.expand.default and src is not None and _rank(src) == 4 \
                 and not _activation(tensor_val(src)) and _activation(tensor_val(node)):
             return tuple(TO_NHWC)  # a [N, C, 1, 1] value the region computes (a mean's backward), expanded NHWC
         if (node.target in BROADCAST_BUILDERS or node.target in REDUCTIONS or node.target in RESHAPE_OPS
@@ -272,7 +272,7 @@ def _input_order(val: torch.Tensor) -> Optional[Order]:
     return order if all(size == 1 or val.stride(d) == dense[d] for d, size in enumerate(sizes)) else None
 
 
-def _plan_orders(nodes: list[Node]) -> Optional[dict[Node, Order]]:
+def _plan_orders(nodes: list[Node], expands: bool = True) -> Optional[dict[Node, Order]]:
     """The order of each value the rewrite moves (the region's 4-D inputs, NHWC, included); None where
     the region has a node the rewrite does not know."""
     members = set(nodes)
@@ -283,7 +283,7 @@ def _plan_orders(nodes: list[Node]) -> Optional[dict[Node, Order]]:
             orders[a] = order
     for node in nodes:
         try:
-            order = _order_of(node, orders)
+            order = _order_of(node, orders, expands)
         except _Unknown:
             return None
         if order is not None and order != tuple(range(len(order))):  # in its own order: as it is
@@ -293,7 +293,7 @@ def _plan_orders(nodes: list[Node]) -> Optional[dict[Node, Order]]:
     return orders
 
 
-def _eligible(nodes: list[Node]) -> Optional[dict[Node, Order]]:
+def _eligible(nodes: list[Node], expands: bool = True) -> Optional[dict[Node, Order]]:
     """The region's orders (`_plan_orders`) where it reads a large channels-last activation and no
     4-D activation in another order; None otherwise."""
     members = set(nodes)
@@ -304,7 +304,7 @@ def _eligible(nodes: list[Node]) -> Optional[dict[Node, Order]]:
         return None
     if any(_rank(n) == 4 and static_sizes(tensor_val(n)) is None for n in nodes):
         return None
-    return _plan_orders(nodes)
+    return _plan_orders(nodes, expands)
 
 
 def _other_strides_outside(node: Node, new: Node, members: set[Node]) -> bool:
@@ -369,8 +369,7 @@ class _Rewriter:
                 self.moved[node] = self.moved_of(src, src_order, node)
             elif order is not None and node.target is aten.expand.default:
                 sizes = [int(tensor_val(node).shape[d]) for d in order]
-                base = self.moved_of(src, src_order, node) if src_order is not None \
-                    else self.moved_of(self.plain.get(src, src), order, node)  # a broadcast operand, permuted
+                base = self.moved_of(src, src_order or order, node)  # a broadcast operand: permuted
                 self.moved[node] = self._new(aten.expand.default, (base, sizes), node)
             elif order is not None and node.target is aten.cat.default:
                 dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % len(order)
@@ -433,15 +432,21 @@ def channels_last_regions(gm: GraphModule) -> GraphModule:
     """Rewrites each eligible region to compute in NHWC order (module docstring)."""
     changed, declined = 0, False
     for region, nodes in regions_of(gm).items():
-        orders = _eligible(nodes)
-        if orders is None:
-            continue
-        rewriter = _Rewriter(gm, nodes, orders)
-        for node in nodes:
-            rewriter.rewrite(node)
-        count = rewriter.finish()
-        if count is None:
+        count = None
+        # Expanding a computed [N, C, 1, 1] value in NHWC order gives it channels-last strides; where one
+        # is read outside the region (eager lays it out NCHW) the region is planned again without that.
+        for expands in (True, False):
+            orders = _eligible(nodes, expands)
+            if orders is None:
+                break
+            rewriter = _Rewriter(gm, nodes, orders)
+            for node in nodes:
+                rewriter.rewrite(node)
+            count = rewriter.finish()
+            if count is not None:
+                break
             declined = True
+        if count is None:
             continue
         add_note(gm, (NOTE if count else NOTE_READS).format(region=region, count=count))
         changed += 1
