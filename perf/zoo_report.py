@@ -1,6 +1,6 @@
 """The zoo's tables, read from a result document (a run or joined shards): per suite and kind one
-row per model, geomeans per suite and overall, the ATen ops left to ATen, the dynamic-shape run and
-the criteria of issue #42.  Only recorded numbers are used, so ``--report`` prints them anywhere.
+row per model, geomeans per suite and overall, the GPU-time gap to inductor by kind of kernel, the
+ATen ops left to ATen, the dynamic-shape run and the criteria of issue #42.  Only recorded numbers are used, so ``--report`` prints them anywhere.
 """
 
 from __future__ import annotations
@@ -136,6 +136,39 @@ def aten_table(doc: dict, backend: str = SUBJECT, top: int = 25) -> str:
                        disable_numparse=True))
 
 
+#: The kinds of GPU time in a profiled step (perf.measure.profile_ops' ``aten_ms``): ATen's matmuls,
+#: convolutions, attention and other ops, and ``fused``, the kernels launched outside any ATen op
+#: (nvFuser's regions, inductor's Triton kernels).
+GPU_TIME_KINDS: tuple[tuple[str, str], ...] = (
+    ("matmul", "matmul"), ("conv", "conv"), ("sdpa", "sdpa"), ("other", "other ATen"), ("fused", "fused"))
+
+
+def _signed(ms: float) -> str:
+    return f"{round(ms, 3) + 0.0:+.3f}"  # + 0.0: no "-0.000"
+
+
+def gap_table(doc: dict) -> str:
+    """Where nvf_bookend's GPU time per step differs from inductor's, by kind of kernel (ms, nvf minus
+    inductor; positive: nvf spends more), per zoo workload and summed: which of the two backends'
+    fusions, the ops left to ATen or the library calls carry a kernel-time gap."""
+    rows, total = [], {key: 0.0 for key, _ in GPU_TIME_KINDS}
+    for wl in zoo_workloads(doc):
+        nvf, ind = _rec(doc, wl, SUBJECT).get("aten_ms"), _rec(doc, wl, REF).get("aten_ms")
+        if not nvf or not ind:
+            continue
+        deltas = {key: (nvf.get(key) or 0.0) - (ind.get(key) or 0.0) for key, _ in GPU_TIME_KINDS}
+        for key, value in deltas.items():
+            total[key] += value
+        rows.append([wl.removeprefix("zoo_"), f"{sum(ind.values()):.3f} / {sum(nvf.values()):.3f}",
+                     *[_signed(deltas[key]) for key, _ in GPU_TIME_KINDS]])
+    if not rows:
+        return ""
+    rows.append(["all", "", *[_signed(total[key]) for key, _ in GPU_TIME_KINDS]])
+    return ("### Zoo: GPU time per step by kind, nvf_bookend minus inductor (ms)\n\n"
+            + tabulate(rows, headers=["workload", "kernel ms ind / nvf", *[label for _, label in GPU_TIME_KINDS]],
+                       tablefmt=TABLEFMT, disable_numparse=True))
+
+
 def dynamic_table(doc: dict) -> str:
     names = [wl for wl in zoo_workloads(doc) if "dyn" in ((doc.get("workloads") or {}).get(wl) or {}).get("tags", ())]
     if not names:
@@ -199,7 +232,7 @@ def render_zoo(doc: dict) -> str:
     if not zoo_workloads(doc):
         return ""
     parts = [suite_table(doc, s, k) for s in SUITES for k in KINDS]
-    parts += [geomean_table(doc), aten_table(doc), dynamic_table(doc)]
+    parts += [geomean_table(doc), gap_table(doc), aten_table(doc), dynamic_table(doc)]
     verdicts = evaluate(doc)
     if verdicts:
         parts.append("### Zoo acceptance (issue #42)\n\n"

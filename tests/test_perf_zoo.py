@@ -256,7 +256,10 @@ def _zoo_doc() -> dict:
                                       dyn_step_ms=[1.0, 2.0, 3.0], step_ms=1.8) for b in backends},
     }
     results["zoo_timm_a_fwd_bf16"]["nvf_bookend"] = _rec(1.5, 0.9, 12.0, 105.0, aten_ops=ops,
-                                                         aten_ms={"matmul": 0.4, "conv": 0, "sdpa": 0, "other": 0.05})
+                                                         aten_ms={"matmul": 0.4, "conv": 0, "sdpa": 0, "other": 0.05,
+                                                                  "fused": 0.45})
+    results["zoo_timm_a_fwd_bf16"]["inductor"]["aten_ms"] = {"matmul": 0.4001, "conv": 0, "sdpa": 0, "other": 0.0,
+                                                             "fused": 0.4}
     results["zoo_hf_b_train_bf16"]["nvf_cudagraphs"] = _rec(1.0, 1.0, 1.0, 1.0, acc="fail")
     metas = {
         "zoo_timm_a_fwd_bf16": {"tags": ["zoo", "timm", "fwd", "bf16"], "timing": "step"},
@@ -283,6 +286,12 @@ def test_zoo_tables_and_criteria():
     assert "### Zoo: timm inference (bf16)" in text and "### Zoo: hf training step (bf16)" in text
     assert "### Zoo geomeans" in text and "roll" in text and "128/256/512" in text
     assert "accuracy (rmse" in text  # the failed check of nvf_cudagraphs
+    gap = zr.gap_table(doc).splitlines()
+    assert gap[0] == "### Zoo: GPU time per step by kind, nvf_bookend minus inductor (ms)" and gap[0] in text
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in gap[4:]]
+    # matmul, conv, sdpa, other ATen, fused; the one workload with both records, then the sum
+    assert rows == [["timm_a_fwd_bf16", "0.800 / 0.900", "+0.000", "+0.000", "+0.000", "+0.050", "+0.050"],
+                    ["all", "", "+0.000", "+0.000", "+0.000", "+0.050", "+0.050"]]
     rows = {r[0]: r for r in zr.evaluate(doc)}
     assert rows["no model's step time above 1.25x inductor"][-1] == "FAIL"  # 1.5x on timm a
     assert rows["peak memory geomean <= 1.1x inductor's"][-1] == "PASS"
