@@ -1,6 +1,7 @@
 """The zoo's tables, read from a result document (a run or joined shards): per suite and kind one
-row per model, geomeans per suite and overall, the GPU-time gap to inductor by kind of kernel, the
-ATen ops left to ATen, the dynamic-shape run and the criteria of issue #42.  Only recorded numbers are used, so ``--report`` prints them anywhere.
+row per model, geomeans per suite and overall, the GPU-time gap to inductor by kind of kernel,
+the ATen ops left to ATen, the dynamic-shape run and the criteria of issue #42.  Only recorded
+numbers are used, so ``--report`` prints them anywhere.
 """
 
 from __future__ import annotations
@@ -149,21 +150,26 @@ def _signed(ms: float) -> str:
 
 def gap_table(doc: dict) -> str:
     """Where nvf_bookend's GPU time per step differs from inductor's, by kind of kernel (ms, nvf minus
-    inductor; positive: nvf spends more), per zoo workload and summed: which of the two backends'
-    fusions, the ops left to ATen or the library calls carry a kernel-time gap."""
-    rows, total = [], {key: 0.0 for key, _ in GPU_TIME_KINDS}
+    inductor; positive: nvf spends more), per zoo workload profiled under both and summed over those:
+    whether the two backends' fusions, the ops left to ATen or the library calls carry a kernel-time gap."""
+    kinds = [key for key, _ in GPU_TIME_KINDS]
+    rows, total, kernel = [], dict.fromkeys(kinds, 0.0), [0.0, 0.0]
     for wl in zoo_workloads(doc):
-        nvf, ind = _rec(doc, wl, SUBJECT).get("aten_ms"), _rec(doc, wl, REF).get("aten_ms")
-        if not nvf or not ind:
-            continue
-        deltas = {key: (nvf.get(key) or 0.0) - (ind.get(key) or 0.0) for key, _ in GPU_TIME_KINDS}
+        nvf, ind = _rec(doc, wl, SUBJECT), _rec(doc, wl, REF)
+        split = nvf.get("aten_ms") or {}, ind.get("aten_ms") or {}
+        if any(side.get(key) is None for side in split for key in kinds) or None in (nvf.get("kernel_ms"),
+                                                                                      ind.get("kernel_ms")):
+            continue  # not profiled by kind under both (an error, or a record without every kind)
+        deltas = {key: split[0][key] - split[1][key] for key in kinds}
         for key, value in deltas.items():
             total[key] += value
-        rows.append([wl.removeprefix("zoo_"), f"{sum(ind.values()):.3f} / {sum(nvf.values()):.3f}",
-                     *[_signed(deltas[key]) for key, _ in GPU_TIME_KINDS]])
+        kernel[0] += ind["kernel_ms"]
+        kernel[1] += nvf["kernel_ms"]
+        rows.append([wl.removeprefix("zoo_"), f"{ind['kernel_ms']:.3f} / {nvf['kernel_ms']:.3f}",
+                     *[_signed(deltas[key]) for key in kinds]])
     if not rows:
         return ""
-    rows.append(["all", "", *[_signed(total[key]) for key, _ in GPU_TIME_KINDS]])
+    rows.append([f"all ({len(rows)})", f"{kernel[0]:.3f} / {kernel[1]:.3f}", *[_signed(total[key]) for key in kinds]])
     return ("### Zoo: GPU time per step by kind, nvf_bookend minus inductor (ms)\n\n"
             + tabulate(rows, headers=["workload", "kernel ms ind / nvf", *[label for _, label in GPU_TIME_KINDS]],
                        tablefmt=TABLEFMT, disable_numparse=True))

@@ -3,11 +3,13 @@ about 25% slower when the per-channel values are f32 than when they are bf16: on
 C values caps the vectorisation of the whole kernel, the [N, H, W, C] activation's loads and stores
 included, at 4 elements.
 
-**What:** `relu(bf16(x * scale + shift))`, x [N, H, W, C] bf16 contiguous (a channels-last NCHW
-activation as dynamo_nvf's regions see it), scale and shift [1, 1, 1, C] broadcast over N, H and W.
-This is the normalisation of every training BatchNorm (eager computes it with f32 statistics) and of
-its backward. Variants: `f32` (scale and shift f32), `bf16` (both bf16, cast to f32 in the kernel),
-`copy` (relu(x * 2): no per-channel operand, the bandwidth this kernel should reach).
+**What:** `relu(x * scale + shift)` rounded to bf16 (the fusion applies the relu before the
+rounding: the same values), x [N, H, W, C] bf16 contiguous (a channels-last NCHW activation as
+dynamo_nvf's regions see it), scale and shift [1, 1, 1, C] broadcast over N, H and W. This is a
+training BatchNorm's normalisation with its four f32 per-channel operands (mean, reciprocal std,
+weight, bias) folded into two; eager computes it with f32 statistics. Variants: `f32` (scale and
+shift f32), `bf16` (both bf16, cast to f32 in the kernel), `copy` (relu(x * 2): no per-channel
+operand, the bandwidth this kernel should reach).
 
 **Expected:** `f32` about as fast as `bf16` and `copy`: the per-channel operands are C values read
 once per block; the kernel moves 2 x N x H x W x C x 2 bytes.
