@@ -432,13 +432,14 @@ def channels_last_regions(gm: GraphModule) -> GraphModule:
     """Rewrites each eligible region to compute in NHWC order (module docstring)."""
     changed, declined = 0, False
     for region, nodes in regions_of(gm).items():
-        count = None
+        count, declined_orders = None, None
         # Expanding a computed [N, C, 1, 1] value in NHWC order gives it channels-last strides; where one
         # is read outside the region (eager lays it out NCHW) the region is planned again without that.
         for expands in (True, False):
             orders = _eligible(nodes, expands)
-            if orders is None:
+            if orders is None or orders == declined_orders:  # ineligible, or the plan just declined
                 break
+            declined_orders = orders
             rewriter = _Rewriter(gm, nodes, orders)
             for node in nodes:
                 rewriter.rewrite(node)
