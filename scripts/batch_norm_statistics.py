@@ -36,6 +36,11 @@ def kernel_us(fn: Callable[[], object], calls: int) -> tuple[float, float]:
     return device_us, kernels + memops
 
 
+def two_stage_forms(widths: list[int]) -> list[tuple[str, int]]:
+    """(name, row width) of each two-stage form measured: one per width asked for, else the pass's own."""
+    return [(f"nvf two stages @{w}", w) for w in widths] or [("nvf two stages", pass_module.ROW_WIDTH)]
+
+
 def measure(shape: list[int], calls: int, widths: list[int]) -> dict[str, tuple[float, float]]:
     torch.manual_seed(0)
     bn = torch.nn.BatchNorm2d(shape[1]).cuda().to(torch.bfloat16)
@@ -43,8 +48,8 @@ def measure(shape: list[int], calls: int, widths: list[int]) -> dict[str, tuple[
     x = (torch.randn(shape, device="cuda") * 2 + 3).to(torch.bfloat16).to(memory_format=torch.channels_last)
     rule, width = pass_module.splits, pass_module.ROW_WIDTH
     forms = [("nvf one var_mean", lambda rows, channels: False, width)]
-    forms += [(f"nvf two stages{f' @{w}' if widths else ''}",
-               lambda rows, channels: pass_module.rows_per_block(rows, channels) >= 2, w) for w in widths or [width]]
+    forms += [(name, lambda rows, channels: pass_module.rows_per_block(rows, channels) >= 2, w)
+              for name, w in two_stage_forms(widths)]
     results = {}
     try:
         for name, splits, rows_wide in forms:
@@ -70,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
     widths = [int(w) for w in args.row_widths.split(",") if w]
     torch._dynamo.config.cache_size_limit = 64
-    forms = ["nvf one var_mean", *([f"nvf two stages @{w}" for w in widths] or ["nvf two stages"]), "inductor"]
+    forms = ["nvf one var_mean", *[name for name, _ in two_stage_forms(widths)], "inductor"]
     print(f"{'shape':>22} | " + " | ".join(f"{f.removeprefix('nvf '):>16}" for f in forms) + " | pass picks")
     for text in args.shape:
         shape = [int(s) for s in text.split(",")]
