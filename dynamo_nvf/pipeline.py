@@ -30,6 +30,7 @@ from torch.fx import GraphModule
 from torch.fx.node import map_aggregate
 
 from dynamo_nvf.ops.fast_math import region_fast_math
+from dynamo_nvf.ops.metadata import stale_views
 from dynamo_nvf.passes import NOTES_KEY, add_note
 from dynamo_nvf.passes.attention import fuse_attention
 from dynamo_nvf.passes.batch_buffer_updates import batch_buffer_updates
@@ -60,6 +61,7 @@ from dynamo_nvf.passes.two_stage_statistics import two_stage_statistics, two_sta
 from dynamo_nvf.passes.unflatten_reductions import unflatten_reductions
 from dynamo_nvf.passes.unfuse_addmm import unfuse_addmm_bias
 from dynamo_nvf.passes.unpermute_reductions import unpermute_reductions
+from dynamo_nvf.passes.view_values import refresh_view_values
 from dynamo_nvf.passes.views_to_edges import views_to_region_edges
 from dynamo_nvf.passes.wide_pads import compute_pads_wide
 from dynamo_nvf.plan import PassRecord
@@ -251,6 +253,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("split_transposes", _graph_only(split_transposes), NOT_BACKWARD, option="split_transposes"),
     Pass("hoist_slices", _graph_only(hoist_slices), option="hoist_slices"),
     Pass("views_to_region_edges", _views_to_region_edges),
+    Pass("refresh_view_values", _graph_only(refresh_view_values)),
     Pass("bookend_regions", _settings_only(bookend_regions)),
     Pass("fuse_regions", _fuse_regions),
     Pass("assign_fast_math", _assign_fast_math),
@@ -306,6 +309,8 @@ def run_passes(stage: str, passes: Sequence[Pass], gm: GraphModule, ctx: PassCon
         changed = signature != before
         if changed:
             _check_no_symbolic_literals(result.gm, p.name)
+            if ctx.settings.strict:
+                _check_view_values(result.gm, p.name)
         result.records.append(PassRecord(name=p.name, stage=stage, ran=True, changed=changed,
                                          notes=len(notes), ms=round(ms, 3)))
     return result
@@ -325,6 +330,23 @@ def _check_no_symbolic_literals(gm: GraphModule, name: str) -> None:
                       lambda a: found.append(a) if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) else None)
         if found:
             raise PassError(f"pass {name} put the symbolic value {found[0]} in the arguments of {node.name}")
+
+
+def _check_view_values(gm: GraphModule, name: str) -> None:
+    """Strict mode: a view whose fake value its input's does not give (the pass changed a layout and
+    left the views of it as they were) raises here, naming the pass (passes/view_values.py)."""
+    stale = stale_views(gm)
+    if stale:
+        node, val = next(iter(stale.items()))
+        old = node.meta["val"]
+        raise PassError(f"pass {name} left the fake value of view {node.name} stale "
+                        f"({_layout(old)}; its input gives {_layout(val)})")
+
+
+def _layout(val: Any) -> str:
+    if isinstance(val, torch.Tensor):
+        return f"sizes {tuple(val.shape)}, strides {val.stride()}, offset {val.storage_offset()}"
+    return "(" + "; ".join(_layout(v) for v in val) + ")" if isinstance(val, (tuple, list)) else repr(val)
 
 
 def run_dynamo_passes(gm: GraphModule, settings: Settings) -> StageResult:

@@ -98,3 +98,40 @@ def test_an_operand_that_broadcasts_along_the_sliced_dim_stays_whole():
     assert SLICE not in region.ops, region.ops
     shapes = sorted(tuple(t.shape) for t in region.inputs)
     assert shapes == [(3, 8), (3, 8), (3, 8), (3, 8), (8,)], shapes  # x and s sliced twice, w whole
+
+
+def _patch_tokens(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor):
+    """A ViT's gradient path in miniature: the patch tokens of a sum, as an image for a convolution
+    (ATen, outside the region) and for a sum over the batch and the image (in the region)."""
+    image = (a + b)[:, 1:].transpose(1, 2).reshape(2, 8, 4, 4)
+    return torch.nn.functional.conv2d(image, w), image.sum((0, 2, 3))
+
+
+def test_the_views_of_a_hoisted_slice_get_the_new_layout():
+    # The slice becomes a fresh [2, 16, 8] tensor: the image view outside the region reads it at
+    # offset 0 with its own strides, not at the whole sum's offset 8 and batch stride 17 * 8 (which
+    # read past its end: BEiT's patch-embedding gradient was inf). strict raises on a stale view.
+    inputs = [torch.randn(2, 17, 8), torch.randn(2, 17, 8), torch.randn(4, 8, 3, 3)]
+    (plan,) = check_inference(_patch_tokens, inputs, PLAN)
+    assert any(n.startswith("slices of ") for n in plan.rewrites), plan.rewrites
+    (region,) = plan.regions
+    assert SLICE not in region.ops, region.ops
+    compiled = torch.compile(_patch_tokens, backend="nvf_bookend", options=PLAN)
+    fresh = [torch.randn(2, 17, 8), torch.randn(2, 17, 8), torch.randn(4, 8, 3, 3)]
+    for got, want in zip(compiled(*fresh), _patch_tokens(*fresh)):
+        torch.testing.assert_close(got, want)
+        assert_same_layout(got, want)
+
+
+def test_a_slice_whose_view_is_returned_stays():
+    # A returned view has eager's strides (the whole sum's): as a view of a fresh slice it would not.
+    def f(a, b):
+        patches = (a + b)[:, 1:]
+        return patches.transpose(1, 2), patches.sum(2)
+
+    inputs = [torch.randn(2, 17, 8), torch.randn(2, 17, 8)]
+    plans = check_inference(f, inputs, PLAN)
+    assert not any(n.startswith("slices of ") for p in plans for n in p.rewrites)
+    compiled = torch.compile(f, backend="nvf_bookend", options=PLAN)
+    for got, want in zip(compiled(*inputs), f(*inputs)):
+        assert_same_layout(got, want)

@@ -7,12 +7,15 @@ the region, where nvFuser does the copy as part of the kernel.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
+from torch._guards import detect_fake_mode
 from torch.fx import GraphModule, Node
+from torch.fx.node import map_arg
 from torch._prims_common import check_significant_strides
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from dynamo_nvf._compat import hint_int
@@ -221,3 +224,82 @@ def restore_vals(saved: dict) -> None:
             node.meta.pop("val", None)
         else:
             node.meta["val"] = val
+
+
+# -- fake values of views after a rewrite ------------------------------------------------------------
+# A view's fake value (its sizes, strides and storage offset) is a function of its input's. A pass that
+# gives a node a new layout (a slice replaced by a fresh tensor, a padded matmul) leaves the values of
+# the views taken of it stale unless it recomputes them; the passes after it, and lean_views' one-call
+# views, would then read memory where eager's views do not (out of bounds, as a stale storage offset).
+
+
+def replayed_val(node: Node, vals: Optional[dict[Node, Any]] = None) -> Any:
+    """`node`'s fake value computed again from its operands' values (`vals` first, else their meta),
+    under their fake mode; raises what the op raises (a view of a layout that would need a copy)."""
+    vals = vals or {}
+    operand = lambda a: vals[a] if a in vals else a.meta["val"]  # noqa: E731
+    args = map_arg(node.args, operand)
+    kwargs = map_arg(node.kwargs, operand)
+    mode = detect_fake_mode([a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)])
+    with mode if mode is not None else contextlib.nullcontext():
+        return node.target(*args, **kwargs)
+
+
+def views_for(node: Node, val: Any, eager_strides: bool = True) -> Optional[dict[Node, Any]]:
+    """Every metadata node reached from `node` through metadata ops only, with its value recomputed
+    for `node` holding `val`; None where one cannot be taken of that layout (a reshape that would
+    copy) or, with `eager_strides`, where `node` or one of them is returned by the graph or read by
+    explicit strides (whose strides eager defines: the caller has not kept them)."""
+    fresh: dict[Node, Any] = {node: val}
+    stack = [node]
+    while stack:
+        for user in stack.pop().users:
+            if eager_strides and (user.op == "output"
+                                  or (user.op == "call_function" and user.target in EXPLICIT_STRIDES)):
+                return None
+            if user in fresh or not is_metadata(user):
+                continue
+            try:
+                fresh[user] = replayed_val(user, fresh)
+            except Exception:  # noqa: BLE001 - no view of this layout
+                return None
+            stack.append(user)
+    del fresh[node]
+    return fresh
+
+
+def _same_layout(a: Any, b: Any) -> bool:
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same_layout(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        # A size-1 dim's stride never moves an element (nor does any stride of an empty tensor).
+        significant = [d for d, n in enumerate(a.shape) if n != 1] if a.numel() else []
+        return (a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
+                and all(a.stride(d) == b.stride(d) for d in significant)
+                and (a.storage_offset() == b.storage_offset() or not a.numel()))
+    return True
+
+
+def _static_val(val: Any) -> bool:
+    if isinstance(val, (tuple, list)):
+        return all(_static_val(v) for v in val)
+    return isinstance(val, torch.Tensor) and static_layout(val)
+
+
+def stale_views(gm: "GraphModule") -> dict[Node, Any]:
+    """The metadata nodes of `gm` (static layouts only) whose fake value differs from the one their
+    input's value gives, each with that value (computed in graph order, so a view of a stale view
+    gets its corrected input); views that cannot be recomputed are left out."""
+    fresh: dict[Node, Any] = {}
+    for node in gm.graph.nodes:
+        if not is_metadata(node) or not _static_val(node.meta.get("val")):
+            continue
+        if not all(_static_val(fresh.get(a, a.meta.get("val"))) for a in node.all_input_nodes):
+            continue
+        try:
+            val = replayed_val(node, fresh)
+        except Exception:  # noqa: BLE001 - judged by the caller's own rules (alias_violation)
+            continue
+        if not _same_layout(val, node.meta["val"]):
+            fresh[node] = val
+    return fresh

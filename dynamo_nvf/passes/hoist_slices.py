@@ -16,6 +16,10 @@ its operands first gives the same values; dtypes are unchanged. Only where it is
 - every user of the pointwise op is a slice in its region (the full result is then dead, so nothing is
   computed twice except where slices overlap), and every user of each slice is in the region (a
   slice that leaves the region is an output whose strides eager defines: a view);
+- each slice becomes a fresh tensor, so the views taken of it get new strides and no storage offset:
+  their fake values are recomputed (stale ones made lean_views read the whole tensor's offsets from
+  the slice, out of bounds: BEiT's patch-embedding gradient), and where one of them cannot be taken
+  of the new layout, or is returned or read by explicit strides, the slice stays;
 - the op is pointwise (torch's tag), not random (an RNG draws by position), with static shapes;
 - an operand that broadcasts along the sliced dim (size 1, or missing) is not sliced.
 Repeated, so a chain of pointwise ops between an input and the slices is crossed too.
@@ -32,7 +36,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import draws_random_numbers, is_pointwise
-from dynamo_nvf.ops.metadata import slice_params, static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import slice_params, static_sizes, tensor_val, views_for
 from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
 
@@ -66,17 +70,47 @@ def _hoistable(op: Node, region: Any) -> Optional[list[int]]:
     return shape
 
 
-def _operand_slice(gm: GraphModule, operand: Any, dim: int, rank: int, out_size: int,
-                   bounds: tuple[Any, Any, int], like: Node, mode: Any) -> Any:
-    """`operand` sliced like the op's output along `dim`, unless it broadcasts there."""
-    if not isinstance(operand, Node):
-        return operand
+def _slice_dim(operand: Node, dim: int, rank: int, out_size: int) -> Optional[int]:
+    """The operand's dim that the op's output dim `dim` reads, or None where it broadcasts there."""
     val = tensor_val(operand)
     local = dim - (rank - val.dim())
     if local < 0 or (val.shape[local] == 1 and out_size != 1):
+        return None
+    return local
+
+
+def _operand_slice(gm: GraphModule, operand: Any, dim: int, rank: int, out_size: int,
+                   bounds: tuple[Any, Any, int], like: Node, mode: Any) -> Any:
+    """`operand` sliced like the op's output along `dim`, unless it broadcasts there."""
+    if not isinstance(operand, Node) or (local := _slice_dim(operand, dim, rank, out_size)) is None:
         return operand
-    start, end, step = bounds
-    return call_like(gm, aten.slice.Tensor, (operand, local, start, end, step), like, mode)
+    return call_like(gm, aten.slice.Tensor, (operand, local, *bounds), like, mode)
+
+
+def _hoisted_views(op: Node, shape: list[int]) -> Optional[dict[Node, Any]]:
+    """The fake values the views of `op`'s slices get once each slice is a fresh tensor (the op of
+    sliced operands: its own strides, no storage offset); None where one of those views cannot be
+    taken of that layout, or is returned or read by explicit strides (eager defines its strides)."""
+    mode = tensor_val(op).fake_mode
+    rank = len(shape)
+    fresh: dict[Node, Any] = {}
+    for user in op.users:
+        dim, start, end, step = slice_params(user)
+        dim %= rank
+
+        def sliced(a: Any) -> Any:
+            if not isinstance(a, Node):
+                return a
+            local = _slice_dim(a, dim, rank, shape[dim])
+            return tensor_val(a) if local is None else aten.slice.Tensor(tensor_val(a), local, start, end, step)
+
+        with mode:
+            val = op.target(*map(sliced, op.args), **{k: sliced(v) for k, v in op.kwargs.items()})
+        views = views_for(user, val)
+        if views is None:
+            return None
+        fresh.update(views)
+    return fresh
 
 
 def _hoist(gm: GraphModule, op: Node, shape: list[int]) -> list[str]:
@@ -109,7 +143,12 @@ def _hoist_at(gm: GraphModule, node: Node) -> bool:
     shape = _hoistable(op, node.meta[REGION_KEY])
     if shape is None:
         return False
+    views = _hoisted_views(op, shape)
+    if views is None:
+        return False
     slices = _hoist(gm, op, shape)
+    for view, val in views.items():  # their input is no longer a slice of the whole: new strides
+        view.meta["val"] = val
     add_note(gm, NOTE.format(op=op.name, slices=", ".join(slices)))
     return True
 

@@ -40,10 +40,9 @@ from typing import Optional
 
 import torch
 from torch.fx import GraphModule, Node
-from torch.fx.node import map_arg
 
 from dynamo_nvf._compat import hint_int
-from dynamo_nvf.ops.metadata import EXPLICIT_STRIDES, is_metadata, static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import EXPLICIT_STRIDES, is_metadata, static_sizes, tensor_val, views_for
 from dynamo_nvf.passes import add_note, call_like
 from dynamo_nvf.passes.partition import READS_MEMORY_KEY
 from dynamo_nvf.passes.wide_pads import can_compute_wide
@@ -163,22 +162,13 @@ def _needs_eager_strides(node: Node) -> bool:
     return False
 
 
-def _refresh_views(node: Node, mode: object) -> bool:
-    """Recomputes the fake values of the views of `node` (its strides changed); False where a view
-    cannot be taken of them (a reshape that needs a copy)."""
-    for user in node.users:
-        if user.op != "call_function" or not is_metadata(user):
-            continue
-        args = map_arg(user.args, lambda a: a.meta["val"])  # a dynamic graph's shapes hold size nodes
-        kwargs = map_arg(user.kwargs, lambda a: a.meta["val"])
-        try:
-            with mode:
-                user.meta["val"] = user.target(*args, **kwargs)
-        except Exception:  # noqa: BLE001  (a view of the padded strides does not exist)
-            return False
-        if not _refresh_views(user, mode):
-            return False
-    return True
+def _refresh_views(node: Node) -> bool:
+    """Recomputes the fake values of the views of `node` (its strides changed); False, changing
+    nothing, where a view cannot be taken of them (a reshape that needs a copy)."""
+    views = views_for(node, node.meta["val"], eager_strides=False)
+    for view, val in (views or {}).items():
+        view.meta["val"] = val
+    return views is not None
 
 
 def _matmul_shape(node: Node) -> Optional[tuple[int, int, int, int, Node, Node, Optional[Node]]]:
@@ -272,12 +262,12 @@ def pad_matmuls(gm: GraphModule, plan_cpu_as_cuda: bool = False) -> GraphModule:
                 result = call_like(gm, aten.slice.Tensor, (result, -1, 0, n), node, mode)
         node.replace_all_uses_with(result)
         gm.graph.erase_node(node)
-        if result.meta["val"].stride() != val.stride() and (restore or not _refresh_views(result, mode)):
+        if result.meta["val"].stride() != val.stride() and (restore or not _refresh_views(result)):
             with gm.graph.inserting_after(result):
                 dense = call_like(gm, aten.clone.default, (result,), result, mode,
                                   {"memory_format": torch.contiguous_format})
             result.replace_all_uses_with(dense, delete_user_cb=lambda user: user is not dense)
-            _refresh_views(dense, mode)
+            _refresh_views(dense)
         dims = ", ".join(f"{d}={s}" for d, s, p in (("M", m, pm), ("K", k, pk), ("N", n, pn)) if p)
         add_note(gm, NOTE.format(name=node.name, dims=dims, align=ALIGNMENT))
         rewritten += 1
