@@ -274,3 +274,39 @@ def test_a_concatenation_of_channels_last_maps_computes_in_nhwc_order():
         assert [r for p in plans for r in p.regions if "cat.default" in r.fx_code] and _notes(plans)
         compiled = torch.compile(m, backend="nvf_bookend", options=ON)
         _fresh_channels_last_inputs_match_eager(compiled, m, (8, 16, 32, 32))
+
+
+class _CrossStage(torch.nn.Module):
+    """A CSP net's cross stage: a convolution's channels split in halves, one half through a
+    BatchNorm + LeakyReLU + convolution block, then both concatenated again and normalized."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expand, self.bn0 = torch.nn.Conv2d(8, 32, 1, bias=False), torch.nn.BatchNorm2d(32)
+        self.block, self.bn1 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16)
+        self.bn2 = torch.nn.BatchNorm2d(32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.leaky_relu(self.bn0(self.expand(x)), 0.01)
+        shortcut, half = y.split(16, dim=1)
+        half = F.leaky_relu(self.bn1(self.block(half)), 0.01)
+        return F.leaky_relu(self.bn2(torch.cat([shortcut, half], 1)), 0.01)
+
+
+def test_split_and_sliced_halves_of_channels_last_maps_compute_in_nhwc_order():
+    """A CSP net's halves: the split (a channel slice of a channels-last map, not dense) joins its
+    region in NHWC order, as does the backward region that concatenates a sliced gradient with the
+    block's (cutting along the last dim there); values, gradients and strides as eager's. In logical
+    NCHW order nvFuser ran CSPDarkNet-53's such regions as transposes (zoo, H200: 1.96x inductor's
+    kernel time)."""
+    torch.manual_seed(0)
+    m = _CrossStage().to(memory_format=torch.channels_last)
+    x = torch.randn(8, 8, 32, 32).to(memory_format=torch.channels_last)
+    plans = check_training(m, [x], ON, params=list(m.parameters()), **GRAD_TOL)
+    cut = [(p.kind, r) for p in plans for r in p.regions if "split.Tensor" in r.fx_code or "cat.default" in r.fx_code]
+    assert {k for k, _ in cut} == {"forward", "backward"}, [(p.kind, r.fx_code) for p in plans for r in p.regions]
+    for _, region in cut:
+        line = next(ln for ln in region.fx_code.split("\n") if "split.Tensor" in ln or "cat.default" in ln)
+        assert line.rstrip().split(";")[0].endswith(", 3)"), region.fx_code  # the channels: last in NHWC
+        for t in _activation_inputs(region):
+            assert list(t.stride)[-1] == 1, (t.shape, t.stride)

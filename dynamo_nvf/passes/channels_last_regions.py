@@ -27,13 +27,21 @@ Permutes join too: permuted by its inverse, a permute is its source, so a pool's
 activation through a permute into memory order, pool_windows.py) compute as they are and their
 result, permuted back to NCHW dims, is an NHWC value again; and constant pads, their widths permuted
 (a max pool's pad of a channels-last activation: timm BiT's stem, on an H100, 1213 us in logical
-NCHW order against inductor's 71 us), and concatenations of values in one order (DenseNet's, a CSP
-net's, along the channels: the last dim in NHWC order). Any other node of a moved value leaves
+NCHW order against inductor's 71 us), concatenations of values in one order (DenseNet's, a CSP
+net's, along the channels: the last dim in NHWC order), splits and slices of a moved value (a CSP
+net's halves), and a `clone(memory_format=channels_last)` of one (a convolution's dense copy of a
+half: a row-major copy in NHWC order). A region input that is a slice of a channels-last tensor (a
+half, not dense) is read in that order too: its permute is row-major with a row stride, which nvFuser
+reads as it does a dense one. CSPDarkNet-53's backward regions that concatenated a sliced half with
+the other's gradient, and its forward regions that split them, were left in logical NCHW order for
+lack of these, and nvFuser ran them as transposes (zoo, H200, 2026-11-28: training kernel time 1.96x
+inductor's). Any other node of a moved value leaves
 the region as it is, as does a pointwise op of a moved value and a full-size activation read as it
 is (it would be read strided). Each value is computed as its permute by its own order,
 the order its dims lie in memory: NHWC's [0, 2, 3, 1] for the activations, and for a view the order
 in which it lies dense ([0, 3, 1, 2] for GroupNorm's), so that the view is a row-major reshape there;
-a region input is read in the order it lies dense in, and a row-major one as it is.
+a region input is read in the order it lies in (dense, or a slice of a dense tensor), and a
+row-major one as it is.
 PoolFormer's GroupNorm regions (timm poolformer_s12, bf16 inference, H100): nvFuser scheduled their
 pointwise part over the logical NCHW dims, 455 us against inductor's 28 us for the same region graph.
 Values are those of the same math in another order of summation; outputs keep the strides eager gives
@@ -86,6 +94,12 @@ BROADCAST_BUILDERS = frozenset({aten.unsqueeze.default, aten.expand.default})
 ELEMENTWISE = frozenset({torch.ops.prims.where.default, aten._to_copy.default})
 #: Aliases of a 4-D value: the same value in NHWC order too.
 ALIASES = frozenset({aten.alias.default})
+#: Splits and slices of a 4-D value: its parts lie in its order too (a CSP net's halves along the
+#: channels); the dim argument is the third of a split's, the second of a slice's.
+SPLITS = frozenset({aten.split.Tensor, aten.split_with_sizes.default})
+SLICES = frozenset({aten.slice.Tensor})
+#: Nodes whose value is a tuple, read through getitems: never permuted back themselves.
+MULTI_OUTPUT = frozenset({aten.var_mean.correction}) | SPLITS
 
 NOTE = "region {region}: computes in NHWC order ({count} value(s)), so nvFuser reads its channels-last tensors row-major"
 #: A region whose reductions of its inputs are all it computes from them (a convolution bias's gradient).
@@ -145,6 +159,33 @@ def _layout_kwargs(node: Node) -> bool:
     return fmt not in (None, torch.preserve_format)
 
 
+def _channels_last_copy(node: Node) -> bool:
+    """A `clone(x, memory_format=channels_last)` of a 4-D value (a convolution's dense input, copied
+    from a channel slice): in NHWC order a plain row-major copy."""
+    return (node.target is aten.clone.default and set(node.kwargs) == {"memory_format"}
+            and node.kwargs["memory_format"] is torch.channels_last and _rank(node) == 4)
+
+
+def _dim_arg(node: Node) -> int:
+    """The dim a split or slice (SPLITS, SLICES) cuts, normalized."""
+    at = 2 if node.target in SPLITS else 1
+    dim = node.args[at] if len(node.args) > at else node.kwargs.get("dim", 0)
+    return dim % _rank(node.args[0])
+
+
+def _with_dim(node: Node, src: Node, dim: int) -> tuple[tuple, dict]:
+    """A split's or slice's args and kwargs for `src`, cutting `dim`."""
+    at = 2 if node.target in SPLITS else 1
+    args = list(node.args)
+    kwargs = dict(node.kwargs)
+    args[0] = src
+    if len(args) > at:
+        args[at] = dim
+    else:
+        kwargs["dim"] = dim
+    return tuple(args), kwargs
+
+
 def _elementwise(node: Node) -> bool:
     return node.target in ELEMENTWISE or is_pointwise(node)
 
@@ -201,7 +242,9 @@ def _order_of(node: Node, orders: dict[Node, Order], expands: bool = True) -> Op
     if node.target is operator.getitem:  # of a var_mean: its keepdim results keep the input's order
         return src_order if src_order is not None and _rank(node) == len(src_order) else None
     if _elementwise(node):
-        if _layout_kwargs(node) or len(set(moved)) > 1:
+        if len(set(moved)) > 1:
+            raise _Unknown
+        if _layout_kwargs(node) and not (_channels_last_copy(node) and moved and moved[0] == tuple(TO_NHWC)):
             raise _Unknown
         shape = tuple(tensor_val(node).shape) if tensor_val(node) is not None else None
         as_they_are = [a for a in node.args if isinstance(a, Node) and a not in orders and _rank(a) == 4
@@ -232,7 +275,9 @@ def _order_of(node: Node, orders: dict[Node, Order], expands: bool = True) -> Op
         return None
     if len(moved) > 1 or src_order is None:
         raise _Unknown
-    if node.target in ALIASES:
+    if node.target in ALIASES or node.target in SPLITS:
+        return src_order
+    if node.target in SLICES and _rank(node) == len(src_order):
         return src_order
     if node.target in REDUCTIONS:
         if keeps_reduced_dims(node):
@@ -268,8 +313,21 @@ def _input_order(val: torch.Tensor) -> Optional[Order]:
     sizes = static_sizes(val)
     if order == tuple(range(4)) or sizes is None:
         return None
-    dense = _dense_strides(sizes, order)
-    return order if all(size == 1 or val.stride(d) == dense[d] for d, size in enumerate(sizes)) else None
+    return order if _lies_in_order(val, sizes, order) else None
+
+
+def _lies_in_order(val: torch.Tensor, sizes: list[int], order: Order) -> bool:
+    """Whether `val`'s dims lie in memory in `order` without overlap, the innermost contiguous: dense,
+    or a slice of a dense tensor (a channel slice of a channels-last activation, a CSP net's half),
+    whose permute by `order` nvFuser then reads row by row."""
+    step = 1
+    for d in reversed(order):
+        if sizes[d] == 1:
+            continue
+        if val.stride(d) < step or (step == 1 and val.stride(d) != 1):
+            return False
+        step = val.stride(d) * sizes[d]
+    return True
 
 
 def _plan_orders(nodes: list[Node], expands: bool = True) -> Optional[dict[Node, Order]]:
@@ -287,7 +345,7 @@ def _plan_orders(nodes: list[Node], expands: bool = True) -> Optional[dict[Node,
         except _Unknown:
             return None
         if order is not None and order != tuple(range(len(order))):  # in its own order: as it is
-            if node.target is not aten.var_mean.correction and static_sizes(tensor_val(node)) is None:
+            if node.target not in MULTI_OUTPUT and static_sizes(tensor_val(node)) is None:
                 return None
             orders[node] = order
     return orders
@@ -367,6 +425,9 @@ class _Rewriter:
                                                                  _squeezed_dims(node, src_order)), node)
             elif order is not None and node.target in ALIASES:
                 self.moved[node] = self.moved_of(src, src_order, node)
+            elif order is not None and (node.target in SPLITS or node.target in SLICES):
+                args, kwargs = _with_dim(node, self.moved_of(src, src_order, node), order.index(_dim_arg(node)))
+                self.moved[node] = self._new(node.target, args, node, kwargs)  # a split's getitems take its parts
             elif order is not None and node.target is aten.expand.default:
                 sizes = [int(tensor_val(node).shape[d]) for d in order]
                 base = self.moved_of(src, src_order or order, node)  # a broadcast operand: permuted
@@ -387,7 +448,8 @@ class _Rewriter:
                 self.moved[node] = self._new(aten.reshape.default, (self.moved_of(src, src_order, node), sizes), node)
             elif order is not None:  # a pointwise op
                 args = tuple(self.operand(a, node, order) for a in node.args)
-                self.moved[node] = self._new(node.target, args, node, dict(node.kwargs))
+                kwargs = {} if _channels_last_copy(node) else dict(node.kwargs)  # row-major in NHWC order
+                self.moved[node] = self._new(node.target, args, node, kwargs)
             else:  # a value computed as it is: a smaller one, or a 4-D broadcast operand built from one
                 args = map_arg(node.args, lambda a: self.plain.get(a, a))
                 if args != tuple(node.args):
@@ -405,7 +467,7 @@ class _Rewriter:
         members = set(self.nodes)
         backs: dict[Node, Node] = {}
         for node in self.nodes:
-            if node in self.moved and node.target is not aten.var_mean.correction and node.users:
+            if node in self.moved and node.target not in MULTI_OUTPUT and node.users:
                 with self.gm.graph.inserting_after(self.moved[node]):
                     back = list(invert_perm(self.orders[node]))
                     backs[node] = self._new(aten.permute.default, (self.moved[node], back), node)
@@ -421,7 +483,7 @@ class _Rewriter:
             elif node in self.moved:
                 if node in backs:
                     node.replace_all_uses_with(backs[node])
-                count += node.target is not aten.var_mean.correction
+                count += node.target not in MULTI_OUTPUT
         for node in reversed(self.nodes):
             if not node.users and node.op == "call_function":
                 self.gm.graph.erase_node(node)
