@@ -544,6 +544,13 @@ def dynamo_nvf_stat(field: str) -> Optional[int]:
     return getattr(stats, field, None)
 
 
+def dynamo_nvf_fallback_reasons(since: int) -> list[str]:
+    """Why each region counted in dynamo_nvf.STATS.fallbacks after it was `since` went to eager
+    (its name, ops and nvFuser's error); [] when dynamo_nvf was never imported."""
+    stats = sys.modules.get("dynamo_nvf.runtime.stats")
+    return stats.fallback_reasons(since) if stats is not None else []
+
+
 def copy_roofline(mib: int, iters: int = 20) -> dict:
     """Bandwidth of ``dst.copy_(src)`` (bytes read + written per second), the roofline."""
     n = mib * 2**20 // 4
@@ -797,8 +804,10 @@ class Runner:
                 return rec
             with gpu_turn():
                 self._time_steps(wl, be, step, rec)
-            if fell_back is not None:  # regions that went to eager for good (an nvFuser error)
+            if fell_back is not None:  # regions that went to eager for good (an nvFuser error), and why
                 rec["fallbacks"] = (dynamo_nvf_stat("fallbacks") or 0) - fell_back
+                if rec["fallbacks"]:
+                    rec["fallback_reasons"] = dynamo_nvf_fallback_reasons(fell_back)
         finally:
             del inst, step
             _cleanup_into(rec)

@@ -1,6 +1,7 @@
 """The zoo's tables, read from a result document (a run or joined shards): per suite and kind one
 row per model, geomeans per suite and overall, the GPU-time gap to inductor by kind of kernel,
-the ATen ops left to ATen, the dynamic-shape run and the criteria of issue #42.  Only recorded
+the ATen ops left to ATen, the regions that fell back to eager and why, the dynamic-shape run and the
+criteria of issue #42.  Only recorded
 numbers are used, so ``--report`` prints them anywhere.
 """
 
@@ -175,6 +176,22 @@ def gap_table(doc: dict) -> str:
                        tablefmt=TABLEFMT, disable_numparse=True))
 
 
+def fallback_table(doc: dict, width: int = 220) -> str:
+    """Each region that went to eager for good in a zoo pair (an nvFuser error), with its reason: the
+    status column counts them, this names them."""
+    rows = []
+    for wl in zoo_workloads(doc):
+        for backend in (SUBJECT, GRAPHS):
+            for reason in _rec(doc, wl, backend).get("fallback_reasons") or ():
+                text = " ".join(str(reason).split())
+                rows.append([wl.removeprefix("zoo_"), backend, text if len(text) <= width else text[:width - 3] + "..."])
+    if not rows:
+        return ""
+    return ("### Zoo: regions that fell back to eager (nvFuser errors)\n\n"
+            + tabulate(rows, headers=["workload", "backend", "region (ops): error"], tablefmt=TABLEFMT,
+                       disable_numparse=True))
+
+
 def dynamic_table(doc: dict) -> str:
     names = [wl for wl in zoo_workloads(doc) if "dyn" in ((doc.get("workloads") or {}).get(wl) or {}).get("tags", ())]
     if not names:
@@ -238,7 +255,7 @@ def render_zoo(doc: dict) -> str:
     if not zoo_workloads(doc):
         return ""
     parts = [suite_table(doc, s, k) for s in SUITES for k in KINDS]
-    parts += [geomean_table(doc), gap_table(doc), aten_table(doc), dynamic_table(doc)]
+    parts += [geomean_table(doc), gap_table(doc), aten_table(doc), fallback_table(doc), dynamic_table(doc)]
     verdicts = evaluate(doc)
     if verdicts:
         parts.append("### Zoo acceptance (issue #42)\n\n"

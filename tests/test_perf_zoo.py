@@ -274,9 +274,18 @@ def test_status_names_regions_that_fell_back():
     doc = _zoo_doc()
     wl = "zoo_timm_a_fwd_bf16"
     assert zr.status(doc, wl) == "pass"
+    assert zr.fallback_table(doc) == ""
     doc["results"][wl]["nvf_bookend"]["fallbacks"] = 3
+    doc["results"][wl]["nvf_bookend"]["fallback_reasons"] = ["nvf_region_4 (aten.var_mean.correction): Vectorized\n"
+                                                             "accesses cannot be inline with computation"]
     assert zr.status(doc, wl) == "pass, 3 region(s) fell back to eager"
-    assert "3 region(s) fell back" in zr.render_zoo(doc)
+    text = zr.render_zoo(doc)
+    assert "3 region(s) fell back" in text and zr.fallback_table(doc) in text
+    table = zr.fallback_table(doc).splitlines()
+    assert table[0] == "### Zoo: regions that fell back to eager (nvFuser errors)"
+    row = [c.strip() for c in table[-1].strip("|").split("|")]
+    assert row == ["timm_a_fwd_bf16", "nvf_bookend",
+                   "nvf_region_4 (aten.var_mean.correction): Vectorized accesses cannot be inline with computation"]
 
 
 def test_zoo_tables_and_criteria():

@@ -20,7 +20,7 @@ from dynamo_nvf.lowering import BuiltFusion
 from dynamo_nvf.passes.fuse import PLAN_KEY
 from dynamo_nvf.runtime import region as region_mod
 from dynamo_nvf.runtime.fusion_cache import SHARED_FUSIONS
-from dynamo_nvf.runtime.stats import STATS
+from dynamo_nvf.runtime.stats import STATS, fallback_reasons, record_fallback
 
 
 @pytest.fixture(autouse=True)
@@ -248,6 +248,10 @@ def test_an_output_aliasing_an_input_is_rebuilt_fresh_or_the_region_goes_eager(m
         assert not fell_back and runtime.failed is None and STATS.fallbacks == 0
     else:
         assert len(fell_back) == 1 and "as views of an input" in str(fell_back[0].message)
+        # counted once, and the reason kept for reports: the region's name and the error
+        assert STATS.fallbacks == 1
+        (reason,) = fallback_reasons(since=0)
+        assert reason.startswith(runtime.plan.name) and "as views of an input" in reason, reason
 
 
 def test_an_error_during_cuda_graph_capture_does_not_fail_the_region(monkeypatch):
@@ -268,3 +272,15 @@ def test_the_fallback_warning_names_a_views_only_region_by_its_views(monkeypatch
     with pytest.warns(RuntimeWarning, match=r"nvf_region_\d+ \(aten.permute.default, aten.view.default\) runs in eager"):
         runtime._fail("nvFuser execution failed: boom", (torch.randn(4, 4),))
     assert runtime.failed
+
+
+def test_fallback_reasons_are_those_counted_since():
+    """perf/ reads the reasons of the fallbacks one measured pair counted (STATS.fallbacks before
+    and after): the newest ones, as many as counted, none when nothing fell back."""
+    start = STATS.fallbacks
+    assert fallback_reasons(since=start) == []
+    record_fallback("nvf_region_1 (aten.mul.Tensor): boom")
+    record_fallback("nvf_region_2 (aten.add.Tensor): bang")
+    assert STATS.fallbacks == start + 2
+    assert fallback_reasons(since=start) == ["nvf_region_1 (aten.mul.Tensor): boom", "nvf_region_2 (aten.add.Tensor): bang"]
+    assert fallback_reasons(since=start + 1) == ["nvf_region_2 (aten.add.Tensor): bang"]

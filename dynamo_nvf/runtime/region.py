@@ -41,7 +41,7 @@ from dynamo_nvf.ops.static_sizes import region_static_sizes
 from dynamo_nvf.runtime import direct_launch, kernel_cache
 from dynamo_nvf.runtime.fusion_cache import SHARED_FUSIONS
 from dynamo_nvf.runtime.split_region import Piece, computes, run_pieces, split_by_stage, split_region
-from dynamo_nvf.runtime.stats import STATS
+from dynamo_nvf.runtime.stats import STATS, record_fallback
 from dynamo_nvf.segmenter import oracle_for
 from dynamo_nvf.settings import Settings
 
@@ -56,6 +56,13 @@ DIRECT_AFTER_FAST_CALLS = 2
 #: fec.execute.
 SIZED_LAUNCHERS = 8
 SIZES_TRACKED = 64
+
+
+def _ops_named(plan: RegionPlan) -> str:
+    """A region's first compute ops, for a fallback's warning (a region of views only, which
+    bookend=False keeps, names its views)."""
+    ops = plan.compute_ops or plan.ops
+    return ", ".join(ops[:4]) + (", ..." if len(ops) > 4 else "")
 
 
 class NvFuserRegionError(RuntimeError):
@@ -983,7 +990,7 @@ class RegionRuntime:
         if self._piece_warned:
             return
         self._piece_warned = True
-        STATS.fallbacks += 1
+        record_fallback(f"{piece.plan.name}, a piece of {self.plan.name} ({_ops_named(self.plan)}): {message}")
         warnings.warn(f"dynamo_nvf: {piece.plan.name}, a piece of {self.plan.name}, runs in eager from now on: "
                       f"{message}", RuntimeWarning, stacklevel=4)
 
@@ -996,12 +1003,6 @@ class RegionRuntime:
         if self.parent is not None:
             self.parent._piece_failed(self, message)
             return
-        STATS.fallbacks += 1
-        # A region of views only (bookend=False keeps them) has no compute op: name its views then.
-        ops = self.plan.compute_ops or self.plan.ops
-        warnings.warn(
-            f"dynamo_nvf: {self.plan.name} ({', '.join(ops[:4])}"
-            f"{', ...' if len(ops) > 4 else ''}) runs in eager from now on: {message}",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        record_fallback(f"{self.plan.name} ({_ops_named(self.plan)}): {message}")
+        warnings.warn(f"dynamo_nvf: {self.plan.name} ({_ops_named(self.plan)}) runs in eager from now on: {message}",
+                      RuntimeWarning, stacklevel=3)

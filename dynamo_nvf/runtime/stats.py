@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from dataclasses import asdict, dataclass
 
 
@@ -32,3 +33,20 @@ class RuntimeStats:
 
 
 STATS = RuntimeStats()
+
+#: Why each fallback counted in `STATS.fallbacks` happened ("region (its ops): nvFuser's error"),
+#: oldest first, the last `MAX_FALLBACK_REASONS` kept: what a report names beside the count.
+MAX_FALLBACK_REASONS = 64
+FALLBACK_REASONS: "collections.deque[str]" = collections.deque(maxlen=MAX_FALLBACK_REASONS)
+
+
+def record_fallback(reason: str) -> None:
+    """One region (or its pieces) gone to eager for good: counted, with its reason."""
+    STATS.fallbacks += 1
+    FALLBACK_REASONS.append(reason)
+
+
+def fallback_reasons(since: int) -> list[str]:
+    """The reasons of the fallbacks counted after `STATS.fallbacks` was `since` (as many as kept)."""
+    new = STATS.fallbacks - since
+    return list(FALLBACK_REASONS)[-new:] if new > 0 else []
