@@ -44,9 +44,10 @@ def _sigmoid_affine(x):
     return torch.sigmoid(x) * 2 + 1
 
 
-def _runtime(monkeypatch, cache_size=2, f=_sigmoid_affine, stand_in_validation=True):
-    gm = make_fx(f)(torch.randn(4, 4))
-    FakeTensorProp(gm).propagate(torch.randn(4, 4))
+def _runtime(monkeypatch, cache_size=2, f=_sigmoid_affine, stand_in_validation=True, example=None):
+    example = torch.randn(4, 4) if example is None else example
+    gm = make_fx(f)(example)
+    FakeTensorProp(gm).propagate(example)
     settings = Settings(plan_cpu_as_cuda=True, fusion_cache_size=cache_size)
     gm = plan_graph(gm, settings)
     plan = gm.meta[PLAN_KEY]
@@ -284,3 +285,56 @@ def test_fallback_reasons_are_those_counted_since():
     assert STATS.fallbacks == start + 2
     assert fallback_reasons(since=start) == ["nvf_region_1 (aten.mul.Tensor): boom", "nvf_region_2 (aten.add.Tensor): bang"]
     assert fallback_reasons(since=start + 1) == ["nvf_region_2 (aten.add.Tensor): bang"]
+
+
+class _FailsOnTransposedInputs(_StandInDefinition):
+    """nvFuser 0.2.36's error for a LayerNorm backward whose input is transposed in memory
+    (scripts/nvfuser_repros/transposed_input_norm_backward.py): row-major inputs run."""
+
+    def execute(self, args, _enable_options=()):
+        if any(not a.is_contiguous() for a in args if isinstance(a, torch.Tensor)):
+            raise RuntimeError("validation.cpp:1266 Expected last_alloc_dim == vec_alloc_id. Vectorized dim for "
+                               "producer has to be from an inner most position")
+        return super().execute(args)
+
+
+def test_a_region_failing_on_a_transposed_input_runs_on_row_major_copies(monkeypatch):
+    # Traced with the transposed input, as a static graph is: the output keeps eager's layout for it
+    # (the definition pins it, as the lowering pins every output to its traced strides).
+    runtime = _runtime(monkeypatch, example=torch.randn(8, 4).t())
+    monkeypatch.setattr(region_mod, "build_fusion",
+                        lambda nvf, eager, args, static_sizes=False: BuiltFusion(_FailsOnTransposedInputs(eager),
+                                                                                 "stand-in", [[0, 1]]))
+    STATS.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning: the region still runs on "nvFuser"
+        for _ in range(3):
+            x = torch.randn(8, 4).t()  # [4, 8], transposed in memory
+            (out,) = runtime(x)
+            want = _sigmoid_affine(x)
+            torch.testing.assert_close(out, want)
+            assert out.stride() == want.stride() == (1, 4)
+    assert runtime.failed is None and runtime._pieces is None and STATS.fallbacks == 0
+    assert STATS.fusions_built == 2 and STATS.nvfuser_calls == 3  # the transposed build, then the row-major one
+    assert runtime.plan.executor == "nvfuser" and "row-major copies" in runtime.plan.executor_reason
+
+
+def test_a_region_failing_on_row_major_copies_too_falls_back_once(monkeypatch):
+    runtime = _runtime(monkeypatch, example=torch.randn(8, 4).t())
+
+    class AlwaysFails(_StandInDefinition):
+        def execute(self, args, _enable_options=()):
+            raise RuntimeError("Vectorized dim for producer has to be from an inner most position")
+
+    monkeypatch.setattr(region_mod, "build_fusion",
+                        lambda nvf, eager, args, static_sizes=False: BuiltFusion(AlwaysFails(eager), "stand-in", [None]))
+    STATS.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            x = torch.randn(8, 4).t()
+            (out,) = runtime(x)
+            torch.testing.assert_close(out, _sigmoid_affine(x))
+    assert runtime.failed is not None and not runtime._row_major_inputs
+    assert STATS.fusions_built == 2  # the transposed build and one row-major retry, no more
+    assert sum("from now on" in str(w.message) for w in caught) == 1

@@ -4,7 +4,8 @@ Per call it only builds a cache key and executes; definitions are built and comp
 description (dtype, rank, broadcast dims, layout, device) and kept in a bounded LRU. An nvFuser error
 (build, compile or run) makes the region run as pieces from then on (runtime/split_region.py), each
 a region of its own that runs in eager if nvFuser fails it too; a region that cannot be split runs in
-eager. Either way one warning names the region.
+eager. Either way one warning names the region. An error that transposed inputs cause
+(`LAYOUT_ERRORS`) first has the region built again for row-major copies of them.
 
 Where a steady call's time goes inside ``fec.execute`` (nvFuser's own trace, NVFUSER_TRACE, read by
 scripts/nvf_trace.py; H100, nvfuser_direct 0.2.36, 2026-11-23; traced calls run slower by ~1-3 us
@@ -56,6 +57,21 @@ DIRECT_AFTER_FAST_CALLS = 2
 #: fec.execute.
 SIZED_LAUNCHERS = 8
 SIZES_TRACKED = 64
+#: nvFuser errors that a region's transposed inputs cause and row-major copies of them avoid: a
+#: LayerNorm backward whose input is transposed in memory (MLP-Mixer's token mixing;
+#: scripts/nvfuser_repros/transposed_input_norm_backward.py, whose row-major variant compiles). Such a
+#: region is built again for row-major copies of those inputs before it is cut into pieces.
+LAYOUT_ERRORS = ("Vectorized dim for producer has to be from an inner most position",)
+
+
+def _reads_transposed(arg: Any) -> bool:
+    """A tensor input whose copy would be row-major and no larger: not contiguous, no broadcast dim."""
+    return (isinstance(arg, torch.Tensor) and arg.dim() >= 2 and not arg.is_contiguous()
+            and all(stride != 0 for size, stride in zip(arg.shape, arg.stride()) if size > 1))
+
+
+def _row_major(args: Sequence[Any]) -> list[Any]:
+    return [a.contiguous() if _reads_transposed(a) else a for a in args]
 
 
 def _ops_named(plan: RegionPlan) -> str:
@@ -453,6 +469,8 @@ class RegionRuntime:
         #: After an nvFuser error on the whole region: its pieces, run in order (split_region), and
         #: the runtimes of those with compute.
         self._pieces: Optional[Callable[..., tuple]] = None
+        #: After nvFuser failed on transposed inputs (LAYOUT_ERRORS): every call copies them row-major.
+        self._row_major_inputs = False
         self._piece_runtimes: list[RegionRuntime] = []
         self._piece_warned = False
         #: Whether the region's first call outside a capture has asked if it runs as its stages'
@@ -488,6 +506,8 @@ class RegionRuntime:
 
     # -- the hot path -----------------------------------------------------------------------------
     def __call__(self, *args: Any) -> Any:
+        if self._row_major_inputs:  # after a LAYOUT_ERRORS error on the inputs' own layouts
+            args = tuple(_row_major(args))
         entry = self._fast
         if entry is not None and not PROFILING.enabled:
             # A static region with one definition: no cache key per call (see static_region).
@@ -910,9 +930,28 @@ class RegionRuntime:
             # During CUDA-graph capture the failed launch has likely invalidated the capture: let
             # the capture fail as it is, and keep the region as it was for later calls.
             raise NvFuserRegionError(f"{self.plan.name}: {message} (during CUDA-graph capture)")
+        if self._retries_row_major(message, args):
+            outputs = self._keyed_call(_row_major(args))
+            if self.plan.executor == "nvfuser":  # not pieces or eager after a second error
+                self.plan.executor_reason = f"row-major copies of its transposed inputs (nvFuser: {message})"
+            return outputs
+        self._row_major_inputs = False  # pieces, or eager: the inputs as they are
         if self._split_or_warn(message):
             return self._pieces(*args)
         return self._run_eager(args)
+
+    def _retries_row_major(self, message: str, args: Sequence[Any]) -> bool:
+        """After an nvFuser error that transposed inputs cause (LAYOUT_ERRORS), once: the region is
+        built again for row-major copies of them, and every later call copies them."""
+        if self._row_major_inputs or not any(e in message for e in LAYOUT_ERRORS):
+            return False
+        if not any(_reads_transposed(a) for a in args):
+            return False
+        self._row_major_inputs = True
+        self._fast = None
+        self._direct = None
+        log.info("%s: built again for row-major copies of its transposed inputs after: %s", self.plan.name, message)
+        return True
 
     def _split_by_stage(self) -> bool:
         """Before the first compile: a region that no single nvFuser scheduler takes whole (the
