@@ -543,3 +543,21 @@ def test_view_that_inserts_size_one_dims_broadcasts(dtype):
         return torch.relu(x * scale + x.sum(-1, keepdim=True))
 
     check_inference(f, [_r(4, 5, 8, dtype=dtype), _r(8, dtype=dtype)], STRICT)
+
+
+def test_a_layer_norm_backward_of_a_transposed_input_runs_whole_on_nvfuser():
+    """MLP-Mixer's token-mixing LayerNorm reads its input transposed in memory; nvFuser 0.2.36 fails
+    to compile that backward ("Vectorized dim for producer has to be from an inner most position",
+    scripts/nvfuser_repros/transposed_input_norm_backward.py). The region then runs on row-major
+    copies of its transposed inputs (runtime/region.py: LAYOUT_ERRORS), not as pieces nor in eager:
+    values as eager's, no fallback, no split."""
+    batch, tokens, channels = 32, 196, 768
+
+    def norm_of_transposed(x, weight, bias):
+        return torch.nn.functional.layer_norm(x.transpose(1, 2), (channels,), weight, bias)
+
+    inputs = [_r(batch, channels, tokens, dtype=torch.bfloat16), _r(channels, dtype=torch.bfloat16),
+              _r(channels, dtype=torch.bfloat16)]
+    STATS.reset()
+    check_training(norm_of_transposed, inputs, {}, rtol=5e-2, atol=5e-2)
+    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0 and STATS.split_regions == 0, STATS.snapshot()
