@@ -338,3 +338,39 @@ def test_a_region_failing_on_row_major_copies_too_falls_back_once(monkeypatch):
     assert runtime.failed is not None and not runtime._row_major_inputs
     assert STATS.fusions_built == 2  # the transposed build and one row-major retry, no more
     assert sum("from now on" in str(w.message) for w in caught) == 1
+
+
+def test_a_static_region_keeps_its_fast_path_after_the_row_major_retry(monkeypatch):
+    """The failed transposed definition is forgotten (and never shared): a static region's only
+    definition is then the row-major one, which the no-key fast path serves."""
+    runtime = _runtime(monkeypatch, example=torch.randn(8, 4).t())
+    runtime._static = True
+    monkeypatch.setattr(region_mod, "build_fusion",
+                        lambda nvf, eager, args, static_sizes=False: BuiltFusion(_FailsOnTransposedInputs(eager),
+                                                                                 "stand-in", [[0, 1]]))
+    for _ in range(4):
+        x = torch.randn(8, 4).t()
+        torch.testing.assert_close(runtime(x)[0], _sigmoid_affine(x))
+    assert len(runtime._by_descriptor) == 1 and runtime._fast is not None and len(SHARED_FUSIONS) <= 1
+
+
+def test_a_failed_row_major_build_leaves_the_inputs_as_they_are(monkeypatch):
+    """Where the retry's build fails too, the region goes to pieces or eager as before, and its
+    calls stop copying their inputs."""
+    runtime = _runtime(monkeypatch, example=torch.randn(8, 4).t())
+    builds = []
+
+    def build(nvf, eager, args, static_sizes=False):
+        builds.append(args[0].is_contiguous())
+        if builds[-1]:
+            raise RuntimeError("no definition for this layout either")
+        return BuiltFusion(_FailsOnTransposedInputs(eager), "stand-in", [[0, 1]])
+
+    monkeypatch.setattr(region_mod, "build_fusion", build)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            x = torch.randn(8, 4).t()
+            torch.testing.assert_close(runtime(x)[0], _sigmoid_affine(x))
+    assert builds[:2] == [False, True] and not runtime._row_major_inputs
+    assert runtime.plan.executor in ("pieces", "eager") and "row-major copies" not in runtime.plan.executor_reason

@@ -65,9 +65,16 @@ LAYOUT_ERRORS = ("Vectorized dim for producer has to be from an inner most posit
 
 
 def _reads_transposed(arg: Any) -> bool:
-    """A tensor input whose copy would be row-major and no larger: not contiguous, no broadcast dim."""
-    return (isinstance(arg, torch.Tensor) and arg.dim() >= 2 and not arg.is_contiguous()
-            and all(stride != 0 for size, stride in zip(arg.shape, arg.stride()) if size > 1))
+    """A tensor input whose copy would be row-major and no larger: not contiguous, no dim that
+    broadcasts or overlaps another (an expand, an unfold)."""
+    if not isinstance(arg, torch.Tensor) or arg.dim() < 2 or arg.is_contiguous():
+        return False
+    step = 1
+    for size, stride in sorted(((n, st) for n, st in zip(arg.shape, arg.stride()) if n > 1), key=lambda d: d[1]):
+        if stride < step:
+            return False
+        step = stride * size
+    return True
 
 
 def _row_major(args: Sequence[Any]) -> list[Any]:
@@ -469,8 +476,10 @@ class RegionRuntime:
         #: After an nvFuser error on the whole region: its pieces, run in order (split_region), and
         #: the runtimes of those with compute.
         self._pieces: Optional[Callable[..., tuple]] = None
-        #: After nvFuser failed on transposed inputs (LAYOUT_ERRORS): every call copies them row-major.
+        #: After nvFuser failed on transposed inputs (LAYOUT_ERRORS): every call copies them row-major,
+        #: and the plan says so (executor_reason, kept by every later first run).
         self._row_major_inputs = False
+        self._row_major_reason = ""
         self._piece_runtimes: list[RegionRuntime] = []
         self._piece_warned = False
         #: Whether the region's first call outside a capture has asked if it runs as its stages'
@@ -569,12 +578,12 @@ class RegionRuntime:
         except RegionMismatch as exc:  # verify_regions
             return self._fail(f"verify_regions: {exc}", args)
         except Exception as exc:  # nvFuser run-time error
-            return self._fail(f"nvFuser execution failed: {_short_error(exc)}", args)
+            return self._fail(f"nvFuser execution failed: {_short_error(exc)}", args, detail=str(exc))
         if steady and self._sized is not None:
             self._count_sized(exact, entry, args, outputs)
         self._handed_back(entry, outputs)
         if self.plan.executor != "nvfuser":  # a definition shared by an equal region ran first
-            self.plan.executor, self.plan.executor_reason = "nvfuser", ""
+            self.plan.executor, self.plan.executor_reason = "nvfuser", self._row_major_reason
         if self._static and len(self._by_descriptor) == 1 and entry.fec is not None:
             self._fast = entry
         return outputs
@@ -785,7 +794,7 @@ class RegionRuntime:
             if self.settings.verify_regions:
                 self._verify(entry, args, outputs)
         self.plan.executor = "nvfuser"
-        self.plan.executor_reason = ""
+        self.plan.executor_reason = self._row_major_reason
         return outputs
 
     def _verify(self, entry: _Entry, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> None:
@@ -923,19 +932,21 @@ class RegionRuntime:
             except Exception as exc:
                 self.plan.scheduled_ir = f"unavailable: {type(exc).__name__}: {exc}"
 
-    def _fail(self, message: str, args: Sequence[Any]) -> Any:
+    def _fail(self, message: str, args: Sequence[Any], detail: str = "") -> Any:
+        """After an nvFuser error (`message`, short; `detail`, its whole text): a row-major retry where
+        transposed inputs caused it, else pieces, else eager."""
         if self.settings.strict:
             raise NvFuserRegionError(f"{self.plan.name}: {message}")
         if _capturing():
             # During CUDA-graph capture the failed launch has likely invalidated the capture: let
             # the capture fail as it is, and keep the region as it was for later calls.
             raise NvFuserRegionError(f"{self.plan.name}: {message} (during CUDA-graph capture)")
-        if self._retries_row_major(message, args):
+        if self._retries_row_major(message + detail, args):
+            self._row_major_reason = f"row-major copies of its transposed inputs (nvFuser: {message})"
             outputs = self._keyed_call(_row_major(args))
             if self.plan.executor == "nvfuser":  # not pieces or eager after a second error
-                self.plan.executor_reason = f"row-major copies of its transposed inputs (nvFuser: {message})"
+                self.plan.executor_reason = self._row_major_reason
             return outputs
-        self._row_major_inputs = False  # pieces, or eager: the inputs as they are
         if self._split_or_warn(message):
             return self._pieces(*args)
         return self._run_eager(args)
@@ -948,6 +959,14 @@ class RegionRuntime:
         if not any(_reads_transposed(a) for a in args):
             return False
         self._row_major_inputs = True
+        # The failed definitions were keyed by the transposed layouts no call reaches now: forgotten,
+        # and never shared, so the static fast path and direct launch serve the row-major one.
+        for entry in {id(e): e for e in (*self._by_descriptor.values(), *self._by_exact.values())}.values():
+            SHARED_FUSIONS.discard(entry)
+        self._by_descriptor.clear()
+        self._by_exact.clear()
+        if self._sized is not None:
+            self._sized.clear()
         self._fast = None
         self._direct = None
         log.info("%s: built again for row-major copies of its transposed inputs after: %s", self.plan.name, message)
@@ -988,6 +1007,7 @@ class RegionRuntime:
         """After an nvFuser error on the whole region: its pieces from now on, each a RegionRuntime of
         its own (split_region), with one warning; where it cannot be split (a piece, a wrong value,
         inside a CUDA-graph capture, a region split_region declines), eager (`_warn`)."""
+        self._row_major_inputs, self._row_major_reason = False, ""  # pieces, or eager: the inputs as they are
         pieces = None
         if self.parent is None and not message.startswith("verify_regions") and not _capturing():
             try:
