@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch._guards import detect_fake_mode
@@ -116,6 +116,20 @@ def reads_explicit_strides(gm: "GraphModule") -> bool:
 def static_layout(t: torch.Tensor) -> bool:
     """True when a (fake) tensor's sizes, strides and storage offset are all plain ints."""
     return all(isinstance(v, int) for v in (*t.shape, *t.stride(), t.storage_offset()))
+
+
+def strides_nest(sizes: Sequence[int], strides: Sequence[int], dims_inner_first: Sequence[int]) -> bool:
+    """Whether `dims_inner_first` lie in memory without overlap: each stride at least the extent of
+    the dims inside it (size-1 dims skipped). Dense tensors and slices of them do; expands and
+    unfolds do not."""
+    step = 1
+    for d in dims_inner_first:
+        if sizes[d] == 1:
+            continue
+        if strides[d] < step:
+            return False
+        step = strides[d] * sizes[d]
+    return True
 
 
 def static_sizes(t: torch.Tensor) -> Optional[list[int]]:

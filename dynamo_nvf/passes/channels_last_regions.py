@@ -70,7 +70,8 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
 from dynamo_nvf.ops.lowerings import DIM_REDUCTIONS, is_pointwise, keeps_reduced_dims, reduced_dims
-from dynamo_nvf.ops.metadata import RESHAPE_OPS, memory_order, same_significant_strides, static_sizes, tensor_val
+from dynamo_nvf.ops.metadata import (RESHAPE_OPS, memory_order, same_significant_strides, static_sizes, strides_nest,
+                                     tensor_val)
 from dynamo_nvf.passes import add_note, call_like
 from dynamo_nvf.passes.hoist_permutes import permute_operand
 from dynamo_nvf.passes.partition import regions_of
@@ -166,16 +167,21 @@ def _channels_last_copy(node: Node) -> bool:
             and node.kwargs["memory_format"] is torch.channels_last and _rank(node) == 4)
 
 
+def _dim_position(node: Node) -> int:
+    """Where a split's or slice's (SPLITS, SLICES) dim argument stands among its args."""
+    return 2 if node.target in SPLITS else 1
+
+
 def _dim_arg(node: Node) -> int:
-    """The dim a split or slice (SPLITS, SLICES) cuts, normalized."""
-    at = 2 if node.target in SPLITS else 1
+    """The dim a split or slice cuts, normalized."""
+    at = _dim_position(node)
     dim = node.args[at] if len(node.args) > at else node.kwargs.get("dim", 0)
     return dim % _rank(node.args[0])
 
 
 def _with_dim(node: Node, src: Node, dim: int) -> tuple[tuple, dict]:
     """A split's or slice's args and kwargs for `src`, cutting `dim`."""
-    at = 2 if node.target in SPLITS else 1
+    at = _dim_position(node)
     args = list(node.args)
     kwargs = dict(node.kwargs)
     args[0] = src
@@ -320,14 +326,8 @@ def _lies_in_order(val: torch.Tensor, sizes: list[int], order: Order) -> bool:
     """Whether `val`'s dims lie in memory in `order` without overlap, the innermost contiguous: dense,
     or a slice of a dense tensor (a channel slice of a channels-last activation, a CSP net's half),
     whose permute by `order` nvFuser then reads row by row."""
-    step = 1
-    for d in reversed(order):
-        if sizes[d] == 1:
-            continue
-        if val.stride(d) < step or (step == 1 and val.stride(d) != 1):
-            return False
-        step = val.stride(d) * sizes[d]
-    return True
+    inner = [d for d in reversed(order) if sizes[d] != 1]
+    return (not inner or val.stride(inner[0]) == 1) and strides_nest(sizes, val.stride(), inner)
 
 
 def _plan_orders(nodes: list[Node], expands: bool = True) -> Optional[dict[Node, Order]]:

@@ -33,7 +33,7 @@ from torch.fx import GraphModule
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.lowering import build_fusion, views_an_input
 from dynamo_nvf.ops.lowerings import draws_random_numbers
-from dynamo_nvf.ops.metadata import static_layout
+from dynamo_nvf.ops.metadata import static_layout, strides_nest
 from dynamo_nvf.ops.registry import op_name
 from dynamo_nvf.passes.fusion_key import region_fusion_key
 from dynamo_nvf.plan import KernelInfo, RegionPlan
@@ -69,12 +69,7 @@ def _reads_transposed(arg: Any) -> bool:
     broadcasts or overlaps another (an expand, an unfold)."""
     if not isinstance(arg, torch.Tensor) or arg.dim() < 2 or arg.is_contiguous():
         return False
-    step = 1
-    for size, stride in sorted(((n, st) for n, st in zip(arg.shape, arg.stride()) if n > 1), key=lambda d: d[1]):
-        if stride < step:
-            return False
-        step = stride * size
-    return True
+    return strides_nest(arg.shape, arg.stride(), sorted(range(arg.dim()), key=arg.stride))
 
 
 def _row_major(args: Sequence[Any]) -> list[Any]:
@@ -961,7 +956,7 @@ class RegionRuntime:
         self._row_major_inputs = True
         # The failed definitions were keyed by the transposed layouts no call reaches now: forgotten,
         # and never shared, so the static fast path and direct launch serve the row-major one.
-        for entry in {id(e): e for e in (*self._by_descriptor.values(), *self._by_exact.values())}.values():
+        for entry in {*self._by_descriptor.values(), *self._by_exact.values()}:
             SHARED_FUSIONS.discard(entry)
         self._by_descriptor.clear()
         self._by_exact.clear()
