@@ -233,3 +233,33 @@ def test_a_head_with_symbolic_rows_pads_its_vocabulary_and_matches_eager(always_
     assert any("N=50" in n for n in notes) and not any("M=" in n for n in notes), notes
     inference = _ops(rec.plans, "inference")
     assert "aten.constant_pad_nd.default" in inference and "aten.slice.Tensor" in inference, inference
+
+
+def test_a_head_with_symbolic_tokens_pads_its_weight_gradient_and_matches_eager(always_pays):
+    """Training with the tokens symbolic (dynamic=True): the weight gradient reduces over the tokens,
+    so its K is symbolic and its M (the vocabulary) is padded, as the forward's N and the input
+    gradient's K are; the tokens are never padded; each length's loss and gradients match eager's."""
+    head = Head()
+    torch._dynamo.reset()
+    compiled = torch.compile(head, backend="nvf_bookend", options=PLAN, dynamic=True)
+    from dynamo_nvf.backend import recording
+
+    with recording() as rec:
+        for tokens in (TOKENS, TOKENS + 3, 2 * TOKENS):
+            x = torch.randn(tokens, HIDDEN, dtype=torch.bfloat16)
+            x_eager = x.clone().requires_grad_(True)
+            x.requires_grad_(True)
+            grad = torch.randn(tokens, VOCAB, dtype=torch.bfloat16)
+            out = compiled(x)
+            (gx, gw) = torch.autograd.grad(out, [x, head.weight], grad)
+            expected = head(x_eager)
+            (ex, ew) = torch.autograd.grad(expected, [x_eager, head.weight], grad)
+            assert_same_layout(out, expected)
+            assert_same_layout(gw, ew)
+            torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=1e-2)
+            torch.testing.assert_close(gx, ex, rtol=1.6e-2, atol=2e-2)
+            torch.testing.assert_close(gw, ew, rtol=1.6e-2, atol=1e-1)
+    backward = [p for p in rec.plans if p.kind == "backward"]
+    assert backward and any(any("M=50" in n for n in p.rewrites) for p in backward), [p.rewrites for p in backward]
+    assert any(any("K=50" in n for n in p.rewrites) for p in rec.plans), [p.rewrites for p in rec.plans]
+    assert not any(f"={TOKENS}" in n for n in _notes(rec.plans))

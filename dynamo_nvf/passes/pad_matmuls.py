@@ -23,9 +23,11 @@ one contiguous copy restores eager's strides: outputs keep eager's layout, the b
 strides it was traced with, and `as_strided` reads the storage it was written for.
 
 Which matmuls: CUDA (or planned as CUDA), float16 or bfloat16, static sizes (or, in a dynamic-shape
-graph, an mm or addmm whose rows alone are symbolic: its K and N are padded, by the cost model at
-the rows' example value; GPT-2's head at length 512 took 3.28 ms where inductor's padded one took
-0.45, H100, 2026-11-27), and only where the
+graph, an mm or addmm with symbolic dims and plain-int strides: only its static dims are padded, by
+the cost model at the symbolic dims' example values; GPT-2's head at length 512 took 3.28 ms where
+inductor's padded one took 0.45, H100, 2026-11-27; BART's tied-embedding weight gradient, whose
+reduced dim is the symbolic token count, took 1.7 ms more than inductor's in a training step, 2 x
+H200, 2026-11-28), and only where the
 measured slowdown pays for the copies: the aligned product's time (FLOPs at `ALIGNED_TFLOPS`) times
 `MISALIGNED_SLOWDOWN - 1` must exceed, twice over, the time to copy the padded operands and the
 restoring copy (bytes at `COPY_BYTES_PER_S`, plus `COPY_LAUNCH_S` per copy). Small misaligned matmuls
@@ -192,8 +194,9 @@ def _matmul_shape(node: Node) -> Optional[tuple[int, int, int, int, Node, Node, 
     if a_val is None or b_val is None or out is None or out.dtype not in PADDED_DTYPES:
         return None
     a_sizes, b_sizes = static_sizes(a_val), static_sizes(b_val)
-    if a_sizes is None and node.target is not aten.bmm.default:
-        a_sizes = _symbolic_rows(a_val)
+    if node.target is not aten.bmm.default:
+        a_sizes = a_sizes or _hinted_sizes(a_val)
+        b_sizes = b_sizes or _hinted_sizes(b_val)
     if a_sizes is None or b_sizes is None:
         return None
     batch = a_sizes[0] if len(a_sizes) == 3 else 1
@@ -202,20 +205,20 @@ def _matmul_shape(node: Node) -> Optional[tuple[int, int, int, int, Node, Node, 
     return batch, m, k, n, a, b, bias
 
 
-class SymbolicRows(int):
-    """M of a product whose rows are symbolic (a dynamic batch or sequence length), by its hint: the
-    cost model reads it, and it is never padded (its alignment is unknown, and a symbolic slice of the
-    product would need a guard)."""
+class SymbolicDim(int):
+    """A symbolic dim (a dynamic batch or sequence length) by its hint: the cost model reads it, and
+    it is never padded (its alignment is unknown, and a symbolic slice of the product would need a
+    guard)."""
 
 
-def _symbolic_rows(val: torch.Tensor) -> Optional[list[int]]:
-    """[M, K] of a 2-D operand whose rows alone are symbolic (M a SymbolicRows at its example
-    value) and whose strides are plain ints ([K, 1]), so that padding its K or the other operand's N
-    slices only static dims; None otherwise, or where M has no example value (an unbacked size)."""
-    if val.dim() != 2 or not isinstance(val.shape[1], int) or not all(isinstance(s, int) for s in val.stride()):
+def _hinted_sizes(val: torch.Tensor) -> Optional[list[int]]:
+    """The sizes of a 2-D operand with symbolic dims, each a SymbolicDim at its example value, where
+    its strides are plain ints (so that padding its static dims and slicing the product back touch
+    static dims alone); None otherwise, or where a dim has no example value (an unbacked size)."""
+    if val.dim() != 2 or not all(isinstance(s, int) for s in val.stride()):
         return None
     try:
-        return [SymbolicRows(hint_int(val.shape[0])), val.shape[1]]
+        return [s if isinstance(s, int) else SymbolicDim(hint_int(s)) for s in val.shape]
     except Exception:  # noqa: BLE001 - no hint: leave the product as it is
         return None
 
@@ -233,7 +236,7 @@ def pad_matmuls(gm: GraphModule, plan_cpu_as_cuda: bool = False) -> GraphModule:
         if mode is None or not (val.device.type == "cuda" or plan_cpu_as_cuda):
             continue
         batch, m, k, n, a, b, bias = found
-        pads = (0 if isinstance(m, SymbolicRows) else _padded(m), _padded(k), _padded(n))
+        pads = tuple(0 if isinstance(d, SymbolicDim) else _padded(d) for d in (m, k, n))
         if not any(pads):
             continue
         pm, pk, pn = pads
@@ -241,7 +244,7 @@ def pad_matmuls(gm: GraphModule, plan_cpu_as_cuda: bool = False) -> GraphModule:
             pm = pn = 0  # a batched slice is a strided view the next region must read; K alone is enough
             if not pk:
                 continue
-        restore = bool(pm or pn) and _needs_eager_strides(node)
+        restore = bool(pn) and _needs_eager_strides(node)  # a slice of rows keeps the product's strides
         free = (_computed_wide(a, pm, pk), _computed_wide(b, pk, pn))
         if not _worth_it(batch, m, k, n, (pm, pk, pn), val.element_size(), int(restore), free):
             continue
