@@ -51,6 +51,7 @@ from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
 from dynamo_nvf.passes.pad_matmuls import pad_matmuls
 from dynamo_nvf.passes.partition import REASON_KEY, REGION_KEY, partition_regions
 from dynamo_nvf.passes.reinplace import reinplace_fresh_accumulations
+from dynamo_nvf.passes.row_major_norm_inputs import row_major_norm_inputs
 from dynamo_nvf.passes.saved_views import recompute_saved_views
 from dynamo_nvf.passes.sink_permutes import sink_permutes
 from dynamo_nvf.passes.split_channel_statistics import split_channel_statistics
@@ -244,6 +245,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
          enabled=Settings.unflattens),
     Pass("unpermute_reductions", _unpermute_reductions, option="unpermute_reductions",
          enabled=lambda s: s.unpermute_min_rows() is not None),
+    Pass("row_major_norm_inputs", _graph_only(row_major_norm_inputs), option="row_major_norm_inputs"),
     Pass("split_norm_backward", _split_norm_backward),
     # each of these four passes' modules says why not in backward graphs
     Pass("reduce_in_memory_order", _graph_only(reduce_in_memory_order), NOT_BACKWARD,

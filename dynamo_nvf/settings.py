@@ -241,6 +241,11 @@ class Settings:
     #: and first LayerNorm took 129 us in nvFuser against inductor's 31, and 31 once split (H100, f32,
     #: batch 64, 2026-11-25). Forward and inference graphs only.
     split_transposes: bool = True
+    #: Copy a large token tensor held transposed in memory ([..., T, C] stored [..., C, T]) row-major, in
+    #: a region of its own, for a region that normalizes its rows (passes/row_major_norm_inputs.py):
+    #: MLP-Mixer's residual stream, whose LayerNorm backwards nvFuser read strided (870 us per training
+    #: step against inductor's 60, 2 x H200, bf16, 2026-11-28).
+    row_major_norm_inputs: bool = True
     #: Run a conv net's convolutions and the regions between them channels-last where inductor's
     #: layout heuristics would (passes/conv_layout.py), eager's strides at the graph's outputs: NCHW
     #: made cuDNN convert activations around every convolution (146 nchwToNhwc and 66 nhwcToNchw

@@ -211,6 +211,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_transposed_norms",
+            _nvf({"row_major_norm_inputs": False}),
+            "dynamo_nvf with row_major_norm_inputs off (a region normalizing rows of a token tensor held "
+            "transposed reads it strided, not from a row-major copy), against the default; opt-in",
+            nvf=True,
+        ),
+        Backend(
             "nvf_reduce_logical_cudagraphs",
             _nvf({"memory_order_reductions": False, "cuda_graphs": True}),
             "nvf_cudagraphs with memory_order_reductions off; opt-in",
