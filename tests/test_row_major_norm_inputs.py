@@ -98,3 +98,21 @@ def test_channels_last_activations_are_not_token_tensors(small_tensors_count):
     assert pass_module.is_transposed_tokens(tokens)
     assert not pass_module.is_transposed_tokens(channels_last)
     assert not pass_module.is_transposed_tokens(mode.from_tensor(torch.empty(2, 8, 16)))
+
+
+def test_a_copy_is_made_just_before_its_first_reader(small_tensors_count):
+    """In the backward graph the transposed tensors are saved inputs: each copy is made where its norm
+    region first reads it (after the other copies that region reads), not at the graph's start, so no
+    copy is held longer than its reader needs."""
+    image, params = _inputs()
+    plans = check_training(lambda x: mixer_block(x, *params), [image], PLAN, params=params)
+    backward = next(p for p in plans if p.kind == "backward")
+    names = [n.name for n in backward.nodes]
+    compute = {n.name for n in backward.nodes if n.region is not None}
+    copies = [r.nodes[0] for r in _copy_regions(backward)]
+    assert copies
+    for copy in copies:
+        at = names.index(copy)
+        reader = next(i for i, n in enumerate(backward.nodes) if copy in n.inputs)
+        between = [names[i] for i in range(at + 1, reader) if names[i] in compute and names[i] not in copies]
+        assert not between, (copy, between)

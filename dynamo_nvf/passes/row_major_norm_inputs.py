@@ -17,7 +17,8 @@ views) whose memory order is its logical order with its last two non-trivial dim
 least `MIN_ELEMENTS` elements and static sizes, where the region reduces the last dim of a tensor of
 its shape (`reduces_last_dim_of`). Channels-last activations (4-D, memory order N, H, W, C) are not
 such tensors: channels_last_regions and reduce_in_memory_order plan those. A value several regions
-read gets one copy. Values are unchanged (a copy); the readers' planned output layouts are kept.
+read gets one copy, made just before the first of them (a saved input's copy is not held from the
+backward graph's start). Values are unchanged (a copy); the readers' planned output layouts are kept.
 
 Pure on annotations: GraphModule in (partitioned), GraphModule out.
 """
@@ -34,7 +35,7 @@ from torch.fx import GraphModule, Node
 from dynamo_nvf.ops.lowerings import reduces_last_dim_of
 from dynamo_nvf.ops.metadata import is_metadata, memory_order, static_sizes, tensor_val
 from dynamo_nvf.passes import add_note, call_like
-from dynamo_nvf.passes.partition import REGION_KEY, SPLIT_KEY, regions_of, set_eager
+from dynamo_nvf.passes.partition import REASON_KEY, REGION_KEY, SPLIT_KEY, regions_of, set_eager
 
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
@@ -85,11 +86,10 @@ def _leading_chain(value: Node, members: set[Node]) -> Optional[list[Node]]:
     return list(reversed(chain))
 
 
-def _after(gm: GraphModule, value: Node) -> Node:
-    """Where a copy of `value` goes: right after it, or after the last placeholder."""
-    if value.op != "placeholder":
-        return value
-    return [n for n in gm.graph.nodes if n.op == "placeholder"][-1]
+def _first_in_graph(gm: GraphModule, nodes: list[Node]) -> Node:
+    """The node of `nodes` that comes first in the graph."""
+    wanted = set(nodes)
+    return next(n for n in gm.graph.nodes if n in wanted)
 
 
 def row_major_norm_inputs(gm: GraphModule) -> GraphModule:
@@ -118,16 +118,21 @@ def row_major_norm_inputs(gm: GraphModule) -> GraphModule:
                 # read elsewhere too (a saved view): the views run in PyTorch, as the bookend pass would
                 set_eager(chain, EAGER_VIEW)
                 chain = []
+            first_reader = _first_in_graph(gm, readers_here)
             if value not in copies:
-                with gm.graph.inserting_after(_after(gm, value)):
+                # just before its first reader, so that it is not held from the graph's start
+                with gm.graph.inserting_before(first_reader):
                     copy = call_like(gm, aten.clone.default, (value,), value, val.fake_mode,
                                      {"memory_format": torch.contiguous_format})
-                copy.meta.pop("stack_trace", None)
+                for key in ("stack_trace", REASON_KEY, SPLIT_KEY):
+                    copy.meta.pop(key, None)
                 for moved in (*chain, copy):
                     moved.meta[REGION_KEY] = next_id
                 next_id += 1
                 copies[value] = copy
             copy = copies[value]
+            if _first_in_graph(gm, [copy, first_reader]) is not copy:
+                first_reader.prepend(copy)  # another region read it first
             first = None
             for user in list(value.users):
                 if user is not copy and user in members:
