@@ -25,9 +25,9 @@ strides it was traced with, and `as_strided` reads the storage it was written fo
 Which matmuls: CUDA (or planned as CUDA), float16 or bfloat16, static sizes (or, in a dynamic-shape
 graph, an mm or addmm with symbolic dims and plain-int strides: only its static dims are padded, by
 the cost model at the symbolic dims' example values; GPT-2's head at length 512 took 3.28 ms where
-inductor's padded one took 0.45, H100, 2026-11-27; BART's tied-embedding weight gradient, whose
-reduced dim is the symbolic token count, took 1.7 ms more than inductor's in a training step, 2 x
-H200, 2026-11-28), and only where the
+inductor's padded one took 0.45, H100, 2026-11-27; a CPU plan of BART's training step left its
+tied-embedding weight gradient, whose reduced dim is the symbolic token count, misaligned), and only
+where the
 measured slowdown pays for the copies: the aligned product's time (FLOPs at `ALIGNED_TFLOPS`) times
 `MISALIGNED_SLOWDOWN - 1` must exceed, twice over, the time to copy the padded operands and the
 restoring copy (bytes at `COPY_BYTES_PER_S`, plus `COPY_LAUNCH_S` per copy). Small misaligned matmuls

@@ -6,10 +6,10 @@ and reads one held as [..., C, T] in memory reads instead a contiguous copy that
 Why: nvFuser 0.2.36's normalization schedulers pick an inner persistent schedule from the logical
 dims and read each row's C elements T apart. MLP-Mixer keeps its residual stream as the patch
 convolution wrote it (`flatten(2).transpose(1, 2)` of NCHW: [B, 196, 768] held as [B, 768, 196]),
-so every LayerNorm and LayerNorm backward of its training step reads transposed tokens: six calls
-of one inner persistent kernel took 870 us where inductor's LayerNorm backward kernels over the
-same tensors took about 60 (`python scripts/block_kernels.py zoo_timm_mixer_train_bf16 nvf_bookend`
-and `inductor`, 2 x H200, 2026-11-28). A transposed copy of such a tensor moves 2 x 9.6 MB (bf16,
+so every LayerNorm and LayerNorm backward of its training step reads transposed tokens: in the
+forward, six calls of one inner persistent kernel took 870 us where inductor's LayerNorm kernels over
+the same tensors took about 170 (`python scripts/block_kernels.py zoo_timm_mixer_train_bf16
+nvf_bookend` and `inductor`, 2 x H200, 2026-11-28). A transposed copy of such a tensor moves 2 x 9.6 MB (bf16,
 batch 32), about 10 us.
 
 Which inputs: a value read from outside the region (directly or through the region's leading
@@ -75,7 +75,7 @@ def _leading_chain(value: Node, members: set[Node]) -> Optional[list[Node]]:
     while node in members:
         if not is_metadata(node):
             return None
-        inputs = [a for a in node.all_input_nodes]
+        inputs = node.all_input_nodes
         if len(inputs) != 1:
             return None
         chain.append(node)
@@ -133,15 +133,11 @@ def row_major_norm_inputs(gm: GraphModule) -> GraphModule:
             copy = copies[value]
             if _first_in_graph(gm, [copy, first_reader]) is not copy:
                 first_reader.prepend(copy)  # another region read it first
-            first = None
-            for user in list(value.users):
-                if user is not copy and user in members:
-                    user.replace_input_with(value, copy)
-                    first = first or user
-            if first is not None:
-                first.meta.setdefault(SPLIT_KEY, []).append(
-                    (copy.name, f"split: {value.name} is read row-major from a copy in a region of its own "
-                                f"(row_major_norm_inputs)"))
+            for user in readers_here:
+                user.replace_input_with(value, copy)
+            first_reader.meta.setdefault(SPLIT_KEY, []).append(
+                (copy.name, f"split: {value.name} is read row-major from a copy in a region of its own "
+                            f"(row_major_norm_inputs)"))
             add_note(gm, NOTE.format(value=value.name, region=f"region {region}"))
             made += 1
     if made:
