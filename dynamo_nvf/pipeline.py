@@ -215,6 +215,7 @@ DYNAMO_PASSES: tuple[Pass, ...] = (
 #: On the joint forward-backward graph, before the min-cut partitioner.
 JOINT_PASSES: tuple[Pass, ...] = (
     Pass("simplify_one_hot_sums", _graph_only(simplify_one_hot_sums), JOINT),
+    Pass("channels_last_joint_patch_inputs", _channels_last_patch_inputs, JOINT, option="channels_last_patch_inputs"),
     Pass("pad_joint_matmuls", _pad_matmuls, JOINT, option="pad_matmuls"),
     Pass("compute_joint_pads_wide", _graph_only(compute_pads_wide), JOINT, option="pad_matmuls"),
     Pass("recompute_saved_views", _graph_only(recompute_saved_views), JOINT, cuda_graphs=True,
@@ -226,7 +227,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("unfuse_addmm_bias", _unfuse_addmm_bias, option="unfuse_addmm_bias"),
     Pass("pad_matmuls", _pad_matmuls, option="pad_matmuls"),
     Pass("compute_pads_wide", _graph_only(compute_pads_wide), option="pad_matmuls"),
-    # conv_input_layout says why inference graphs only
+    # a training step's graphs get it on the joint graph (channels_last_joint_patch_inputs)
     Pass("channels_last_patch_inputs", _channels_last_patch_inputs, frozenset({"inference"}),
          option="channels_last_patch_inputs"),
     Pass("channels_last_convs", _channels_last_convs, option="channels_last_convs"),

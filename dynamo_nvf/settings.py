@@ -263,8 +263,9 @@ class Settings:
     #: Convert the NCHW input of a patch-embedding convolution (kernel = stride >= 8, no padding) to
     #: channels-last in a region of its own (passes/conv_input_layout.py): cuDNN runs ViT's 16x16 patch
     #: conv channels-last anyway and converts the image (144 us) and its output (12 us) itself, where
-    #: nvFuser's conversion took 27 us (H100, f32, batch 64, 2026-11-25). Inference graphs and images of
-    #: at least 4M elements only (at batch 2 it was slower).
+    #: nvFuser's conversion took 27 us (H100, f32, batch 64, 2026-11-25). Images of at least 4M elements
+    #: only (at batch 2 it was slower). In training (the joint graph) the tokens come out row-major too:
+    #: MLP-Mixer's step 5.02 -> 4.13 ms of GPU time, inductor 3.82 (H200, bf16, 2026-11-28).
     channels_last_patch_inputs: bool = True
     #: Give a region's sum, mean, amax or amin whose input lies in memory in another order than its
     #: logical dims (a channels-last tensor) a permute of that input into memory order, where the orders

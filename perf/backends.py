@@ -218,6 +218,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_nchw_patch_inputs",
+            _nvf({"channels_last_patch_inputs": False}),
+            "dynamo_nvf with channels_last_patch_inputs off (a patch embedding's convolution reads its image "
+            "NCHW, so its tokens come out transposed in memory), against the default; opt-in",
+            nvf=True,
+        ),
+        Backend(
             "nvf_reduce_logical_cudagraphs",
             _nvf({"memory_order_reductions": False, "cuda_graphs": True}),
             "nvf_cudagraphs with memory_order_reductions off; opt-in",

@@ -1,7 +1,8 @@
 """conv_input_layout: a patch-embedding convolution (kernel = stride >= 8) of an NCHW image reads it
-converted to channels-last in a region of its own, in inference graphs; small patches, training graphs,
-graphs whose outputs or views the new layout would change, and the option off keep NCHW. Values and
-output strides match eager."""
+converted to channels-last in a region of its own, in inference graphs and in the joint graph of a
+training step (its convolution backward reads the same converted image); small patches, graphs whose
+outputs or views the new layout would change, and the option off keep NCHW. Values, output strides and
+gradient strides match eager."""
 
 from __future__ import annotations
 
@@ -105,10 +106,23 @@ def test_option_off_keeps_nchw():
     assert not _notes(plan)
 
 
-def test_training_graphs_keep_nchw():
+def test_training_converts_the_image_once_for_forward_and_backward():
+    """In a training step the forward's convolution and its backward read one converted image; the
+    gradients keep eager's values and strides (the weight gradient contiguous, as eager returns it)."""
     torch.manual_seed(0)
     plans = check_training(vit_stem, _inputs(), PLAN)
-    assert not any(_notes(p) for p in plans), [p.rewrites for p in plans]
+    assert len(plans) == 2 and all(_notes(p) for p in plans), [p.rewrites for p in plans]  # the joint graph's note
+    copies = [r for p in plans for r in p.regions if r.ops == ["aten.clone.default"]
+              and any(list(o.stride) == [3072, 1, 96, 3] for o in r.outputs)]
+    assert len(copies) == 1, [r.ops for p in plans for r in p.regions]
+    x, *params = _inputs()
+    params = [t.requires_grad_() for t in params]
+    compiled = compile_fn(vit_stem, PLAN)
+    got = torch.autograd.grad(compiled(x, *params).square().sum(), params)
+    want = torch.autograd.grad(vit_stem(x, *params).square().sum(), params)
+    for g, w in zip(got, want):
+        assert g.stride() == w.stride()
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.gpu

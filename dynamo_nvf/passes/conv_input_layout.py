@@ -14,8 +14,11 @@ transpose then read row-major.
 Not for small images: at batch 2 the conversion made ViT's step slower (`MIN_ELEMENTS`). Not for
 small patches: ConvNeXt's 4x4 stem runs cuDNN's NCHW kernel in f32, which a channels-last
 input would swap for a TF32 one (other values), and in bf16 it was slower that way (183 against 163
-us). Inference graphs only (a training step's convolution backward would see other layouts; not
-measured). The conversion stays only where every other node of the graph accepts the new layout:
+us). In a training step the pass runs on the joint graph: the convolution backward reads the same
+converted image (one conversion for both), and a weight gradient the new layout made channels-last is
+copied back to the contiguous layout eager returns (a weight-sized copy). Its tokens then come out
+row-major in training too: MLP-Mixer's residual stream had stayed transposed in memory, and its
+LayerNorms read it strided or from row-major copies (row_major_norm_inputs). The conversion stays only where every other node of the graph accepts the new layout:
 the graph's fake values are propagated again, and a view that would fail, or a graph output whose
 strides would change, undoes it. A graph with an `as_strided` (memory read by explicit strides, which
 that check cannot judge) keeps NCHW.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from typing import Any
 
 import torch
@@ -80,6 +84,27 @@ def _propagate(gm: GraphModule, mode: Any) -> None:
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*inputs)
 
 
+def _restore_weight_gradients(gm: GraphModule, strides: list[Any], after: list[Any], backwards: set[Node],
+                              mode: Any) -> None:
+    """A joint graph's weight gradient that the channels-last image made channels-last is copied back to
+    the contiguous layout eager returns (a weight-sized copy)."""
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    outs = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    for i, (was, now) in enumerate(zip(strides, after)):
+        node = outs[i]
+        if was == now or not isinstance(node, Node) or node.target is not operator.getitem:
+            continue
+        if node.args[0] not in backwards or not tensor_val(node).is_contiguous(memory_format=torch.channels_last):
+            continue
+        with gm.graph.inserting_before(output):
+            dense = call_like(gm, aten.clone.default, (node,), node, mode, {"memory_format": torch.contiguous_format})
+        if tuple(tensor_val(dense).stride()) == was:
+            output.replace_input_with(node, dense)
+        else:
+            gm.graph.erase_node(dense)
+    gm.recompile()
+
+
 def channels_last_patch_inputs(gm: GraphModule, cuda_ok: bool = False) -> GraphModule:
     """Converts each patch embedding's NCHW input to channels-last in the graph (module docstring).
     `cuda_ok` plans CPU tensors as CUDA ones (Settings.plan_cpu_as_cuda)."""
@@ -94,21 +119,31 @@ def channels_last_patch_inputs(gm: GraphModule, cuda_ok: bool = False) -> GraphM
     mode = tensor_val(convs[0].args[0]).fake_mode
     images = [(conv, conv.args[0]) for conv in convs]
     made: dict[Node, Node] = {}  # one conversion per image, however many convolutions read it
+    backwards: list[tuple[Node, Node]] = []
     for conv, x in images:
         if x not in made:
             with gm.graph.inserting_before(conv):
                 made[x] = call_like(gm, aten.clone.default, (x,), conv, mode, {"memory_format": torch.channels_last})
             made[x].meta.pop("stack_trace", None)
         conv.replace_input_with(x, made[x])
+        for user in list(x.users):  # a joint graph's convolution backward reads the image the forward read
+            if user.target is aten.convolution_backward.default and user.args[1] is x and user.args[2] is conv.args[1]:
+                user.replace_input_with(x, made[x])
+                backwards.append((user, x))
     try:
         gm.recompile()
         _propagate(gm, mode)
-        undo = _output_strides(gm) != strides
-        why = "a graph output's strides would change"
+        after = _output_strides(gm)
+        if after != strides and backwards:
+            _restore_weight_gradients(gm, strides, after, {b for b, _ in backwards}, mode)
+            after = _output_strides(gm)
+        undo = after != strides
+        changed = [i for i, (a, b) in enumerate(zip(after, strides)) if a != b]
+        why = f"a graph output's strides would change (outputs {changed[:4]}: {[strides[i] for i in changed[:2]]} -> {[after[i] for i in changed[:2]]})"
     except Exception as exc:  # a view the new layout cannot take, or any op that refuses it
         undo, why = True, f"{type(exc).__name__}: {str(exc)[:120]}"
     if undo:
-        for conv, x in images:
+        for conv, x in images + backwards:
             conv.replace_input_with(made[x], x)
         for clone in made.values():
             gm.graph.erase_node(clone)
