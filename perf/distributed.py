@@ -341,6 +341,8 @@ class _Trainer:
             # CUDA graphs replay regions without Python: only the warm-up and recording calls count
             result["nvfuser_calls"] = self.counted["nvfuser_calls"]
             result["nvfuser_calls_per_step"] = self.counted_timed["nvfuser_calls"] / timed
+            # of those, the calls replayed by direct launch (the rest went through fec.execute)
+            result["direct_launches_per_step"] = self.counted_timed["direct_launches"] / timed
             result["eager_region_calls_per_step"] = self.counted_timed["eager_calls"] / timed
             result.update(plan_summary(self.recorded))
         return result
@@ -454,6 +456,7 @@ def merge(per_rank: list[dict], losses: list[float], wrapper: str, backend: str,
             fallbacks=sum(r["fallbacks"] for r in ranks),
             planning_errors=sum(r["planning_errors"] for r in ranks),
             nvfuser_calls_per_step=statistics.mean(r["nvfuser_calls_per_step"] for r in ranks),
+            direct_launches_per_step=statistics.mean(r["direct_launches_per_step"] for r in ranks),
             eager_region_calls_per_step=statistics.mean(r["eager_region_calls_per_step"] for r in ranks),
             communication_in_regions=sum(r["communication_in_regions"] for r in ranks),
             nvfuser_calls=sum(r["nvfuser_calls"] for r in ranks),
@@ -523,7 +526,7 @@ def render_table(records: list[dict]) -> str:
     rows = []
     for r in records:
         if r.get("error"):
-            rows.append([r["wrapper"], r["backend"], "FAILED: " + r["error"][:80]] + [""] * 12)
+            rows.append([r["wrapper"], r["backend"], "FAILED: " + r["error"][:80]] + [""] * 13)
             continue
         graphs = r.get("graphs")
         rows.append([
@@ -532,12 +535,13 @@ def render_table(records: list[dict]) -> str:
             _fmt(r.get("loss_max_abs_diff"), ".2e"), _fmt(r.get("loss_max_rel_diff"), ".2e"),
             {True: "yes", False: "NO", None: "-"}[r.get("losses_match")],
             _fmt(r.get("fallbacks"), "d"), _fmt(r.get("nvfuser_calls_per_step"), ".1f"),
+            _fmt(r.get("direct_launches_per_step"), ".1f"),
             "-" if graphs is None else " ".join(f"{k[0]}{v}" for k, v in sorted(graphs.items())),
             _fmt(r.get("kernel_ms_per_step"), ".2f"), _fmt(r.get("nccl_ms_per_step"), ".2f"),
             _fmt(r.get("nccl_overlap"), ".0%"),
         ])
     headers = ["wrapper", "backend", "step ms", "vs inductor (ro)", "throughput", "peak MiB/GPU", "loss max abs diff",
-               "max rel diff", "match", "fallbacks", "nvFuser calls/step", "graphs (b/f/i)", "kernel ms",
+               "max rel diff", "match", "fallbacks", "nvFuser calls/step", "direct launches/step", "graphs (b/f/i)", "kernel ms",
                "NCCL ms", "NCCL beside compute"]
     return tabulate(rows, headers=headers, tablefmt="github")
 

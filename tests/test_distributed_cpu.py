@@ -247,6 +247,7 @@ def _check_nvf_run(run: dict, eager: dict, rtol: float) -> None:
     assert run["regions"] > 0 and run["graphs"].get("forward", 0) >= 1 and run["graphs"].get("backward", 0) >= 1
     # on a CPU every region runs eagerly: they are counted as such, never as nvFuser calls
     assert run["nvfuser_calls_per_step"] == 0 and run["eager_region_calls_per_step"] > 0
+    assert run["direct_launches_per_step"] == 0
 
 
 def test_launcher_two_processes_ddp_and_fsdp2_over_gloo(tmp_path):
