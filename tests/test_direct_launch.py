@@ -659,15 +659,55 @@ def test_a_symbolic_region_launches_directly_at_sizes_seen_in_steady_calls_and_f
     assert "0 launcher(s); 1 dropped" in runtime.plan.launch, runtime.plan.launch
 
 
-def test_a_symbolic_region_stops_trying_where_no_size_could_launch_directly_and_with_scalar_inputs(monkeypatch):
+def _symbolic_with_scalar(fn, scalar):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from dynamo_nvf.plan import RegionPlan
+
+    gm = make_fx(fn, tracing_mode="symbolic")(torch.randn(32, 8), scalar)
+    return RegionRuntime(gm, RegionPlan(id=0, name="nvf_region_0", ops=[], nodes=[]), Settings())
+
+
+def test_a_symbolic_region_with_integer_inputs_keys_its_launchers_by_their_values(monkeypatch):
+    """A dynamic-shape graph hands its regions SymInt sizes: a launcher replays the scalar kernel
+    arguments its build computed from them, so it serves only calls with the same integers, and it
+    takes the tensors alone. A float input keeps the region on fec.execute."""
     from dynamo_nvf.runtime import region as region_module
 
-    gm = make_fx(lambda t, n: (t * n,), tracing_mode="symbolic")(torch.randn(32, 8), 3)
-    with_scalar = RegionRuntime(gm, RegionPlan(id=0, name="nvf_region_0", ops=[], nodes=[]), Settings())
-    assert with_scalar._sized is None  # the launcher replays the build's scalars: never for these
+    assert _symbolic_with_scalar(lambda t, n: (t * n,), 2.5)._sized is None
+    runtime = _symbolic_with_scalar(lambda t, n: (t.view(n, -1) * 2,), 32)
+    assert runtime._sized == {} and runtime._integer_inputs == (1,)
+    runtime._nvf = object()
+    executed, built = [], []
+
+    class Executor:  # stands in for fec.execute
+        def execute(self, args):
+            executed.append((tuple(args[0].shape), args[1]))
+            return [args[0].reshape(args[1], -1) * 2]
+
+    entry = _Entry(fd=Executor())
+    entry.fec = Executor()
+    monkeypatch.setattr(runtime, "_lookup", lambda args: entry)
+    driver = _Driver(sizes=[40, 40])
+
+    def build(fec, args, outputs):
+        built.append((tuple(args[0].shape), args[1]))
+        return _launcher(driver, [args[0]], list(outputs))[0]  # the launcher takes the tensors alone
+
+    monkeypatch.setattr(region_module.direct_launch, "build", build)
+    x = torch.randn(32, 8)
+    for _ in range(region_module.DIRECT_AFTER_FAST_CALLS + 2):
+        runtime(x, 32)
+    assert built == [((32, 8), 32)] and len(driver.launches) == 2
+    (got,) = runtime(x, 16)  # same layout, another integer: not this launcher's call
+    assert executed[-1] == ((32, 8), 16) and len(driver.launches) == 2 and got.shape == (16, 16)
+    runtime(x, 32)
+    assert len(driver.launches) == 3
+
+
+def test_a_symbolic_region_stops_trying_where_no_size_could_launch_directly(monkeypatch):
+    from dynamo_nvf.runtime import region as region_module
+
     runtime = _symbolic_runtime(Settings())
     runtime._nvf = object()
 

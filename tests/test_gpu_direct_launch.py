@@ -166,6 +166,30 @@ def test_a_region_whose_kernels_take_scalar_arguments_launches_directly():
     assert STATS.direct_launches >= before + 3
 
 
+def test_a_dynamic_shape_region_with_size_inputs_launches_directly_at_each_length():
+    """A dynamic-shape graph hands its region the symbolic sizes of a view as integer inputs: each
+    length gets a launcher keyed by them, replaying the scalar kernel arguments computed from them,
+    and every call matches eager."""
+    def fn(x, b):
+        y = (x + b).view(x.shape[0] * x.shape[1], x.shape[2])
+        return F.gelu(y, approximate="tanh") * 2.0
+
+    compiled = torch.compile(fn, backend="nvf_bookend", options=ON, dynamic=True)
+    before = STATS.direct_launches
+    with torch.no_grad(), recording() as rec:
+        for length in (64, 96, 64):
+            for _ in range(STEADY):
+                x = torch.randn(4, length, 256, device=DEV, dtype=torch.bfloat16)
+                b = torch.randn(256, device=DEV, dtype=torch.bfloat16)
+                got, want = compiled(x, b), fn(x, b)
+                assert_same(got, want)
+    runtimes = [n.target for gm in rec.graph_modules for n in gm.graph.nodes if hasattr(n.target, "_integer_inputs")]
+    assert any(r._integer_inputs for r in runtimes), [r.plan.name for r in runtimes]
+    assert all(r.plan.launch.startswith("direct per set of input sizes: 2") for r in runtimes if r._integer_inputs), \
+        [r.plan.launch for r in runtimes]
+    assert STATS.direct_launches >= before + 2 * (STEADY - 2)
+
+
 @pytest.mark.parametrize("workload", ["llama_train_bf16_small", "bert_train_bf16_small"])
 def test_training_steps_with_direct_launch_keep_every_launcher_and_gradient_right(workload):
     """Found on an H100, 2026-11-24: in LLaMA-style backward regions whose inputs share a pointer, a

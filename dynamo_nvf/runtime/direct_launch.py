@@ -42,7 +42,11 @@ only.
 Scalar kernel parameters (extents the host evaluated, e.g. a persistent kernel's `nvfuser_index_t i0`)
 keep the bytes of the build: with fixed sizes and no random numbers they never change (`is_scalar`).
 
-Not taken (the reason is kept for explain()): random numbers, scalar or CPU inputs, outputs that
+Integer inputs (the SymInt sizes a dynamic-shape graph hands a region) are taken the same way: the
+scalar arguments computed from them are the build's, so a symbolic region keys its launchers by their
+values too (region._sized_key) and passes the launcher its tensors alone.
+
+Not taken (the reason is kept for explain()): random numbers, float scalar or CPU inputs, outputs that
 alias inputs or that no kernel writes (host-evaluated segments), cluster launches, zeroing that cannot
 be mapped to work buffers (of an input or an output, or by a fill kernel whose extent cannot be read),
 a torch without `CUDAGraph.raw_cuda_graph`, a driver without `cuFuncGetParamInfo` (CUDA 12.4) or
@@ -307,7 +311,7 @@ def _launch_order(nodes: Sequence[int], edges: Sequence[tuple[int, int]]) -> lis
     return order
 
 
-def captured_launches(fec: Any, args: Sequence[torch.Tensor], device: torch.device) -> CapturedLaunch:
+def captured_launches(fec: Any, args: Sequence[Any], device: torch.device) -> CapturedLaunch:
     """Captures one `fec.execute(args)` in a CUDA graph (never instantiated) and reads it back, in
     launch order: each nvFuser kernel (function, launch configuration, argument bytes) and each node
     that zeroes a buffer; and the outputs of the captured call (whose data pointers the arguments hold)."""
@@ -618,12 +622,21 @@ def _allocator(device: torch.device) -> Callable[..., torch.Tensor]:
 
 def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any:
     """The C launcher for `fec`'s kernels on inputs laid out as `args`, checked bit for bit against
-    nvFuser's own `outputs` for these `args`. Raises NotDirect (with the reason) where it cannot be."""
+    nvFuser's own `outputs` for these `args`. Raises NotDirect (with the reason) where it cannot be.
+
+    Integer inputs (a symbolic region's sizes) are allowed: the launcher replays the scalar kernel
+    arguments the build computed from them and takes the tensor inputs alone, so the caller calls it
+    only with these integers' values (region._sized_key)."""
+    every = list(args)
+    for arg in every:
+        if isinstance(arg, torch.Tensor):
+            if arg.device.type != "cuda":
+                raise NotDirect("a CPU input", any_size=True)
+        elif not isinstance(arg, int):
+            raise NotDirect("a scalar input that is not an integer", any_size=True)
+    args = [a for a in every if isinstance(a, torch.Tensor)]
     if not args or not outputs:
-        raise NotDirect("no inputs or no outputs")
-    for arg in args:
-        if not isinstance(arg, torch.Tensor) or arg.device.type != "cuda":
-            raise NotDirect("a scalar or CPU input", any_size=True)
+        raise NotDirect("no tensor inputs or no outputs")
     devices = {t.device for t in (*args, *outputs)}
     if len(devices) != 1:
         raise NotDirect("tensors on several devices", any_size=True)
@@ -638,12 +651,12 @@ def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any
         raise NotDirect(f"no C launcher: {exc}", any_size=True) from exc
 
     with torch.cuda.device(device):
-        captured = captured_launches(fec, args, device)
+        captured = captured_launches(fec, every, device)
         if len(captured.outputs) != len(outputs) or any(c.stride() != o.stride() or c.shape != o.shape
                                                         for c, o in zip(captured.outputs, outputs)):
             raise NotDirect("the captured call's outputs are laid out otherwise")
         plan = plan_launches(captured.steps, [t.data_ptr() for t in args], [t.data_ptr() for t in captured.outputs],
-                             source=lambda: fec.get_cuda_kernel(list(args), device=device.index),
+                             source=lambda: fec.get_cuda_kernel(every, device=device.index),
                              output_bytes=[t.numel() * t.element_size() for t in captured.outputs],
                              input_bytes=[tensor_bytes(t) for t in args])
         captured.outputs.clear()
@@ -664,7 +677,7 @@ def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("direct launch: output %d differs: %s\n%s", index, str(exc).splitlines()[:6],
                           _describe(captured, plan, args, outputs,
-                                    fec.get_cuda_kernel(list(args), device=device.index)))
+                                    fec.get_cuda_kernel(every, device=device.index)))
             raise NotDirect("its outputs differ from nvFuser's") from exc
     return launcher
 

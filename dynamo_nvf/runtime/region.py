@@ -133,9 +133,17 @@ def _descriptor(arg: Any, static_sizes: bool = False) -> Any:
     return type(arg)
 
 
-def _tensor_inputs_only(region: GraphModule) -> bool:
-    """Whether every input of the region is a tensor (no SymInt or other scalar)."""
-    return all(isinstance(n.meta.get("val"), torch.Tensor) for n in region.graph.nodes if n.op == "placeholder")
+def _integer_inputs(region: GraphModule) -> Optional[tuple[int, ...]]:
+    """The positions of the region's integer inputs (a dynamic-shape graph's SymInt sizes, bools),
+    where every other input is a tensor; None where an input is neither (a float scalar)."""
+    positions = []
+    for index, node in enumerate(n for n in region.graph.nodes if n.op == "placeholder"):
+        val = node.meta.get("val")
+        if isinstance(val, (torch.SymInt, torch.SymBool, int)):  # bool is an int
+            positions.append(index)
+        elif not isinstance(val, torch.Tensor):
+            return None
+    return tuple(positions)
 
 
 def _exact_key(args: Sequence[Any]) -> tuple:
@@ -495,13 +503,17 @@ class RegionRuntime:
         #: Fast calls left before the direct launcher is built (0: never, or already decided).
         self._direct_countdown = DIRECT_AFTER_FAST_CALLS if (
             settings.launches_directly() and self._static and not random) else 0
-        #: A region with symbolic sizes (a dynamic-shape graph): per exact input layout (_exact_key),
-        #: its steady calls so far (int), then its (entry, launcher), or None where it has none. None
-        #: for a static region (it has `_direct`), one with a non-tensor input (a SymInt: the C
-        #: launcher replays the build's scalars, and _exact_key does not hold their values), or where
-        #: direct launch is off.
+        #: A region with symbolic sizes (a dynamic-shape graph): per exact input layout (_exact_key)
+        #: and integer inputs' values (_sized_key), its steady calls so far (int), then its (entry,
+        #: launcher), or None where it has none. None for a static region (it has `_direct`), one with
+        #: a float input, or where direct launch is off.
+        integers = _integer_inputs(eager)
         self._sized: Optional[OrderedDict[tuple, Any]] = OrderedDict() if (
-            settings.launches_directly() and not self._static and not random and _tensor_inputs_only(eager)) else None
+            settings.launches_directly() and not self._static and not random and integers is not None) else None
+        #: The positions of its integer inputs (the SymInt sizes a dynamic-shape graph hands its
+        #: regions): their values are part of a launcher's key, since it replays the scalar kernel
+        #: arguments its build computed from them, and they are not passed to it.
+        self._integer_inputs: tuple[int, ...] = integers or ()
         #: Launchers the region has tried to build (built or refused), at most SIZED_LAUNCHERS.
         self._sized_tried = 0
         if self._nvf is None:
@@ -555,8 +567,9 @@ class RegionRuntime:
             if self._split_by_stage():
                 return self._pieces(*args)
         exact = _exact_key(args)
+        sized = self._sized_key(exact, args) if self._sized is not None else exact
         if self._sized is not None and not PROFILING.enabled:
-            outputs = self._sized_launch(exact, args)
+            outputs = self._sized_launch(sized, args)
             if outputs is not None:
                 return outputs
         entry = self._by_exact.get(exact)
@@ -575,7 +588,7 @@ class RegionRuntime:
         except Exception as exc:  # nvFuser run-time error
             return self._fail(f"nvFuser execution failed: {_short_error(exc)}", args, detail=str(exc))
         if steady and self._sized is not None:
-            self._count_sized(exact, entry, args, outputs)
+            self._count_sized(sized, entry, args, outputs)
         self._handed_back(entry, outputs)
         if self.plan.executor != "nvfuser":  # a definition shared by an equal region ran first
             self.plan.executor, self.plan.executor_reason = "nvfuser", self._row_major_reason
@@ -589,6 +602,9 @@ class RegionRuntime:
         reason it cannot be is kept for explain() (the region then stays on fec.execute)."""
         if _capturing():  # building captures and syncs: never inside a capture
             self.plan.launch = "fec.execute (first steady call was inside a CUDA-graph capture)"
+            return
+        if not all(isinstance(a, torch.Tensor) for a in args):  # its launcher takes every input as a tensor
+            self.plan.launch = "fec.execute (a scalar input)"
             return
         start = time.perf_counter()
         try:
@@ -613,16 +629,28 @@ class RegionRuntime:
         self._direct_summary = self.plan.launch
         log.debug("%s: %s", self.plan.name, self.plan.launch)
 
+    def _sized_key(self, exact: tuple, args: Sequence[Any]) -> tuple:
+        """A symbolic region's launcher key: the inputs' layouts, with its integer inputs' values."""
+        if not self._integer_inputs:
+            return exact
+        return exact, tuple(args[i] for i in self._integer_inputs)
+
+    def _tensor_args(self, args: Sequence[Any]) -> Sequence[Any]:
+        """What a symbolic region's launcher takes: its tensor inputs (the integers are in its key)."""
+        if not self._integer_inputs:
+            return args
+        return tuple(a for a in args if isinstance(a, torch.Tensor))
+
     def _sized_launch(self, exact: tuple, args: Sequence[Any]) -> Optional[list]:
-        """A symbolic region's call through the direct launcher of its input sizes, where one was
-        built; None where none was, or it declined the call or failed (fec.execute then runs it, and
-        these sizes stay there)."""
+        """A symbolic region's call through the direct launcher of its input sizes (and integer
+        inputs), where one was built; None where none was, or it declined the call or failed
+        (fec.execute then runs it, and these sizes stay there)."""
         state = self._sized.get(exact)
         if type(state) is not tuple:
             return None
         entry, launcher = state
         try:
-            outputs = launcher(args)
+            outputs = launcher(self._tensor_args(args))
         except Exception as exc:  # a launch error: fec.execute for these sizes from now on
             outputs = None
             log.warning("%s: direct launch failed, back to fec.execute: %s", self.plan.name, _short_error(exc))
