@@ -233,6 +233,12 @@ def test_scalar_parameters_keep_the_builds_bytes_and_other_non_tensors_are_refus
     with pytest.raises(dl.NotDirect, match="not a tensor"):  # a struct that may carry pointers
         dl.plan_launches([_kernel(raw + [bytes(8)])], [x], [out],
                          source=lambda: PERSISTENT.replace("T5)", "T5, Array<float, 2> a2)"))
+    # an integer input of value 0 beside an empty input (data pointer 0): the declaration says scalar
+    empty = _struct(0, [0, 768], [768, 1])
+    zero = (0).to_bytes(8, "little")
+    plan = dl.plan_launches([_kernel([empty, zero, scale, _struct(out, [4, 768], [768, 1])])], [0], [out],
+                            source=lambda: PERSISTENT)
+    assert plan.kernels[0][3] == (0, dl.CONSTANT, dl.CONSTANT, 1)
     assert dl.is_scalar("nvfuser_index_t i0") and dl.is_scalar("const float f3")
     assert not dl.is_scalar("Tensor<float, 1, 1> T4") and not dl.is_scalar("TensorMap tm0")
     # the launcher writes the pointers around them and leaves their bytes alone, call after call

@@ -515,7 +515,10 @@ def plan_launches(steps: Sequence[Union[KernelLaunch, Zeroing]], inputs: Sequenc
                     produced.add(pointer)  # the output, from its producing segment on
                 elif pointer not in produced:
                     key = ("before", pointer)  # a freed intermediate's memory, reused for the output later
-            if key not in slots and is_scalar(declared(step, index)):
+            # A small value that equals a tensor's pointer (0: an empty input's) may be a scalar (an
+            # integer input's value): its declaration decides. Device pointers are far above 2^32.
+            ambiguous = key in slots and pointer is not None and pointer < 1 << 32 and source is not None
+            if (key not in slots or ambiguous) and is_scalar(declared(step, index)):
                 log.debug("direct launch: kernel %s keeps %s = %s", step.name[-40:], declared(step, index), raw.hex())
                 kernel_slots.append(CONSTANT)
                 continue
@@ -636,7 +639,7 @@ def build(fec: Any, args: Sequence[Any], outputs: Sequence[torch.Tensor]) -> Any
             raise NotDirect("a scalar input that is not an integer", any_size=True)
     args = [a for a in every if isinstance(a, torch.Tensor)]
     if not args or not outputs:
-        raise NotDirect("no tensor inputs or no outputs")
+        raise NotDirect("no tensor inputs or no outputs", any_size=True)
     devices = {t.device for t in (*args, *outputs)}
     if len(devices) != 1:
         raise NotDirect("tensors on several devices", any_size=True)
