@@ -19,8 +19,8 @@ demo: setup  ## compile a small model with backend="nvf_bookend" and print expla
 test: setup  ## CPU test suite (GPU tests skip themselves)
 	$(PYTHON) -m pytest -q -m "not gpu" tests
 
-test-gpu:  ## GPU suite, on a machine with CUDA and nvFuser
-	$(PYTHON) -m pytest -q -m gpu tests -rs
+test-gpu:  ## GPU suite, on a machine with CUDA and nvFuser (SHARD=I/N: every N-th test from the I-th)
+	$(PYTHON) -m pytest -q -m gpu tests -rs $(if $(SHARD),--shard $(SHARD))
 
 test-gpu-distributed:  ## DDP and FSDP2 GPU tests, on a machine with 2+ GPUs
 	$(PYTHON) -m pytest -q -m gpu tests/test_gpu_distributed.py -rs
