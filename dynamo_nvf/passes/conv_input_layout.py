@@ -18,10 +18,11 @@ us). In a training step the pass runs on the joint graph: the convolution backwa
 converted image (one conversion for both), and a weight gradient the new layout made channels-last is
 copied back to the contiguous layout eager returns (a weight-sized copy). Its tokens then come out
 row-major in training too: MLP-Mixer's residual stream had stayed transposed in memory, and its
-LayerNorms read it strided or from row-major copies (row_major_norm_inputs). The conversion stays only where every other node of the graph accepts the new layout:
-the graph's fake values are propagated again, and a view that would fail, or a graph output whose
-strides would change, undoes it. A graph with an `as_strided` (memory read by explicit strides, which
-that check cannot judge) keeps NCHW.
+LayerNorms read it strided or from row-major copies (row_major_norm_inputs). The conversion stays
+only where every other node of the graph accepts the new layout: the graph's fake values are
+propagated again, and a view that would fail, or a graph output whose strides would change, undoes
+it. A graph with an `as_strided` (memory read by explicit strides, which that check cannot judge)
+keeps NCHW.
 
 Pure: GraphModule in (aot_autograd's aten graph, before partitioning), GraphModule out.
 """
@@ -139,7 +140,8 @@ def channels_last_patch_inputs(gm: GraphModule, cuda_ok: bool = False) -> GraphM
             after = _output_strides(gm)
         undo = after != strides
         changed = [i for i, (a, b) in enumerate(zip(after, strides)) if a != b]
-        why = f"a graph output's strides would change (outputs {changed[:4]}: {[strides[i] for i in changed[:2]]} -> {[after[i] for i in changed[:2]]})"
+        why = (f"a graph output's strides would change (outputs {changed[:4]}: "
+               f"{[strides[i] for i in changed[:2]]} -> {[after[i] for i in changed[:2]]})")
     except Exception as exc:  # a view the new layout cannot take, or any op that refuses it
         undo, why = True, f"{type(exc).__name__}: {str(exc)[:120]}"
     if undo:

@@ -603,9 +603,6 @@ class RegionRuntime:
         if _capturing():  # building captures and syncs: never inside a capture
             self.plan.launch = "fec.execute (first steady call was inside a CUDA-graph capture)"
             return
-        if not all(isinstance(a, torch.Tensor) for a in args):  # its launcher takes every input as a tensor
-            self.plan.launch = "fec.execute (a scalar input)"
-            return
         start = time.perf_counter()
         try:
             self._direct = direct_launch.build(entry.fec, args, outputs)
