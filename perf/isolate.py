@@ -117,7 +117,9 @@ def slot_env(base: dict, gpu: Optional[int], per_gpu: int, workers: int, lock_di
 
     env = dict(base)
     if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        # The gpu-th of the GPUs this process sees: under CUDA_VISIBLE_DEVICES=2,3, worker 0 gets 2.
+        visible = [d.strip() for d in base.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = visible[gpu] if gpu < len(visible) else str(gpu)
     if per_gpu > 1:
         env[LOCK_ENV] = str(lock_dir / f"gpu{0 if gpu is None else gpu}.lock")
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))

@@ -404,6 +404,9 @@ def test_workers_per_gpu_share_one_turn_lock_and_the_cpus(tmp_path):
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and env[LOCK_ENV] == str(tmp_path / "gpu1.lock")
     assert int(env["TORCHINDUCTOR_COMPILE_THREADS"]) == max(1, (__import__("os").cpu_count() or 1) // 4)
     assert LOCK_ENV not in slot_env({}, 0, 1, 2, tmp_path)  # one worker per GPU: no turns
+    # --gpus counts the GPUs this process sees: a parent limited to GPUs 2 and 3 hands out 2 and 3
+    assert slot_env({"CUDA_VISIBLE_DEVICES": "2,3"}, 0, 1, 2, tmp_path)["CUDA_VISIBLE_DEVICES"] == "2"
+    assert slot_env({"CUDA_VISIBLE_DEVICES": "2, 3"}, 1, 1, 2, tmp_path)["CUDA_VISIBLE_DEVICES"] == "3"
     assert slot_env({"TORCHINDUCTOR_COMPILE_THREADS": "7"}, None, 2, 2, tmp_path)["TORCHINDUCTOR_COMPILE_THREADS"] == "7"
 
 
