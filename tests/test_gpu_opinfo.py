@@ -80,6 +80,18 @@ def _close(actual, expected) -> str:
     return ""
 
 
+def _fresh(value):
+    """A copy of a sample's (nested) arguments: eager and the compiled function each get their own, so an
+    op that updates an argument in place (batch_norm's running statistics) leaves the other's alone."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_fresh(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    return value
+
+
 def _run_case(op, dtype, samples, backward):
     """Returns (status, detail) for one op and dtype."""
     from dynamo_nvf.backend import recording
@@ -88,14 +100,14 @@ def _run_case(op, dtype, samples, backward):
     planned = ran = False
     why = ""
     for sample in samples:
-        args = (sample.input, *sample.args)
-        kwargs = dict(sample.kwargs)
+        eager_args, eager_kwargs = _fresh((sample.input, *sample.args)), _fresh(dict(sample.kwargs))
+        args, kwargs = _fresh((sample.input, *sample.args)), _fresh(dict(sample.kwargs))
 
         def fn(*a):
             return op.op(*a, **kwargs)
 
         try:
-            expected = fn(*args)
+            expected = op.op(*eager_args, **eager_kwargs)
         except Exception:
             continue
         torch._dynamo.reset()
@@ -119,9 +131,12 @@ def _run_case(op, dtype, samples, backward):
             ran = False
             why = next((r.executor_reason for p in rec.plans for r in p.regions if r.executor == "eager"), "")
         problem = _close(actual, expected)
+        if not problem:  # arguments updated in place are updated as eager updates them
+            problem = _close([*args, *kwargs.values()], [*eager_args, *eager_kwargs.values()])
+            problem = f"arguments after the call: {problem}" if problem else ""
         if not problem and grads is not None:
             outs = [t for t in _flat(expected) if t.requires_grad and t.dtype.is_floating_point]
-            ins = [t for t in _flat(args) if isinstance(t, torch.Tensor) and t.requires_grad]
+            ins = [t for t in _flat(eager_args) if isinstance(t, torch.Tensor) and t.requires_grad]
             expected_grads = torch.autograd.grad([o.sum() for o in outs], ins, allow_unused=True)
             problem = _close([g for g in grads if g is not None], [g for g in expected_grads if g is not None])
             problem = f"backward: {problem}" if problem else ""
