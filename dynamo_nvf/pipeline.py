@@ -131,7 +131,8 @@ def _unfuse_addmm_bias(gm: GraphModule, ctx: PassContext) -> GraphModule:
 
 
 def _pad_matmuls(gm: GraphModule, ctx: PassContext) -> GraphModule:
-    return pad_matmuls(gm, ctx.settings.plan_cpu_as_cuda)
+    padded_outputs = ctx.settings.padded_matmul_outputs and ctx.kind == "inference"
+    return pad_matmuls(gm, ctx.settings.plan_cpu_as_cuda, padded_outputs=padded_outputs)
 
 
 def _channels_last_patch_inputs(gm: GraphModule, ctx: PassContext) -> GraphModule:

@@ -226,6 +226,11 @@ class Settings:
     #: cost (inductor's pad_mm; passes/pad_matmuls.py has the cost model and measurements: GPT-2's
     #: head 3.34 -> 0.46 ms forward on an H100). False keeps every matmul as written (less memory).
     pad_matmuls: bool = True
+    #: In inference graphs, return a padded matmul's result as the slice of the padded product that it
+    #: is (logits [B, L, 50257] with a row stride of 50264, the layout inductor returns) instead of
+    #: copying it to eager's contiguous strides: one copy of the logits less per call. Code that needs
+    #: eager's strides of such an output (`.view(-1)` of the logits) keeps the default False.
+    padded_matmul_outputs: bool = False
     #: Move a permute inside a region above the pointwise ops that feed it, onto the region's inputs,
     #: where that hands nvFuser row-major inputs (passes/hoist_permutes.py): ConvNeXt's channels-last
     #: LayerNorms then run at about twice the speed (H100, bf16: 6.08 -> 2.85 us at [2, 96, 56, 56]).

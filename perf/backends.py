@@ -225,6 +225,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_padded_outputs",
+            _nvf({"padded_matmul_outputs": True}),
+            "dynamo_nvf with padded_matmul_outputs on (an inference graph returns a padded matmul's "
+            "slice with its padded strides, as inductor does, instead of a copy with eager's); opt-in",
+            nvf=True,
+        ),
+        Backend(
             "nvf_reduce_logical_cudagraphs",
             _nvf({"memory_order_reductions": False, "cuda_graphs": True}),
             "nvf_cudagraphs with memory_order_reductions off; opt-in",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dynamo_nvf.backend import recording
 from dynamo_nvf.passes import pad_matmuls as pad_module
 from helpers import assert_same_layout, check_inference, check_training, cuda_plans
 
@@ -149,6 +150,49 @@ def test_logits_returned_keep_eager_strides(always_pays):
         assert_same_layout(out, head(x))
     assert _notes(plans)
     assert "aten.clone.default" in _ops(plans, "inference")
+
+
+def test_padded_matmul_outputs_returns_the_logits_slice_without_a_copy(always_pays):
+    """With the option, an inference graph returns the padded product's slice (inductor's layout): no
+    copy, the row stride padded to a multiple of 8, eager's values; fresh inputs too."""
+    head = Head()
+
+    def fn(x):  # the second output is a region: a graph without one runs as traced
+        return head(x), x.sin().cos()
+
+    compiled = torch.compile(fn, backend="nvf_bookend", options={**PLAN, "padded_matmul_outputs": True})
+    with torch.no_grad():
+        for shape in ((TOKENS, HIDDEN), (2, TOKENS // 2, HIDDEN), (2, TOKENS // 2, HIDDEN)):
+            x = torch.randn(*shape, dtype=torch.bfloat16)
+            with recording() as rec:
+                out, _ = compiled(x)
+            expected = head(x)
+            assert out.shape == expected.shape and out.stride()[-2:] == (VOCAB + 6, 1), out.stride()
+            torch.testing.assert_close(out, expected, rtol=1.6e-2, atol=1e-2)
+            assert all("aten.clone.default" not in _ops([p], "inference") for p in rec.plans)
+            assert all(_notes([p]) for p in rec.plans)
+
+
+def test_padded_matmul_outputs_keeps_eager_strides_in_training_and_for_as_strided(always_pays):
+    """The option is for inference graphs: a training step's logits (saved for the backward) and a
+    product read through `as_strided` keep eager's strides."""
+    head = Head()
+    options = {**PLAN, "padded_matmul_outputs": True}
+
+    def loss_fn(x, labels):
+        logits = head(x)
+        return logits, torch.nn.functional.cross_entropy(logits.float(), labels)
+
+    x = torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16)
+    check_training(loss_fn, [x, torch.randint(0, VOCAB, (TOKENS,))], options, params=[head.weight])
+
+    def fn(x):
+        logits = head(x)
+        return logits.as_strided((TOKENS // 2, VOCAB), (2 * VOCAB, 1), VOCAB) * 2, x.sin().cos()
+
+    with torch.no_grad():
+        plans = check_inference(fn, [x], options)
+    assert _notes(plans) and "aten.clone.default" in _ops(plans, "inference")
 
 
 def test_fresh_inputs_of_a_batched_head_match_eager(always_pays):
