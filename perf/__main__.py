@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 from tabulate import tabulate
 
 from .baseline import METRICS
+from .isolate import visible_gpus
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_DEVICE_LOST = 0, 1, 2, 3
 _STARTED = time.monotonic()  # --time-budget counts from here (imports and start-up included)
@@ -479,6 +480,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise UsageError("--isolate must be > 0 seconds")
         if args.gpus is not None and args.gpus < 1:
             raise UsageError("--gpus must be >= 1")
+        visible = visible_gpus(dict(os.environ))
+        if args.gpus is not None and args.gpus > 1 and visible is not None and args.gpus > len(visible):
+            raise UsageError(f"--gpus {args.gpus}: CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r} "
+                             f"lists {len(visible)}")
         if args.per_gpu is not None and args.per_gpu < 1:
             raise UsageError("--per-gpu must be >= 1")
         if args.remeasure is not None and args.remeasure < 0:

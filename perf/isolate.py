@@ -110,18 +110,35 @@ def worker_slots(gpus: int, per_gpu: int) -> list[tuple[Optional[int], int]]:
     return [(g, k) for k in range(per_gpu) for g in gpu_ids]
 
 
+def visible_gpus(environ: dict) -> Optional[list[str]]:
+    """The devices CUDA_VISIBLE_DEVICES lists, up to the first it would not accept (CUDA stops reading
+    there); None where it is not set."""
+    if "CUDA_VISIBLE_DEVICES" not in environ:
+        return None
+    devices = []
+    for entry in (d.strip() for d in environ["CUDA_VISIBLE_DEVICES"].split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        devices.append(entry)
+    return devices
+
+
 def slot_env(base: dict, gpu: Optional[int], per_gpu: int, workers: int, lock_dir: Path) -> dict:
     """A worker's environment: its GPU, and with several workers per GPU that GPU's turn lock and
     an even share of the CPUs for inductor's compile workers (unless set)."""
     from .gpu_turn import LOCK_ENV
 
     env = dict(base)
+    device = "0"
     if gpu is not None:
         # The gpu-th of the GPUs this process sees: under CUDA_VISIBLE_DEVICES=2,3, worker 0 gets 2.
-        visible = [d.strip() for d in base.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-        env["CUDA_VISIBLE_DEVICES"] = visible[gpu] if gpu < len(visible) else str(gpu)
-    if per_gpu > 1:
-        env[LOCK_ENV] = str(lock_dir / f"gpu{0 if gpu is None else gpu}.lock")
+        visible = visible_gpus(base)
+        if visible is not None and gpu >= len(visible):
+            raise ValueError(f"--gpus asks for GPU {gpu + 1} of the {len(visible)} that "
+                             f"CUDA_VISIBLE_DEVICES={base['CUDA_VISIBLE_DEVICES']!r} lists")
+        device = env["CUDA_VISIBLE_DEVICES"] = visible[gpu] if visible is not None else str(gpu)
+    if per_gpu > 1:  # one turn lock per physical GPU, named by the device it runs on
+        env[LOCK_ENV] = str(lock_dir / f"gpu{device}.lock")
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     return env
 

@@ -575,6 +575,12 @@ def test_usage_errors_exit_2(doc, tmp_path, capsys):
     assert exc.value.code == 2
 
 
+def test_more_gpus_than_cuda_visible_devices_lists_is_a_usage_error(monkeypatch, capsys):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert main(["--gpus", "3", "--isolate", "10", "--only", "gelu_*"]) == EXIT_USAGE
+    assert "CUDA_VISIBLE_DEVICES='2,3' lists 2" in capsys.readouterr().err
+
+
 def test_cli_compare_files(doc, tmp_path):
     base = report.write_document(doc, tmp_path / "base.json")
     same = report.write_document(copy.deepcopy(doc), tmp_path / "same.json")

@@ -407,6 +407,11 @@ def test_workers_per_gpu_share_one_turn_lock_and_the_cpus(tmp_path):
     # --gpus counts the GPUs this process sees: a parent limited to GPUs 2 and 3 hands out 2 and 3
     assert slot_env({"CUDA_VISIBLE_DEVICES": "2,3"}, 0, 1, 2, tmp_path)["CUDA_VISIBLE_DEVICES"] == "2"
     assert slot_env({"CUDA_VISIBLE_DEVICES": "2, 3"}, 1, 1, 2, tmp_path)["CUDA_VISIBLE_DEVICES"] == "3"
+    # the turn lock is the physical GPU's; no GPU the parent was not given, and none where it had none
+    assert slot_env({"CUDA_VISIBLE_DEVICES": "2,3"}, 1, 2, 4, tmp_path)[LOCK_ENV] == str(tmp_path / "gpu3.lock")
+    for listed, gpu in (("2,3", 2), ("5", 1), ("", 0), ("2,-1,3", 1)):
+        with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES"):
+            slot_env({"CUDA_VISIBLE_DEVICES": listed}, gpu, 1, 2, tmp_path)
     assert slot_env({"TORCHINDUCTOR_COMPILE_THREADS": "7"}, None, 2, 2, tmp_path)["TORCHINDUCTOR_COMPILE_THREADS"] == "7"
 
 
