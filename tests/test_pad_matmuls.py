@@ -173,6 +173,19 @@ def test_padded_matmul_outputs_returns_the_logits_slice_without_a_copy(always_pa
             assert all(_notes([p]) for p in rec.plans)
 
 
+def test_a_graph_whose_only_rewrite_is_the_padding_runs_padded(always_pays):
+    """With the copy gone, a lone head has no region; its graph still runs padded, not as Dynamo
+    traced it (a DDP split can hand the backend the head alone)."""
+    head = Head()
+    compiled = torch.compile(head, backend="nvf_bookend", options={**PLAN, "padded_matmul_outputs": True})
+    with torch.no_grad(), recording() as rec:
+        x = torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16)
+        out = compiled(x)
+    assert not any(p.regions for p in rec.plans) and _notes(rec.plans)
+    assert out.stride() == (VOCAB + 6, 1), out.stride()
+    torch.testing.assert_close(out, head(x), rtol=1.6e-2, atol=1e-2)
+
+
 def test_padded_matmul_outputs_keeps_eager_strides_in_training_and_for_as_strided(always_pays):
     """The option is for inference graphs: a training step's logits (saved for the backward) and a
     product read through `as_strided` keep eager's strides."""
