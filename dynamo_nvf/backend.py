@@ -183,11 +183,12 @@ class _GraphCompiler:
         return plan, forward
 
     def needs_no_fusion(self) -> bool:
-        """True when every graph of this program was compiled and none has a region or a rewrite of
-        its own to run (a padded matmul with no region beside it: `padded_matmul_outputs`)."""
+        """True when every graph of this program was compiled and none has a region, nor (with
+        `padded_matmul_outputs`, which leaves a padded head no copy region) a rewrite to run."""
         kinds = {p.kind for p in self.plans}
         complete = "inference" in kinds or {"forward", "backward"} <= kinds
-        return complete and all(not p.regions and not p.rewrites for p in self.plans)
+        rewritten = self.settings.padded_matmul_outputs and any(p.rewrites for p in self.plans)
+        return complete and not rewritten and all(not p.regions for p in self.plans)
 
 
 def nvf_bookend(
