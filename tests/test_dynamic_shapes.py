@@ -59,6 +59,17 @@ def test_automatic_dynamic_recompiles_once(device):
         assert STATS.fusions_built == 2 and STATS.nvfuser_calls == 5, STATS.snapshot()
 
 
+def test_size_arithmetic_is_named_as_such_not_as_an_unsupported_op():
+    """explain() says why each op stays out of a region: a product of symbolic sizes is host arithmetic."""
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="nvf_bookend", options=device_options("cpu"), dynamic=True)
+    with recording() as rec:
+        compiled(torch.randn(4, 32))
+    (plan,) = rec.plans
+    sized = [n for n in plan.nodes if n.op.startswith("operator.")]
+    assert sized and all(n.reason.startswith("size arithmetic") for n in sized), [(n.op, n.reason) for n in sized]
+
+
 @pytest.mark.parametrize("device", [d for d in DEVICES if d.id == "cuda"])
 def test_gpu_a_symbolic_region_launches_directly_at_each_repeated_size(device):
     """Sizes a server repeats (6 and 16 rows, four calls each, interleaved) get a direct launcher each

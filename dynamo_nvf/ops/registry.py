@@ -139,6 +139,8 @@ def _unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
     if deliberate is not None:
         return deliberate
     lowering = LOWERINGS.get(node.target)
+    if lowering is None and isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return f"size arithmetic ({op_name(node.target)} of symbolic sizes): computed on the host, not a tensor op"
     if lowering is None:
         return f"unsupported op: {op_name(node.target)} has no nvFuser lowering{why_no_lowering(node.target)}"
     if lowering.opt_in is not None and not getattr(settings, lowering.opt_in):
