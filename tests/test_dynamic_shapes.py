@@ -68,6 +68,28 @@ def test_size_arithmetic_is_named_as_such_not_as_an_unsupported_op():
     (plan,) = rec.plans
     sized = [n for n in plan.nodes if n.op.startswith("operator.")]
     assert sized and all(n.reason.startswith("size arithmetic") for n in sized), [(n.op, n.reason) for n in sized]
+def with_positions(x):
+    """A language model's positions at any length: arange(L) of the symbolic length, in the region."""
+    positions = torch.arange(x.shape[1], device=x.device)
+    return x * (positions.unsqueeze(-1) + 1).to(x.dtype) + 0.5
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_arange_of_a_symbolic_length_joins_its_region(device):
+    torch._dynamo.reset()
+    compiled = torch.compile(with_positions, backend="nvf_bookend", options=device_options(device, strict=True),
+                             dynamic=True)
+    STATS.reset()
+    with recording() as rec:
+        for length in (5, 9, 16):
+            x = torch.randn(2, length, 8, device=device)
+            assert_same(compiled(x), with_positions(x))
+    (plan,) = rec.plans
+    (region,) = plan.regions
+    assert any(n.op == "aten.arange.default" and n.region is not None for n in plan.nodes), \
+        [(n.op, n.region, n.reason) for n in plan.nodes]
+    if device == "cuda":
+        assert STATS.fusions_built == 1 and STATS.nvfuser_calls == 3 and STATS.fallbacks == 0, STATS.snapshot()
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if d.id == "cuda"])

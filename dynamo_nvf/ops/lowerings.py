@@ -646,9 +646,13 @@ def _check_arange(node: Node) -> Optional[str]:
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.dtype not in (torch.int32, torch.int64):
         return "unsupported op: arange of a floating dtype (its rounding is ATen's own)"
+    start, end, step = arange_params(node)
     if not _static(val.shape[0]):
-        return "unsupported op: arange with a symbolic length"
-    if not all(_static(a) for a in arange_params(node)):
+        # a dynamic-shape graph's positions, arange(s0): the length is the region's integer input
+        if isinstance(end, Node) and isinstance(start, int) and step == 1:
+            return None
+        return "unsupported op: arange with a symbolic length (other than arange(start, n) of an integer input)"
+    if not all(_static(a) for a in (start, end, step)):
         return "unsupported op: arange with a symbolic start or step"
     return None
 
@@ -663,9 +667,12 @@ def _arange(ctx, node: Node) -> Any:
     LLaMA-style 4096 x 8192: 81.6 us against inductor's 50.2, which computes the index in-kernel).
     """
     val = node.meta["val"]
-    start, _, step = arange_params(node)
-    length, start, step = (ctx.value(int(v)) for v in (val.shape[0], start, step))
-    return ctx.ops.iota(length, start, step, ctx.dtype(val.dtype))
+    start, end, step = arange_params(node)
+    if _static(val.shape[0]):
+        length = ctx.value(int(val.shape[0]))
+    else:  # arange(start, n), n an integer input of the region (_check_arange): n - start values
+        length = ctx.value(end) if start == 0 else ctx.ops.sub(ctx.value(end), ctx.value(int(start)))
+    return ctx.ops.iota(length, ctx.value(int(start)), ctx.value(int(step)), ctx.dtype(val.dtype))
 
 
 @register_lowering(aten.scalar_tensor.default)
