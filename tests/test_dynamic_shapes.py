@@ -92,6 +92,37 @@ def test_an_arange_of_a_symbolic_length_joins_its_region(device):
         assert STATS.fusions_built == 1 and STATS.nvfuser_calls == 3 and STATS.fallbacks == 0, STATS.snapshot()
 
 
+class Embedded(torch.nn.Module):
+    """Token and position embeddings at any batch and length (GPT-2's first ops)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens, self.positions = torch.nn.Embedding(50, 16), torch.nn.Embedding(64, 16)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        return torch.nn.functional.gelu(self.tokens(ids) + self.positions(positions))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_embeddings_of_a_symbolic_batch_and_length_join_their_region(device):
+    torch._dynamo.reset()
+    model = Embedded().to(device)
+    compiled = torch.compile(model, backend="nvf_bookend", options=device_options(device, strict=True), dynamic=True)
+    STATS.reset()
+    with torch.no_grad(), recording() as rec:
+        for batch, length in ((2, 5), (3, 9), (4, 16)):
+            ids = torch.randint(0, 50, (batch, length), device=device)
+            assert_same(compiled(ids), model(ids))
+    (plan,) = rec.plans
+    (region,) = plan.regions
+    ops = [(n.op, n.region, n.reason) for n in plan.nodes]
+    assert all(n.region is not None for n in plan.nodes if n.op in ("aten.embedding.default", "aten.arange.default")), ops
+    assert sum(n.op == "aten.embedding.default" for n in plan.nodes) == 2, ops
+    if device == "cuda":
+        assert STATS.fusions_built == 1 and STATS.nvfuser_calls == 3 and STATS.fallbacks == 0, STATS.snapshot()
+
+
 @pytest.mark.parametrize("device", [d for d in DEVICES if d.id == "cuda"])
 def test_gpu_a_symbolic_region_launches_directly_at_each_repeated_size(device):
     """Sizes a server repeats (6 and 16 rows, four calls each, interleaved) get a direct launcher each

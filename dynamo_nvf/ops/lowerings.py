@@ -952,8 +952,8 @@ def _check_embedding(node: Node) -> Optional[str]:
     weight, indices = _val(node.args[0]), _val(node.args[1])
     if weight.dim() != 2 or indices.dtype not in (torch.int64, torch.int32):
         return "unsupported op: embedding needs a 2-D weight and int32/int64 indices"
-    if not all(_static(s) for s in (*weight.shape, *indices.shape)):
-        return "unsupported op: embedding of symbolic size"
+    if not all(_static(s) for s in weight.shape):
+        return "unsupported op: embedding of a table of symbolic size"
     return None
 
 
@@ -962,13 +962,20 @@ def _embedding(ctx, node: Node) -> Any:
     """Rows of the weight picked by the indices (padding_idx matters only to the backward)."""
     indices = _val(node.args[1])
     flat = ctx.value(node.args[1])
+    # the indices' sizes: ints, or (a dynamic-shape graph's batch and length) nvFuser's extents
+    sizes = [int(s) if _static(s) else ctx.ops.size(flat, d) for d, s in enumerate(indices.shape)]
     if indices.dim() != 1:
-        flat = ctx.ops.reshape(flat, [indices.numel()])
+        numel = 1
+        for size in sizes:
+            numel = numel * size if isinstance(size, int) and isinstance(numel, int) else ctx.ops.mul(
+                ctx.value(numel) if isinstance(numel, int) else numel, ctx.value(size) if isinstance(size, int) else size)
+        flat = ctx.ops.reshape(flat, [numel])
     # Gather from the table as defined: an f32 upcast of a half/bfloat16 table would be a whole-table
     # op ahead of the gather. The gathered rows are upcast instead (by the dtype matching after this).
     weight = ctx.raw_inputs.get(node.args[0])
     rows = ctx.ops.index_select(weight if weight is not None else ctx.value(node.args[0]), flat, 0)
-    return ctx.ops.reshape(rows, list(node.meta["val"].shape)) if indices.dim() != 1 else rows
+    width = int(_val(node.args[0]).shape[1])
+    return ctx.ops.reshape(rows, [*sizes, width]) if indices.dim() != 1 else rows
 
 
 def _check_dropout(node: Node) -> Optional[str]:
