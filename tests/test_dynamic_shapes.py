@@ -123,6 +123,34 @@ def test_embeddings_of_a_symbolic_batch_and_length_join_their_region(device):
         assert STATS.fusions_built == 1 and STATS.nvfuser_calls == 3 and STATS.fallbacks == 0, STATS.snapshot()
 
 
+def rotary(x, mask):
+    """LLaMA's rotate_half on a static dim of a tensor of dynamic length, inside the region."""
+    x = x * 0.5
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x + rotated) * mask.unsqueeze(-1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_slices_of_tensors_of_dynamic_length_join_their_region(device):
+    torch._dynamo.reset()
+    compiled = torch.compile(rotary, backend="nvf_bookend", options=device_options(device, strict=True))
+    STATS.reset()
+    with recording() as rec:
+        for length in (5, 9, 16):
+            x, mask = torch.randn(2, length, 8, device=device), torch.rand(2, length, device=device)
+            torch._dynamo.mark_dynamic(x, 1)  # the length alone, as a server's automatic dynamic shapes have it
+            torch._dynamo.mark_dynamic(mask, 1)
+            assert_same(compiled(x, mask), rotary(x, mask))
+    (plan,) = rec.plans
+    (region,) = plan.regions
+    nodes = [(n.op, n.region, n.reason) for n in plan.nodes]
+    slices = [n for n in plan.nodes if n.op == "aten.slice.Tensor"]
+    assert len(slices) == 2 and all(n.region is not None for n in slices), nodes
+    if device == "cuda":
+        assert STATS.fusions_built == 1 and STATS.nvfuser_calls == 3 and STATS.fallbacks == 0, STATS.snapshot()
+
+
 @pytest.mark.parametrize("device", [d for d in DEVICES if d.id == "cuda"])
 def test_gpu_a_symbolic_region_launches_directly_at_each_repeated_size(device):
     """Sizes a server repeats (6 and 16 rows, four calls each, interleaved) get a direct launcher each
@@ -143,3 +171,19 @@ def test_gpu_a_symbolic_region_launches_directly_at_each_repeated_size(device):
     # 16 rows finds the definition compiled, so its first two calls are steady: two direct calls
     assert STATS.direct_launches == 1 + 2, STATS.snapshot()
     assert STATS.nvfuser_calls == 9 and STATS.fallbacks == 0, STATS.snapshot()
+
+
+def test_a_slice_of_a_whole_dynamic_dim_is_an_alias_in_a_region():
+    """HF's `mask[..., :L]` of a mask L long, as aot_autograd's graph keeps it: slice(x, 1, 0, s0)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.ops.registry import LOWERINGS
+
+    def fn(x):
+        return torch.ops.aten.slice.Tensor(x.sin(), 1, 0, x.shape[1]), torch.ops.aten.slice.Tensor(x, 1, 0, 3)
+
+    gm = make_fx(fn, tracing_mode="symbolic")(torch.randn(2, 5))
+    whole, part = [n for n in gm.graph.nodes if n.target is torch.ops.aten.slice.Tensor]
+    check = LOWERINGS[torch.ops.aten.slice.Tensor].check
+    assert check(whole) is None
+    assert "dynamic size" in check(part)

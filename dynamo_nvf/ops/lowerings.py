@@ -814,16 +814,36 @@ RESIZE_OPS = frozenset({aten.slice.Tensor, aten.constant_pad_nd.default, aten.ca
                         aten.split_with_sizes.default})
 
 
+def _extents(ctx, value: Any, src: torch.Tensor) -> list[Any]:
+    """`src`'s sizes for a resize op's bounds: ints, or nvFuser's extents of `value` where symbolic."""
+    return [int(s) if _static(s) else ctx.ops.size(value, d) for d, s in enumerate(src.shape)]
+
+
+def _whole_slice(node: Node) -> bool:
+    """A slice that keeps every element (`mask[..., :s0]` of a dim of size s0): an alias."""
+    src, out = _val(node.args[0]), _val(node)
+    dim = _norm_dim(_arg(node, 1, "dim", 0), src.dim())
+    start, step = _arg(node, 2, "start"), _arg(node, 4, "step", 1)
+    if start not in (None, 0) or step not in (None, 1):
+        return False
+    a, b = src.shape[dim], out.shape[dim]
+    if _static(a) or _static(b):
+        return _static(a) and _static(b) and int(a) == int(b)
+    return a.node.expr == b.node.expr
+
+
 def _check_slice(node: Node) -> Optional[str]:
     src = _val(node.args[0])
-    if not all(_static(s) for s in src.shape):
-        return "unsupported op: slice of a tensor with dynamic sizes"
+    dim = _norm_dim(_arg(node, 1, "dim", 0), src.dim())
+    if _whole_slice(node):
+        return None
+    if not _static(src.shape[dim]):
+        return "unsupported op: slice along a dim of dynamic size"
     for bound in (_arg(node, 2, "start"), _arg(node, 3, "end"), _arg(node, 4, "step", 1)):
         if bound is not None and not _static(bound):
             return "unsupported op: slice with symbolic bounds"
     if (_arg(node, 4, "step", 1) or 1) != 1:
         return "unsupported op: nvFuser slices only with step 1"
-    dim = _norm_dim(_arg(node, 1, "dim", 0), src.dim())
     size = int(src.shape[dim])
     if size != 1 and int(_val(node).shape[dim]) == 1 and _feeds_broadcast(node, dim):
         # nvFuser keeps the slice's extent-1 dim an iteration dim, and a binary op against the full
@@ -836,6 +856,8 @@ def _check_slice(node: Node) -> Optional[str]:
 
 @register_lowering(aten.slice.Tensor, check=_check_slice)
 def _slice(ctx, node: Node) -> Any:
+    if _whole_slice(node):
+        return ctx.value(node.args[0])
     src = _val(node.args[0])
     rank = src.dim()
     dim = _norm_dim(_arg(node, 1, "dim", 0), rank)
@@ -846,11 +868,12 @@ def _slice(ctx, node: Node) -> Any:
     end = size if end is None else (end + size if end < 0 else end)
     start, end = min(max(start, 0), size), min(max(end, 0), size)
     end = max(end, start)
+    x = ctx.value(node.args[0])
     starts = [0] * rank
-    ends = [int(s) for s in src.shape]
+    ends = _extents(ctx, x, src)
     steps = [1] * rank
     starts[dim], ends[dim], steps[dim] = start, end, step
-    return ctx.ops.slice(ctx.value(node.args[0]), starts, ends, steps)
+    return ctx.ops.slice(x, starts, ends, steps)
 
 
 _RESIZE_USERS = (aten.cat.default, aten.constant_pad_nd.default, aten.slice_scatter.default)
@@ -913,8 +936,8 @@ def _check_split(node: Node) -> Optional[str]:
     reason = _check_static_dim(node, dim_index=2)
     if reason:
         return reason
-    if not all(_static(s) for s in _val(node.args[0]).shape):
-        return "unsupported op: split of a tensor with dynamic sizes"
+    if not all(_static(piece.shape[_norm_dim(_arg(node, 2, "dim", 0), piece.dim())]) for piece in node.meta["val"]):
+        return "unsupported op: split into pieces of dynamic size"
     return None
 
 
@@ -928,7 +951,7 @@ def _split(ctx, node: Node) -> Any:
     start = 0
     for piece in node.meta["val"]:
         length = int(piece.shape[dim])
-        starts, ends = [0] * rank, [int(s) for s in src.shape]
+        starts, ends = [0] * rank, _extents(ctx, x, src)
         starts[dim], ends[dim] = start, start + length
         pieces.append(ctx.ops.slice(x, starts, ends, [1] * rank))
         start += length
