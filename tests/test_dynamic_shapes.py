@@ -187,3 +187,28 @@ def test_a_slice_of_a_whole_dynamic_dim_is_an_alias_in_a_region():
     check = LOWERINGS[torch.ops.aten.slice.Tensor].check
     assert check(whole) is None
     assert "dynamic size" in check(part)
+
+
+def heads(x):
+    """Attention's head split of a tensor of dynamic length, written with -1 (view(B, -1, H, D))."""
+    y = torch.nn.functional.gelu(x * 2)
+    return y.view(y.shape[0], -1, 2, 4).softmax(-1).view(y.shape[0], y.shape[1], -1) + x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_view_with_an_inferred_dim_of_dynamic_size_joins_its_region(device):
+    torch._dynamo.reset()
+    compiled = torch.compile(heads, backend="nvf_bookend", options=device_options(device, strict=True))
+    STATS.reset()
+    with recording() as rec:
+        for length in (5, 9, 16):
+            x = torch.randn(2, length, 8, device=device)
+            torch._dynamo.mark_dynamic(x, 1)
+            assert_same(compiled(x), heads(x))
+    (plan,) = rec.plans
+    nodes = [(n.op, n.region, n.reason) for n in plan.nodes]
+    views = [n for n in plan.nodes if n.op == "aten.view.default"]
+    assert views and all(n.region is not None for n in views), nodes
+    assert len(plan.regions) == 1, nodes
+    if device == "cuda":
+        assert STATS.fusions_built == 1 and STATS.nvfuser_calls == 3 and STATS.fallbacks == 0, STATS.snapshot()

@@ -690,10 +690,8 @@ def _check_reshape(node: Node) -> Optional[str]:
     if _expanded(node.args[0]):
         return "unsupported op: reshape of an expanded (stride-0) tensor"
     shape = node.args[1]
-    if any(isinstance(s, int) and s == -1 for s in shape) and not all(
-        _static(s) for s in node.meta["val"].shape
-    ):
-        return "unsupported op: reshape with an inferred (-1) dim under dynamic shapes"
+    if any(isinstance(s, torch.SymInt) for s in shape):
+        return "unsupported op: reshape to a symbolic size that is not a graph value"
     return None
 
 
@@ -715,12 +713,35 @@ def _reshaped(ctx, value: Any, src: torch.Tensor, shape: Sequence[Any]) -> Any:
     return ctx.ops.reshape(value, ctx.shape(shape))
 
 
+def _product(ctx, factors: Sequence[Any]) -> Any:
+    """The product of ints and nvFuser integer scalars: an int where every factor is one."""
+    constant, scalar = 1, None
+    for f in factors:
+        if isinstance(f, int):
+            constant *= f
+        else:
+            scalar = f if scalar is None else ctx.ops.mul(scalar, f)
+    if scalar is None:
+        return constant
+    return scalar if constant == 1 else ctx.ops.mul(scalar, ctx.value(constant))
+
+
 @register_lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default, check=_check_reshape)
 def _reshape(ctx, node: Node) -> Any:
     shape = node.args[1]
-    if any(isinstance(s, int) and s == -1 for s in shape):
-        shape = list(node.meta["val"].shape)
     value, src = ctx.value(node.args[0]), _val(node.args[0])
+    if any(isinstance(s, int) and s == -1 for s in shape):
+        if all(_static(s) for s in node.meta["val"].shape):
+            shape = [int(s) for s in node.meta["val"].shape]
+        else:  # dynamic shapes: the inferred dim is the input's elements over the other dims'
+            numel = _product(ctx, _extents(ctx, value, src))
+            known = _product(ctx, [ctx.values[s] if isinstance(s, Node) else int(s)
+                                   for s in shape if not (isinstance(s, int) and s == -1)])
+            if isinstance(numel, int) and isinstance(known, int):
+                inferred = numel // known
+            else:
+                inferred = ctx.ops.div(*(ctx.value(v) if isinstance(v, int) else v for v in (numel, known)))
+            shape = [inferred if isinstance(s, int) and s == -1 else s for s in shape]
     ones = _inserted_ones(src.shape, shape)
     if ones is not None and not any(u.target in DIM_REDUCTIONS for u in node.users):
         # The size-1 dims a view makes are made by a broadcast: the size-1 dims nvFuser's reshape
