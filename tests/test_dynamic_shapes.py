@@ -212,3 +212,28 @@ def test_a_view_with_an_inferred_dim_of_dynamic_size_joins_its_region(device):
     assert len(plan.regions) == 1, nodes
     if device == "cuda":
         assert STATS.fusions_built == 1 and STATS.nvfuser_calls == 3 and STATS.fallbacks == 0, STATS.snapshot()
+
+
+def filled(x):
+    """T5's ones_like of a tensor of dynamic length, between pointwise ops."""
+    y = x.sin()
+    return torch.ones_like(y) * 3 - y
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_full_like_of_dynamic_size_joins_its_region(device):
+    torch._dynamo.reset()
+    compiled = torch.compile(filled, backend="nvf_bookend", options=device_options(device, strict=True))
+    STATS.reset()
+    with recording() as rec:
+        for length in (5, 9, 16):
+            x = torch.randn(2, length, device=device)
+            torch._dynamo.mark_dynamic(x, 1)
+            assert_same(compiled(x), filled(x))
+    (plan,) = rec.plans
+    nodes = [(n.op, n.region, n.reason) for n in plan.nodes]
+    assert any(n.op == "aten.full_like.default" for n in plan.nodes), nodes
+    assert len(plan.regions) == 1 and all(n.region is not None for n in plan.nodes
+                                          if n.op == "aten.full_like.default"), nodes
+    if device == "cuda":
+        assert STATS.fusions_built == 1 and STATS.nvfuser_calls == 3 and STATS.fallbacks == 0, STATS.snapshot()

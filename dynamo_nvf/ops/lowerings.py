@@ -629,17 +629,13 @@ register_lowering(aten.zeros.default)(_full_like_lowering(0))
 register_lowering(aten.ones.default)(_full_like_lowering(1))
 
 
-def _check_full_like(node: Node) -> Optional[str]:
-    if not all(_static(s) for s in _val(node.args[0]).shape):
-        return "full_like of a tensor with symbolic sizes (no size inputs in the graph)"
-    return None
-
-
-@register_lowering(aten.full_like.default, check=_check_full_like)
+@register_lowering(aten.full_like.default)
 def _full_like(ctx, node: Node) -> Any:
-    """ones_like / zeros_like / fill decompose to this."""
+    """ones_like / zeros_like / fill decompose to this (sizes: nvFuser's extents where symbolic)."""
     dtype = node.meta["val"].dtype
-    return ctx.ops.full(list(_val(node.args[0]).shape), ctx.constant(node.args[1], dtype), ctx.dtype(dtype))
+    src = _val(node.args[0])
+    sizes = _extents(ctx, ctx.value(node.args[0]), src)
+    return ctx.ops.full(sizes, ctx.constant(node.args[1], dtype), ctx.dtype(dtype))
 
 
 def _check_arange(node: Node) -> Optional[str]:
