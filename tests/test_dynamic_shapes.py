@@ -148,7 +148,10 @@ def test_slices_of_tensors_of_dynamic_length_join_their_region(device):
     slices = [n for n in plan.nodes if n.op == "aten.slice.Tensor"]
     assert len(slices) == 2 and all(n.region is not None for n in slices), nodes
     if device == "cuda":
-        assert STATS.fusions_built == 1 and STATS.nvfuser_calls == 3 and STATS.fallbacks == 0, STATS.snapshot()
+        # The region resizes (slice, cat): static_resize_sizes defines it with concrete sizes, one
+        # definition per length; Dynamo still compiled the graph once.
+        assert region.static_sizes, region
+        assert STATS.fusions_built == 3 and STATS.nvfuser_calls == 3 and STATS.fallbacks == 0, STATS.snapshot()
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if d.id == "cuda"])
