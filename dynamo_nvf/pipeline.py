@@ -45,6 +45,7 @@ from dynamo_nvf.passes.hoist_permutes import hoist_permutes
 from dynamo_nvf.passes.hoist_slices import hoist_slices
 from dynamo_nvf.passes.known_bugs import keep_known_bugs_eager
 from dynamo_nvf.passes.lean_views import reinterpret_views
+from dynamo_nvf.passes.avg_pool_taps import avg_pool_as_taps
 from dynamo_nvf.passes.max_pool_taps import max_pool_as_taps
 from dynamo_nvf.passes.memory_order_reductions import reduce_in_memory_order
 from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
@@ -143,6 +144,10 @@ def _max_pool_as_taps(gm: GraphModule, ctx: PassContext) -> GraphModule:
     return max_pool_as_taps(gm, ctx.settings.plan_cpu_as_cuda)
 
 
+def _avg_pool_as_taps(gm: GraphModule, ctx: PassContext) -> GraphModule:
+    return avg_pool_as_taps(gm, ctx.settings.plan_cpu_as_cuda)
+
+
 def _views_to_region_edges(gm: GraphModule, ctx: PassContext) -> GraphModule:
     return views_to_region_edges(gm, ctx.kind)
 
@@ -235,6 +240,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("channels_last_conv_weights", _channels_last_conv_weights, cuda_graphs=True,
          option="channels_last_conv_weights"),
     Pass("max_pool_as_taps", _max_pool_as_taps, NOT_BACKWARD),
+    Pass("avg_pool_as_taps", _avg_pool_as_taps, NOT_BACKWARD),
     Pass("batch_buffer_updates", _graph_only(batch_buffer_updates), NOT_BACKWARD),
     Pass("partition_regions", _settings_only(partition_regions)),
     Pass("keep_known_bugs_eager", _graph_only(keep_known_bugs_eager)),

@@ -1,4 +1,4 @@
-"""2-D max pooling as ops a region takes in: the maximum over the window's taps.
+"""2-D max and average pooling as ops a region takes in: the maximum or the mean over the window's taps.
 
 Where nothing reads a max pool's indices (inference), ATen still runs its forward kernel, writing
 int64 indices beside the values (ResNet-50's stem pool, [64, 64, 112, 112] bf16 channels-last on an
@@ -12,6 +12,11 @@ Where the indices are read (training), ATen's kernels stay: computing ATen's ind
 first tap equal to the maximum) made the region 10 times slower and nvFuser's compile take 40 s, and
 the backward written as a gather took nvFuser 24 to 59 s to compile and ran slower than ATen's
 kernel (docs/design.md).
+
+An average pool is the same taps summed with a pad of zeros (in f32 for half-precision inputs, as
+ATen accumulates), divided by the window's size, by `divisor_override`, or (without
+`count_include_pad`) by the number of taps inside the input, which the same shifts of a tensor of
+ones count. Its backward stays ATen's.
 
 It keeps ATen's memory format (channels-last in, channels-last out), and declines for a dilation,
 a spatial size the stride does not divide, a `ceil_mode` that changes the output size, symbolic
@@ -147,3 +152,33 @@ def max_pool2d_values(x: torch.Tensor, kernel_size: Sequence[int], stride: Seque
             value = w.shifted(w.plane(xs, (rh, rw)), (qh, qw), w.out_size, float("-inf"))
             out = value if out is None else torch.maximum(out, value)
     return w.merge(out)
+
+
+def avg_pool2d_values(x: torch.Tensor, kernel_size: Sequence[int], stride: Sequence[int] = (), padding: Any = 0,
+                      ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Optional[int] = None,
+                      *, any_device: bool) -> Optional[torch.Tensor]:
+    """`avg_pool2d(...)` as the mean over the window's taps; None where declined."""
+    w = pool_window(x, kernel_size, stride, padding, 1, ceil_mode, any_device=any_device)
+    if w is None or (divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override < 1)):
+        return None
+    acc = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+    xs = w.split(x).to(acc)
+    count_taps = divisor_override is None and not count_include_pad and any(w.padding)
+    ones = None
+    if count_taps:  # one plane of ones in the split layout: batch and channels of size one
+        ones = torch.ones(w.split(x[:1, :1]).shape, dtype=acc, device=x.device)
+    total = count = None
+    for rh, qh in w.taps(0):
+        for rw, qw in w.taps(1):
+            value = w.shifted(w.plane(xs, (rh, rw)), (qh, qw), w.out_size, 0.0)
+            total = value if total is None else total + value
+            if ones is not None:
+                inside = w.shifted(w.plane(ones, (rh, rw)), (qh, qw), w.out_size, 0.0)
+                count = inside if count is None else count + inside
+    if divisor_override is not None:
+        out = total / divisor_override
+    elif count is not None:
+        out = total / count
+    else:
+        out = total / (w.kernel[0] * w.kernel[1])
+    return w.merge(out.to(x.dtype))

@@ -19,7 +19,7 @@ log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
 
 #: Why the taps read the pool's input from memory (partition.READS_MEMORY_KEY).
-READS_INPUT = ("a max pool's taps read its input from memory: after the ops that compute it in one region, "
+READS_INPUT = ("a pool's taps read its input from memory: after the ops that compute it in one region, "
                "nvFuser splits the region at the pads and keeps an f32 copy of the whole input between its "
                "kernels (ResNet-50 inference, H100: peak memory 1.9x inductor's, first call 2x)")
 
@@ -33,7 +33,7 @@ def _values_only(pool: Node) -> list[Node]:
     return users
 
 
-def _inline(gm: GraphModule, sub: GraphModule, inputs: list[Node], before: Node) -> Node:
+def inline_taps(gm: GraphModule, sub: GraphModule, inputs: list[Node], before: Node) -> Node:
     """`sub`'s nodes copied into `gm` before `before`, its placeholders bound to `inputs`; its output."""
     placeholders = sub.graph.find_nodes(op="placeholder")
     env: dict[Node, Node] = dict(zip(placeholders, inputs))
@@ -78,7 +78,7 @@ def max_pool_as_taps(gm: GraphModule, plan_cpu_as_cuda: bool) -> GraphModule:
             except Exception:  # noqa: BLE001 - a rewrite it cannot trace is not made
                 log.debug("dynamo_nvf: max pool %s not traced as taps", pool.name, exc_info=True)
                 continue
-        out = _inline(gm, sub, [x], pool)
+        out = inline_taps(gm, sub, [x], pool)
         for reader in readers:
             reader.replace_all_uses_with(out)
             gm.graph.erase_node(reader)

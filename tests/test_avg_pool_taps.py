@@ -1,0 +1,108 @@
+"""An average pool runs in a region as the mean over its window's taps (passes/avg_pool_taps.py), in
+inference and in a training step's forward: values and strides equal eager's, NCHW and channels-last,
+with and without `count_include_pad`, with `divisor_override`; pools it declines keep ATen's, and
+the backward keeps ATen's `avg_pool2d_backward`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from dynamo_nvf.backend import recording
+from dynamo_nvf.pool_windows import avg_pool2d_values
+
+from helpers import DEVICES, compile_fn, device_options
+
+aten = torch.ops.aten
+
+#: (kernel, stride, padding, ceil_mode, count_include_pad, divisor_override), input size; taken
+POOLS = [
+    ((3, 1, 1, False, False, None), 14, True),  # PoolFormer's token mixer
+    ((3, 1, 1, False, True, None), 14, True),
+    ((2, 2, 0, False, True, None), 16, True),   # ResNet-D's shortcut pool
+    ((3, 2, 1, False, False, None), 16, True),
+    ((3, 2, 1, False, True, 5), 16, True),      # divisor_override
+    ((5, 1, 2, False, False, None), 10, True),
+    ((2, 2, 0, True, True, None), 16, True),    # ceil_mode that does not change the size
+    ((3, 2, 1, True, False, None), 16, False),  # ceil_mode that does
+    ((3, 2, 1, False, True, None), 15, False),  # a size the stride does not divide
+]
+IDS = [f"{p}-{s}" for p, s, _ in POOLS]
+
+
+class PoolMixer(nn.Module):
+    """PoolFormer's token mixer, after a 1x1 convolution: pool(x) - x."""
+
+    def __init__(self, pool: tuple) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 1, bias=False)
+        self.pool = dict(zip(("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                              "divisor_override"), pool))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        pooled = nn.functional.avg_pool2d(y, **self.pool)
+        return pooled - y if pooled.shape == y.shape else pooled * 2.0
+
+
+def _pools(gm) -> list:
+    return [n for n in gm.graph.nodes if n.target is aten.avg_pool2d.default]
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("pool,size,taken", POOLS, ids=IDS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_inference_avg_pool_runs_in_a_region(device, pool, size, taken, channels_last):
+    torch.manual_seed(0)
+    model = PoolMixer(pool).to(device).eval()
+    compiled = compile_fn(model, device_options(device))
+    for _ in range(2):
+        x = torch.randn(2, 3, size, size, device=device)
+        if channels_last:
+            x = x.to(memory_format=torch.channels_last)
+        with torch.no_grad(), recording() as rec, torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+            out = compiled(x)
+            expected = model(x)
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        assert out.stride() == expected.stride()
+        for gm in rec.graph_modules:
+            assert len(_pools(gm)) == (0 if taken else 1), gm.code
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_training_forward_takes_the_taps_and_the_backward_keeps_aten(device):
+    torch.manual_seed(0)
+    model = PoolMixer(POOLS[0][0]).to(device)
+    compiled = compile_fn(model, device_options(device))
+    x = torch.randn(2, 3, 14, 14, device=device)
+    with recording() as rec:
+        out = compiled(x)
+        out.square().sum().backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    expected = model(x)
+    expected.square().sum().backward()
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    for g, p in zip(got, model.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+        assert g.stride() == p.grad.stride()
+    kinds = {p.kind: gm for gm, p in zip(rec.graph_modules, rec.plans)}
+    assert not _pools(kinds["forward"])
+    assert any(n.target is aten.avg_pool2d_backward.default for n in kinds["backward"].graph.nodes)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("pool,size,taken", POOLS, ids=IDS)
+def test_taps_match_aten_on_cpu(pool, size, taken, dtype):
+    """The function itself, on every kind of window it takes, against ATen's kernel (bf16: ATen also
+    sums in f32 and rounds once)."""
+    torch.manual_seed(0)
+    for layout in (torch.contiguous_format, torch.channels_last):
+        x = torch.randn(2, 3, size, size, dtype=dtype).contiguous(memory_format=layout)
+        got = avg_pool2d_values(x, *[[v, v] for v in pool[:3]], *pool[3:], any_device=True)
+        assert (got is not None) == taken
+        if got is not None:
+            expected = aten.avg_pool2d.default(x, *[[v, v] for v in pool[:3]], *pool[3:])
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+            assert got.stride() == expected.stride() and got.dtype == expected.dtype
