@@ -251,6 +251,10 @@ class Settings:
     #: MLP-Mixer's residual stream, whose LayerNorms nvFuser read strided (870 us per training step's
     #: forward against inductor's 170; kernel time 5.30 -> 5.00 ms with it, 2 x H200, bf16, 2026-11-28).
     row_major_norm_inputs: bool = True
+    #: Run a 2-D average pool in the region around it as the mean over its window's taps
+    #: (passes/avg_pool_taps.py) instead of ATen's pooling kernel between regions: PoolFormer's token
+    #: mixers, DenseNet's transition pools. Forward and inference graphs. Not yet measured on a GPU.
+    avg_pool_taps: bool = True
     #: Run a conv net's convolutions and the regions between them channels-last where inductor's
     #: layout heuristics would (passes/conv_layout.py), eager's strides at the graph's outputs: NCHW
     #: made cuDNN convert activations around every convolution (146 nchwToNhwc and 66 nhwcToNchw

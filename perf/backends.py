@@ -232,6 +232,13 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_aten_avg_pool",
+            _nvf({"avg_pool_taps": False}),
+            "dynamo_nvf with avg_pool_taps off (average pools in ATen's kernels between regions), against the "
+            "default; opt-in",
+            nvf=True,
+        ),
+        Backend(
             "nvf_reduce_logical_cudagraphs",
             _nvf({"memory_order_reductions": False, "cuda_graphs": True}),
             "nvf_cudagraphs with memory_order_reductions off; opt-in",

@@ -106,3 +106,12 @@ def test_taps_match_aten_on_cpu(pool, size, taken, dtype):
             expected = aten.avg_pool2d.default(x, *[[v, v] for v in pool[:3]], *pool[3:])
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
             assert got.stride() == expected.stride() and got.dtype == expected.dtype
+
+
+def test_option_off_keeps_aten():
+    torch.manual_seed(0)
+    model = PoolMixer(POOLS[0][0]).eval()
+    compiled = compile_fn(model, {"plan_cpu_as_cuda": True, "avg_pool_taps": False})
+    with torch.no_grad(), recording() as rec:
+        compiled(torch.randn(2, 3, 14, 14))
+    assert all(len(_pools(gm)) == 1 for gm in rec.graph_modules)
