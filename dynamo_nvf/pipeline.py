@@ -240,7 +240,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("channels_last_conv_weights", _channels_last_conv_weights, cuda_graphs=True,
          option="channels_last_conv_weights"),
     Pass("max_pool_as_taps", _max_pool_as_taps, NOT_BACKWARD),
-    Pass("avg_pool_as_taps", _avg_pool_as_taps, NOT_BACKWARD, option="avg_pool_taps"),
+    Pass("avg_pool_as_taps", _avg_pool_as_taps, option="avg_pool_taps"),
     Pass("batch_buffer_updates", _graph_only(batch_buffer_updates), NOT_BACKWARD),
     Pass("partition_regions", _settings_only(partition_regions)),
     Pass("keep_known_bugs_eager", _graph_only(keep_known_bugs_eager)),

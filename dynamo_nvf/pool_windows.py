@@ -16,7 +16,9 @@ kernel (docs/design.md).
 An average pool is the same taps summed with a pad of zeros (in f32 for half-precision inputs, as
 ATen accumulates), divided by the window's size, by `divisor_override`, or (without
 `count_include_pad`) by the number of taps inside the input, which the same shifts of a tensor of
-ones count. Its backward stays ATen's.
+ones count. Its gradient runs the taps backwards: each phase plane of the input's gradient sums the
+output's gradient (over that divisor) shifted the other way, and the planes are concatenated back
+into the input's positions.
 
 It keeps ATen's memory format (channels-last in, channels-last out), and declines for a dilation,
 a spatial size the stride does not divide, a `ceil_mode` that changes the output size, symbolic
@@ -163,22 +165,59 @@ def avg_pool2d_values(x: torch.Tensor, kernel_size: Sequence[int], stride: Seque
         return None
     acc = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
     xs = w.split(x).to(acc)
-    count_taps = divisor_override is None and not count_include_pad and any(w.padding)
-    ones = None
-    if count_taps:  # one plane of ones in the split layout: batch and channels of size one
-        ones = torch.ones(w.split(x[:1, :1]).shape, dtype=acc, device=x.device)
-    total = count = None
+    total = None
     for rh, qh in w.taps(0):
         for rw, qw in w.taps(1):
             value = w.shifted(w.plane(xs, (rh, rw)), (qh, qw), w.out_size, 0.0)
             total = value if total is None else total + value
-            if ones is not None:
-                inside = w.shifted(w.plane(ones, (rh, rw)), (qh, qw), w.out_size, 0.0)
-                count = inside if count is None else count + inside
+    return w.merge(_divided(w, total, x, acc, count_include_pad, divisor_override).to(x.dtype))
+
+
+def _divided(w: Window, t: torch.Tensor, x: torch.Tensor, acc: torch.dtype, count_include_pad: bool,
+             divisor_override: Optional[int]) -> torch.Tensor:
+    """`t` (split layout, the output's positions) over each window's divisor, as ATen divides."""
     if divisor_override is not None:
-        out = total / divisor_override
-    elif count is not None:
-        out = total / count
-    else:
-        out = total / (w.kernel[0] * w.kernel[1])
-    return w.merge(out.to(x.dtype))
+        return t / divisor_override
+    if count_include_pad or not any(w.padding):
+        return t / (w.kernel[0] * w.kernel[1])
+    ones = torch.ones(w.split(x[:1, :1]).shape, dtype=acc, device=x.device)  # batch and channels of one
+    count = None
+    for rh, qh in w.taps(0):
+        for rw, qw in w.taps(1):
+            inside = w.shifted(w.plane(ones, (rh, rw)), (qh, qw), w.out_size, 0.0)
+            count = inside if count is None else count + inside
+    return t / count
+
+
+def avg_pool2d_grad(grad: torch.Tensor, x: torch.Tensor, kernel_size: Sequence[int], stride: Sequence[int] = (),
+                    padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+                    divisor_override: Optional[int] = None, *, any_device: bool) -> Optional[torch.Tensor]:
+    """`avg_pool2d_backward(grad, x, ...)` as the taps run backwards; None where declined. Reads only
+    `x`'s geometry."""
+    w = pool_window(x, kernel_size, stride, padding, 1, ceil_mode, any_device=any_device)
+    if w is None or grad.dim() != 4 or tuple(grad.shape[2:]) != w.out_size or grad.dtype != x.dtype:
+        return None
+    if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override < 1):
+        return None
+    acc = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
+    hd, wd = w.dims
+    g = grad.permute(w.order).unsqueeze(hd + 1).unsqueeze(wd + 1).to(acc)  # the split layout, phases of one
+    g = _divided(w, g, x, acc, count_include_pad, divisor_override)
+    planes: dict[tuple[int, int], torch.Tensor] = {}
+    for rh, qh in w.taps(0):
+        for rw, qw in w.taps(1):
+            value = w.shifted(g, (-qh, -qw), w.plane_size, 0.0)
+            planes[(rh, rw)] = value + planes[(rh, rw)] if (rh, rw) in planes else value
+    zero = None
+    rows = []
+    for rh in range(w.stride[0]):
+        row = []
+        for rw in range(w.stride[1]):
+            if (rh, rw) not in planes:  # a phase no tap reads: its gradient is zero
+                if zero is None:
+                    zero = torch.zeros_like(next(iter(planes.values())))
+                planes[(rh, rw)] = zero
+            row.append(planes[(rh, rw)])
+        rows.append(torch.cat(row, wd + 1) if len(row) > 1 else row[0])
+    full = torch.cat(rows, hd + 1) if len(rows) > 1 else rows[0]
+    return w.merge(full.to(grad.dtype))

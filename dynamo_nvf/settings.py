@@ -253,7 +253,7 @@ class Settings:
     row_major_norm_inputs: bool = True
     #: Run a 2-D average pool in the region around it as the mean over its window's taps
     #: (passes/avg_pool_taps.py) instead of ATen's pooling kernel between regions: PoolFormer's token
-    #: mixers, DenseNet's transition pools. Forward and inference graphs. Not yet measured on a GPU.
+    #: mixers, DenseNet's transition pools; and its gradient likewise. Not yet measured on a GPU.
     avg_pool_taps: bool = True
     #: Run a conv net's convolutions and the regions between them channels-last where inductor's
     #: layout heuristics would (passes/conv_layout.py), eager's strides at the graph's outputs: NCHW

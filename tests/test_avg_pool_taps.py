@@ -1,7 +1,7 @@
-"""An average pool runs in a region as the mean over its window's taps (passes/avg_pool_taps.py), in
-inference and in a training step's forward: values and strides equal eager's, NCHW and channels-last,
-with and without `count_include_pad`, with `divisor_override`; pools it declines keep ATen's, and
-the backward keeps ATen's `avg_pool2d_backward`."""
+"""An average pool runs in a region as the mean over its window's taps, and its gradient as the taps
+run backwards (passes/avg_pool_taps.py): values, gradients and strides equal eager's, NCHW and
+channels-last, with and without `count_include_pad`, with `divisor_override`; pools it declines keep
+ATen's kernels."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import torch
 import torch.nn as nn
 
 from dynamo_nvf.backend import recording
-from dynamo_nvf.pool_windows import avg_pool2d_values
+from dynamo_nvf.pool_windows import avg_pool2d_grad, avg_pool2d_values
 
-from helpers import DEVICES, compile_fn, device_options
+from helpers import DEVICES, assert_as_close_as_eager, compile_fn, device_options
 
 aten = torch.ops.aten
 
@@ -70,42 +70,65 @@ def test_inference_avg_pool_runs_in_a_region(device, pool, size, taken, channels
             assert len(_pools(gm)) == (0 if taken else 1), gm.code
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("pool,size,taken", POOLS, ids=IDS)
 @pytest.mark.parametrize("device", DEVICES)
-def test_training_forward_takes_the_taps_and_the_backward_keeps_aten(device):
+def test_training_runs_the_pool_and_its_gradient_as_taps(device, pool, size, taken, channels_last):
     torch.manual_seed(0)
-    model = PoolMixer(POOLS[0][0]).to(device)
+    model = PoolMixer(pool).to(device)
     compiled = compile_fn(model, device_options(device))
-    x = torch.randn(2, 3, 14, 14, device=device)
-    with recording() as rec:
+    x = torch.randn(2, 3, size, size, device=device)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    with recording() as rec, torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         out = compiled(x)
         out.square().sum().backward()
-    got = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    expected = model(x)
-    expected.square().sum().backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        expected = model(x)
+        expected.square().sum().backward()
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert out.stride() == expected.stride()
     for g, p in zip(got, model.parameters()):
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
         assert g.stride() == p.grad.stride()
     kinds = {p.kind: gm for gm, p in zip(rec.graph_modules, rec.plans)}
-    assert not _pools(kinds["forward"])
-    assert any(n.target is aten.avg_pool2d_backward.default for n in kinds["backward"].graph.nodes)
+    grads = [n for n in kinds["backward"].graph.nodes if n.target is aten.avg_pool2d_backward.default]
+    assert len(_pools(kinds["forward"])) == len(grads) == (0 if taken else 1), kinds["backward"].code
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("pool,size,taken", POOLS, ids=IDS)
+@pytest.mark.parametrize("pool,size,taken", POOLS + [((1, 2, 0, False, True, None), 16, True)],
+                         ids=IDS + ["1x1-stride-2"])
 def test_taps_match_aten_on_cpu(pool, size, taken, dtype):
-    """The function itself, on every kind of window it takes, against ATen's kernel (bf16: ATen also
-    sums in f32 and rounds once)."""
+    """The functions themselves, on every kind of window they take, against ATen's kernels (bf16:
+    ATen also sums in f32 and rounds once; a 1x1 window of stride 2 leaves phases no tap reads)."""
     torch.manual_seed(0)
+    geometry = [*[[v, v] for v in pool[:3]], *pool[3:]]
     for layout in (torch.contiguous_format, torch.channels_last):
         x = torch.randn(2, 3, size, size, dtype=dtype).contiguous(memory_format=layout)
-        got = avg_pool2d_values(x, *[[v, v] for v in pool[:3]], *pool[3:], any_device=True)
+        got = avg_pool2d_values(x, *geometry, any_device=True)
         assert (got is not None) == taken
-        if got is not None:
-            expected = aten.avg_pool2d.default(x, *[[v, v] for v in pool[:3]], *pool[3:])
-            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
-            assert got.stride() == expected.stride() and got.dtype == expected.dtype
+        if got is None:
+            continue
+        expected = aten.avg_pool2d.default(x, *geometry)
+        exact = aten.avg_pool2d.default(x.double(), *geometry)
+        _close(got, expected, exact)
+        grad = torch.randn_like(expected)
+        got = avg_pool2d_grad(grad, x, *geometry, any_device=True)
+        expected = aten.avg_pool2d_backward.default(grad, x, *geometry)
+        exact = aten.avg_pool2d_backward.default(grad.double(), x.double(), *geometry)
+        _close(got, expected, exact)
+
+
+def _close(got: torch.Tensor, expected: torch.Tensor, exact: torch.Tensor) -> None:
+    """f32 within rounding of ATen's; bf16 judged against the f64 result as ATen's own is (ATen's CPU
+    kernels sum some windows in bf16, the taps sum in f32 and round once)."""
+    assert got.stride() == expected.stride() and got.dtype == expected.dtype
+    if got.dtype == torch.bfloat16:
+        assert_as_close_as_eager(got, expected, exact)
+    else:
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_option_off_keeps_aten():

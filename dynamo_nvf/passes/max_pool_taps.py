@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import operator
+from typing import Callable, Optional
 
 import torch
 from torch.fx import GraphModule, Node
@@ -13,7 +14,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from dynamo_nvf.passes import add_note
 from dynamo_nvf.passes.partition import READS_MEMORY_KEY
-from dynamo_nvf.pool_windows import max_pool2d_values, pool_window
+from dynamo_nvf.pool_windows import max_pool2d_values
 
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
@@ -53,32 +54,36 @@ def inline_taps(gm: GraphModule, sub: GraphModule, inputs: list[Node], before: N
     return out
 
 
+def traced_taps(gm: GraphModule, node: Node, taps: Callable[..., Optional[torch.Tensor]],
+                inputs: list[Node]) -> Optional[Node]:
+    """`taps(*inputs)` (a pool_windows function; None where it declines) traced on the inputs' fake
+    values and inlined before `node`; its output node, or None where it declines or cannot be traced."""
+    vals = [x.meta.get("val") if isinstance(x, Node) else None for x in inputs]
+    if not all(isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None for v in vals):
+        return None
+    with vals[0].fake_mode:  # the functions may make tensors of their own (a divisor's ones)
+        if taps(*vals) is None:
+            return None
+        try:
+            sub = make_fx(taps)(*vals)
+        except Exception:  # noqa: BLE001 - a rewrite it cannot trace is not made
+            log.debug("dynamo_nvf: %s not traced as taps", node.name, exc_info=True)
+            return None
+    return inline_taps(gm, sub, inputs, node)
+
+
 def max_pool_as_taps(gm: GraphModule, plan_cpu_as_cuda: bool) -> GraphModule:
     """Each `max_pool2d_with_indices` read only for its values, where `max_pool2d_values` takes it,
     as the traced ops of that function."""
     rewrites = 0
     for pool in list(gm.graph.find_nodes(op="call_function", target=aten.max_pool2d_with_indices.default)):
         readers = _values_only(pool)
-        x = pool.args[0]
-        val = x.meta.get("val") if isinstance(x, Node) else None
-        if not readers or not isinstance(val, torch.Tensor) or getattr(val, "fake_mode", None) is None:
+        if not readers:
             continue
         args = pool.args[1:]
-        if pool_window(val, *args, any_device=plan_cpu_as_cuda) is None:
+        out = traced_taps(gm, pool, lambda t: max_pool2d_values(t, *args, any_device=plan_cpu_as_cuda), [pool.args[0]])
+        if out is None:
             continue
-
-        def values(t: torch.Tensor) -> torch.Tensor:
-            out = max_pool2d_values(t, *args, any_device=plan_cpu_as_cuda)
-            assert out is not None
-            return out
-
-        with val.fake_mode:
-            try:
-                sub = make_fx(values)(val)
-            except Exception:  # noqa: BLE001 - a rewrite it cannot trace is not made
-                log.debug("dynamo_nvf: max pool %s not traced as taps", pool.name, exc_info=True)
-                continue
-        out = inline_taps(gm, sub, [x], pool)
         for reader in readers:
             reader.replace_all_uses_with(out)
             gm.graph.erase_node(reader)
