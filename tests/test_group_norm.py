@@ -90,8 +90,9 @@ def test_channels_last_regions_read_the_activation_row_major(groups):
     for region in _regions(plans):
         for t in _activation_inputs(region):
             assert list(t.shape)[-1] in (16, 16 // groups) and list(t.stride)[-1] == 1, (t.shape, t.stride)
-    if groups in (1, 16):
-        assert not [r for r in _regions(plans) if "reshape" in r.fx_code or "view" in r.fx_code]
+    if groups in (1, 16):  # the pool's taps read phase planes of their input (views): not a norm's view
+        norms = [r for r in _regions(plans) if "aten.constant_pad_nd.default" not in r.ops]
+        assert not [r for r in norms if "reshape" in r.fx_code or "view" in r.fx_code]
 
 
 @pytest.mark.parametrize("groups", [1, 4, 16])
