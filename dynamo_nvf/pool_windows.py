@@ -67,14 +67,17 @@ class Window:
         s, p = self.stride[axis], self.padding[axis]
         return [((k - p) % s, (k - p) // s) for k in range(self.kernel[axis])]
 
-    def split(self, t: torch.Tensor) -> torch.Tensor:
-        """NCHW `t` in the split layout (a view)."""
-        t = t.permute(self.order)
-        shape = list(t.shape)
+    def split_shape(self, sizes: Sequence[int]) -> list[int]:
+        """The split layout's shape of an NCHW tensor of these sizes."""
+        shape = [int(sizes[d]) for d in self.order]
         for dim, phase in zip(reversed(self.dims), reversed(self.stride)):
             dim -= 1 if dim == self.dims[1] else 0  # W's place before H is split
             shape[dim:dim + 1] = [shape[dim] // phase, phase]
-        return t.view(shape)
+        return shape
+
+    def split(self, t: torch.Tensor) -> torch.Tensor:
+        """NCHW `t` in the split layout (a view)."""
+        return t.permute(self.order).view(self.split_shape(t.shape))
 
     def merge(self, t: torch.Tensor) -> torch.Tensor:
         """A split-layout tensor back to NCHW dims, in the memory format of the input."""
@@ -180,7 +183,9 @@ def _divided(w: Window, t: torch.Tensor, x: torch.Tensor, acc: torch.dtype, coun
         return t / divisor_override
     if count_include_pad or not any(w.padding):
         return t / (w.kernel[0] * w.kernel[1])
-    ones = torch.ones(w.split(x[:1, :1]).shape, dtype=acc, device=x.device)  # batch and channels of one
+    # batch and channels of one, in the split layout's shape: made from the geometry alone (no op
+    # reads the pool's input for it, and no 4-D view of it enters the region)
+    ones = torch.ones(w.split_shape((1, 1, *w.in_size)), dtype=acc, device=x.device)
     count = None
     for rh, qh in w.taps(0):
         for rw, qw in w.taps(1):

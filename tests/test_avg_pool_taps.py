@@ -97,35 +97,55 @@ def test_training_runs_the_pool_and_its_gradient_as_taps(device, pool, size, tak
     assert len(_pools(kinds["forward"])) == len(grads) == (0 if taken else 1), kinds["backward"].code
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("pool,size,taken", POOLS + [((1, 2, 0, False, True, None), 16, True)],
-                         ids=IDS + ["1x1-stride-2"])
-def test_taps_match_aten_on_cpu(pool, size, taken, dtype):
-    """The functions themselves, on every kind of window they take, against ATen's kernels (bf16:
-    ATen also sums in f32 and rounds once; a 1x1 window of stride 2 leaves phases no tap reads)."""
+#: Non-square geometries (kernel, stride, padding per axis), input [N, C, H, W]: H and W mixed up fail.
+UNEVEN = [
+    (((3, 2), (2, 1), (1, 0), False, True, None), (2, 3, 12, 10)),
+    (((2, 3), (1, 3), (0, 1), False, False, None), (1, 1, 9, 12)),
+    (((3, 3), (3, 3), (1, 1), False, False, None), (3, 1, 3, 3)),  # the input as large as the window
+    (((1, 5), (1, 1), (0, 2), False, False, 7), (1, 4, 5, 8)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16],
+                         ids=["f32", "f64", "bf16", "f16"])
+@pytest.mark.parametrize("pool,shape", [((*[[v, v] for v in p[:3]], *p[3:]), (2, 3, n, n)) for p, n, t in POOLS if t]
+                         + [((*[list(v) for v in p[:3]], *p[3:]), shape) for p, shape in UNEVEN]
+                         + [(([1, 1], [2, 2], [0, 0], False, True, None), (2, 3, 16, 16))],
+                         ids=[f"{p}-{n}" for p, n, t in POOLS if t] + [f"uneven-{i}" for i in range(len(UNEVEN))]
+                         + ["1x1-stride-2"])
+def test_taps_match_aten_on_cpu(pool, shape, dtype):
+    """The functions themselves against ATen's kernels: every geometry the tests take, non-square ones
+    (kernel, stride, padding and input differ between H and W), batch or channels of one, an input as
+    large as its window; a 1x1 window of stride 2 leaves phases no tap reads."""
     torch.manual_seed(0)
-    geometry = [*[[v, v] for v in pool[:3]], *pool[3:]]
     for layout in (torch.contiguous_format, torch.channels_last):
-        x = torch.randn(2, 3, size, size, dtype=dtype).contiguous(memory_format=layout)
-        got = avg_pool2d_values(x, *geometry, any_device=True)
-        assert (got is not None) == taken
-        if got is None:
-            continue
-        expected = aten.avg_pool2d.default(x, *geometry)
-        exact = aten.avg_pool2d.default(x.double(), *geometry)
+        x = torch.randn(shape, dtype=torch.float64).to(dtype).contiguous(memory_format=layout)
+        got = avg_pool2d_values(x, *pool, any_device=True)
+        assert got is not None
+        expected = aten.avg_pool2d.default(x, *pool)
+        exact = aten.avg_pool2d.default(x.double(), *pool)
         _close(got, expected, exact)
         grad = torch.randn_like(expected)
-        got = avg_pool2d_grad(grad, x, *geometry, any_device=True)
-        expected = aten.avg_pool2d_backward.default(grad, x, *geometry)
-        exact = aten.avg_pool2d_backward.default(grad.double(), x.double(), *geometry)
+        got = avg_pool2d_grad(grad, x, *pool, any_device=True)
+        expected = aten.avg_pool2d_backward.default(grad, x, *pool)
+        exact = aten.avg_pool2d_backward.default(grad.double(), x.double(), *pool)
         _close(got, expected, exact)
+
+
+@pytest.mark.parametrize("pool,size,taken", [p for p in POOLS if not p[2]], ids=[i for i, p in zip(IDS, POOLS) if not p[2]])
+def test_declined_geometries(pool, size, taken):
+    x = torch.randn(2, 3, size, size)
+    geometry = [*[[v, v] for v in pool[:3]], *pool[3:]]
+    assert avg_pool2d_values(x, *geometry, any_device=True) is None
+    grad = torch.randn(2, 3, size // 2, size // 2)
+    assert avg_pool2d_grad(grad, x, *geometry, any_device=True) is None
 
 
 def _close(got: torch.Tensor, expected: torch.Tensor, exact: torch.Tensor) -> None:
-    """f32 within rounding of ATen's; bf16 judged against the f64 result as ATen's own is (ATen's CPU
-    kernels sum some windows in bf16, the taps sum in f32 and round once)."""
+    """f32 and f64 within rounding of ATen's; half precision judged against the f64 result as ATen's own
+    is (ATen's CPU kernels sum some windows in half precision, the taps sum in f32 and round once)."""
     assert got.stride() == expected.stride() and got.dtype == expected.dtype
-    if got.dtype == torch.bfloat16:
+    if got.dtype in (torch.bfloat16, torch.float16):
         assert_as_close_as_eager(got, expected, exact)
     else:
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)

@@ -62,9 +62,9 @@ def traced_taps(gm: GraphModule, node: Node, taps: Callable[..., Optional[torch.
     if not all(isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None for v in vals):
         return None
     with vals[0].fake_mode:  # the functions may make tensors of their own (a divisor's ones)
-        if taps(*vals) is None:
-            return None
         try:
+            if taps(*vals) is None:
+                return None
             sub = make_fx(taps)(*vals)
         except Exception:  # noqa: BLE001 - a rewrite it cannot trace is not made
             log.debug("dynamo_nvf: %s not traced as taps", node.name, exc_info=True)
