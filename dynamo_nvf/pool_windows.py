@@ -15,10 +15,10 @@ kernel (docs/design.md).
 
 An average pool is the same taps summed with a pad of zeros (in f32 for half-precision inputs, as
 ATen accumulates), divided by the window's size, by `divisor_override`, or (without
-`count_include_pad`) by the number of taps inside the input, which the same shifts of a tensor of
-ones count. Its gradient runs the taps backwards: each phase plane of the input's gradient sums the
-output's gradient (over that divisor) shifted the other way, and the planes are concatenated back
-into the input's positions.
+`count_include_pad`) by the number of taps inside the input, computed from two aranges. Its
+gradient runs the taps backwards: each phase plane of the input's gradient sums the output's
+gradient (over that divisor) shifted the other way, and the planes are concatenated back into the
+input's positions.
 
 It keeps ATen's memory format (channels-last in, channels-last out), and declines for a dilation,
 a spatial size the stride does not divide, a `ceil_mode` that changes the output size, symbolic
@@ -183,14 +183,19 @@ def _divided(w: Window, t: torch.Tensor, x: torch.Tensor, acc: torch.dtype, coun
         return t / divisor_override
     if count_include_pad or not any(w.padding):
         return t / (w.kernel[0] * w.kernel[1])
-    # batch and channels of one, in the split layout's shape: made from the geometry alone (no op
-    # reads the pool's input for it, and no 4-D view of it enters the region)
-    ones = torch.ones(w.split_shape((1, 1, *w.in_size)), dtype=acc, device=x.device)
+    # the taps inside the input per output position and axis, min(o*s - p + k, size) - max(o*s - p, 0)
+    # (ATen's divide factor), as an outer product of two aranges in the split layout's shape. Counting
+    # them with the taps' shifts of a tensor of ones gave wrong divisors at the border on an H200 (NCHW
+    # inference regions of stride 1, 23-77% of the values off; reproducer owed)
     count = None
-    for rh, qh in w.taps(0):
-        for rw, qw in w.taps(1):
-            inside = w.shifted(w.plane(ones, (rh, rw)), (qh, qw), w.out_size, 0.0)
-            count = inside if count is None else count + inside
+    for axis, dim in enumerate(w.dims):
+        s, p, k = w.stride[axis], w.padding[axis], w.kernel[axis]
+        start = torch.arange(w.out_size[axis], device=x.device) * s - p
+        inside = ((start + k).clamp_max(w.in_size[axis]) - start.clamp_min(0)).to(acc)
+        shape = [1] * t.dim()
+        shape[dim] = w.out_size[axis]
+        inside = inside.view(shape)
+        count = inside if count is None else count * inside
     return t / count
 
 
