@@ -48,6 +48,7 @@ from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.avg_pool_taps import avg_pool_as_taps
 from dynamo_nvf.passes.max_pool_taps import max_pool_as_taps
 from dynamo_nvf.passes.memory_order_reductions import reduce_in_memory_order
+from dynamo_nvf.passes.nchw_pool_backward import nchw_avg_pool_backward
 from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
 from dynamo_nvf.passes.pad_matmuls import pad_matmuls
 from dynamo_nvf.passes.partition import REASON_KEY, REGION_KEY, partition_regions
@@ -148,6 +149,10 @@ def _avg_pool_as_taps(gm: GraphModule, ctx: PassContext) -> GraphModule:
     return avg_pool_as_taps(gm, ctx.settings.plan_cpu_as_cuda)
 
 
+def _nchw_avg_pool_backward(gm: GraphModule, ctx: PassContext) -> GraphModule:
+    return nchw_avg_pool_backward(gm, ctx.settings.plan_cpu_as_cuda)
+
+
 def _views_to_region_edges(gm: GraphModule, ctx: PassContext) -> GraphModule:
     return views_to_region_edges(gm, ctx.kind)
 
@@ -241,6 +246,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
          option="channels_last_conv_weights"),
     Pass("max_pool_as_taps", _max_pool_as_taps, NOT_BACKWARD),
     Pass("avg_pool_as_taps", _avg_pool_as_taps, option="avg_pool_taps"),
+    Pass("nchw_avg_pool_backward", _nchw_avg_pool_backward, frozenset({"backward"})),
     Pass("batch_buffer_updates", _graph_only(batch_buffer_updates), NOT_BACKWARD),
     Pass("partition_regions", _settings_only(partition_regions)),
     Pass("keep_known_bugs_eager", _graph_only(keep_known_bugs_eager)),

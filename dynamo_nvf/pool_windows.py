@@ -185,8 +185,8 @@ def _divided(w: Window, t: torch.Tensor, x: torch.Tensor, acc: torch.dtype, coun
         return t / (w.kernel[0] * w.kernel[1])
     # the taps inside the input per output position and axis, min(o*s - p + k, size) - max(o*s - p, 0)
     # (ATen's divide factor), as an outer product of two aranges in the split layout's shape. Counting
-    # them with the taps' shifts of a tensor of ones gave wrong divisors at the border on an H200 (NCHW
-    # inference regions of stride 1, 23-77% of the values off; reproducer owed)
+    # them with the taps' shifts of a tensor of ones made nvFuser return wrong values at the border
+    # (scripts/nvfuser_repros/shifted_full_divisor.py)
     count = None
     for axis, dim in enumerate(w.dims):
         s, p, k = w.stride[axis], w.padding[axis], w.kernel[axis]

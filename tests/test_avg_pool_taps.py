@@ -87,11 +87,16 @@ def test_training_runs_the_pool_and_its_gradient_as_taps(device, pool, size, tak
         model.zero_grad()
         expected = model(x)
         expected.square().sum().backward()
+        strides = [p.grad.stride() for p in model.parameters()]
+        # Values from an NCHW copy of the input: eager's channels_last CUDA pool gradient is wrong with
+        # padding (pytorch/pytorch#188344), the NCHW one is right.
+        model.zero_grad()
+        model(x.contiguous()).square().sum().backward()
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     assert out.stride() == expected.stride()
-    for g, p in zip(got, model.parameters()):
+    for g, p, stride in zip(got, model.parameters(), strides):
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
-        assert g.stride() == p.grad.stride()
+        assert g.stride() == stride
     kinds = {p.kind: gm for gm, p in zip(rec.graph_modules, rec.plans)}
     grads = [n for n in kinds["backward"].graph.nodes if n.target is aten.avg_pool2d_backward.default]
     assert len(_pools(kinds["forward"])) == len(grads) == (0 if taken else 1), kinds["backward"].code
@@ -158,3 +163,43 @@ def test_option_off_keeps_aten():
     with torch.no_grad(), recording() as rec:
         compiled(torch.randn(2, 3, 14, 14))
     assert all(len(_pools(gm)) == 1 for gm in rec.graph_modules)
+
+
+def _nchw_gradients(gm) -> list:
+    """The backward graph's ATen avg_pool2d_backward nodes of NCHW tensors (nchw_avg_pool_backward; its
+    copies may join the regions around it)."""
+    return [n for n in gm.graph.nodes if n.target is aten.avg_pool2d_backward.default
+            and n.args[1].target is aten.empty_like.default and n.args[0].meta["val"].is_contiguous()
+            and n.meta["val"].is_contiguous()]
+
+
+@pytest.mark.parametrize("pool,size,options", [
+    ((3, 2, 1, True, False, None), 16, {}),            # a geometry the taps decline
+    ((3, 1, 1, False, False, None), 14, {"avg_pool_taps": False}),
+    ((2, 2, 0, False, True, None), 16, {"avg_pool_taps": False}),  # no padding: ATen's kernel is right
+], ids=["declined", "taps-off", "unpadded"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+def test_a_padded_channels_last_pool_gradient_left_to_aten_runs_nchw(pool, size, options, channels_last):
+    """ATen's channels_last CUDA kernel for avg_pool2d_backward is wrong with padding
+    (pytorch/pytorch#188344): where the gradient stays in ATen, its inputs go NCHW and its output back."""
+    torch.manual_seed(0)
+    model = PoolMixer(pool)
+    compiled = compile_fn(model, {"plan_cpu_as_cuda": True, **options})
+    x = torch.randn(2, 3, size, size)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    with recording() as rec:
+        out = compiled(x)
+        out.square().sum().backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    expected = model(x)
+    expected.square().sum().backward()
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    for g, p in zip(got, model.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+        assert g.stride() == p.grad.stride()
+    backward = next(gm for gm, p in zip(rec.graph_modules, rec.plans) if p.kind == "backward")
+    grads = [n for n in backward.graph.nodes if n.target is aten.avg_pool2d_backward.default]
+    padded = channels_last and pool[2] > 0
+    assert len(grads) == 1 and len(_nchw_gradients(backward)) == int(padded), backward.code
