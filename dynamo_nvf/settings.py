@@ -253,8 +253,10 @@ class Settings:
     row_major_norm_inputs: bool = True
     #: Run a 2-D average pool in the region around it as the mean over its window's taps
     #: (passes/avg_pool_taps.py) instead of ATen's pooling kernel between regions: PoolFormer's token
-    #: mixers, DenseNet's transition pools; and its gradient likewise. Not yet measured on a GPU.
-    avg_pool_taps: bool = True
+    #: mixers, DenseNet's transition pools; and its gradient likewise. Off: in PoolFormer's training
+    #: step a region with the taps' gradient fails nvFuser's compile and runs as pieces, one in eager
+    #: (step 15.4 ms against 6.2 without; H200, docs/options.md).
+    avg_pool_taps: bool = False
     #: Run a conv net's convolutions and the regions between them channels-last where inductor's
     #: layout heuristics would (passes/conv_layout.py), eager's strides at the graph's outputs: NCHW
     #: made cuDNN convert activations around every convolution (146 nchwToNhwc and 66 nhwcToNchw

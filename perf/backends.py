@@ -232,10 +232,10 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
-            "nvf_aten_avg_pool",
-            _nvf({"avg_pool_taps": False}),
-            "dynamo_nvf with avg_pool_taps off (average pools in ATen's kernels between regions), against the "
-            "default; opt-in",
+            "nvf_avg_pool_taps",
+            _nvf({"avg_pool_taps": True}),
+            "dynamo_nvf with avg_pool_taps on (average pools and their gradients as window taps inside the "
+            "regions), against the default; opt-in",
             nvf=True,
         ),
         Backend(

@@ -25,6 +25,7 @@ aranges of the taps inside the input per row and per column (`pool_windows.py`),
 tensor of ones.
 """
 
+import argparse
 import sys
 
 import torch
@@ -168,6 +169,7 @@ def variant_text(variant: str) -> str:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     torch.manual_seed(0)
     x = torch.randn(2, 8, 14, 14, device="cuda")
     planes = x.permute(0, 2, 3, 1).contiguous().reshape(2, 14, 1, 14, 1, 8)  # [1568, 112, 112, 8, 8, 1]
