@@ -142,7 +142,8 @@ def test_declined_geometries(pool, size, taken):
     x = torch.randn(2, 3, size, size)
     geometry = [*[[v, v] for v in pool[:3]], *pool[3:]]
     assert avg_pool2d_values(x, *geometry, any_device=True) is None
-    grad = torch.randn(2, 3, size // 2, size // 2)
+    grad = torch.randn_like(aten.avg_pool2d.default(x, *geometry))  # the size ATen's gradient takes
+    assert aten.avg_pool2d_backward.default(grad, x, *geometry).shape == x.shape
     assert avg_pool2d_grad(grad, x, *geometry, any_device=True) is None
 
 

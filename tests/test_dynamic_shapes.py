@@ -92,6 +92,24 @@ def test_an_arange_of_a_symbolic_length_joins_its_region(device):
         assert STATS.fusions_built == 1 and STATS.nvfuser_calls == 3 and STATS.fallbacks == 0, STATS.snapshot()
 
 
+def half_positions(x):
+    """arange of a symbolic float length (ceil(L / 2) elements): nvFuser's iota takes integer lengths."""
+    positions = torch.arange(x.shape[1] / 2, dtype=torch.long, device=x.device)
+    return x[:, : positions.shape[0]] * (positions.unsqueeze(-1) + 1).to(x.dtype)
+
+
+def test_an_arange_of_a_symbolic_float_length_stays_in_aten():
+    torch._dynamo.reset()
+    compiled = torch.compile(half_positions, backend="nvf_bookend", options=device_options("cpu"), dynamic=True)
+    with recording() as rec:
+        for length in (5, 9):
+            x = torch.randn(2, length, 8)
+            assert_same(compiled(x), half_positions(x))
+    aranges = [n for p in rec.plans for n in p.nodes if n.op == "aten.arange.default"]
+    assert aranges and all(n.region is None and "symbolic length" in n.reason for n in aranges), \
+        [(n.op, n.region, n.reason) for n in aranges]
+
+
 class Embedded(torch.nn.Module):
     """Token and position embeddings at any batch and length (GPT-2's first ops)."""
 

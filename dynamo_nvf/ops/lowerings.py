@@ -645,7 +645,8 @@ def _check_arange(node: Node) -> Optional[str]:
     start, end, step = arange_params(node)
     if not _static(val.shape[0]):
         # a dynamic-shape graph's positions, arange(s0): the length is the region's integer input
-        if isinstance(end, Node) and isinstance(start, int) and step == 1:
+        if (isinstance(end, Node) and isinstance(end.meta.get("val"), torch.SymInt)
+                and isinstance(start, int) and step == 1):
             return None
         return "unsupported op: arange with a symbolic length (other than arange(start, n) of an integer input)"
     if not all(_static(a) for a in (start, end, step)):
