@@ -30,8 +30,10 @@ aten = torch.ops.aten
 
 
 def _padded_channels_last(node: Node, plan_cpu_as_cuda: bool) -> bool:
+    """Whether ATen would run this gradient in its channels_last CUDA kernel with padding."""
     grad, inp = node.args[0], node.args[1]
     padding = node.args[4] if len(node.args) > 4 else node.kwargs.get("padding", [0])
+    padding = [padding] if isinstance(padding, int) else list(padding)
     vals = [x.meta.get("val") if isinstance(x, Node) else None for x in (grad, inp)]
     if not all(isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None for v in vals):
         return False
