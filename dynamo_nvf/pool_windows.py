@@ -67,17 +67,14 @@ class Window:
         s, p = self.stride[axis], self.padding[axis]
         return [((k - p) % s, (k - p) // s) for k in range(self.kernel[axis])]
 
-    def split_shape(self, sizes: Sequence[int]) -> list[int]:
-        """The split layout's shape of an NCHW tensor of these sizes."""
-        shape = [int(sizes[d]) for d in self.order]
+    def split(self, t: torch.Tensor) -> torch.Tensor:
+        """NCHW `t` in the split layout (a view)."""
+        t = t.permute(self.order)
+        shape = list(t.shape)
         for dim, phase in zip(reversed(self.dims), reversed(self.stride)):
             dim -= 1 if dim == self.dims[1] else 0  # W's place before H is split
             shape[dim:dim + 1] = [shape[dim] // phase, phase]
-        return shape
-
-    def split(self, t: torch.Tensor) -> torch.Tensor:
-        """NCHW `t` in the split layout (a view)."""
-        return t.permute(self.order).view(self.split_shape(t.shape))
+        return t.view(shape)
 
     def merge(self, t: torch.Tensor) -> torch.Tensor:
         """A split-layout tensor back to NCHW dims, in the memory format of the input."""
@@ -164,7 +161,7 @@ def avg_pool2d_values(x: torch.Tensor, kernel_size: Sequence[int], stride: Seque
                       *, any_device: bool) -> Optional[torch.Tensor]:
     """`avg_pool2d(...)` as the mean over the window's taps; None where declined."""
     w = pool_window(x, kernel_size, stride, padding, 1, ceil_mode, any_device=any_device)
-    if w is None or (divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override < 1)):
+    if w is None or not _divisor_override_taken(divisor_override):
         return None
     acc = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
     xs = w.split(x).to(acc)
@@ -174,6 +171,11 @@ def avg_pool2d_values(x: torch.Tensor, kernel_size: Sequence[int], stride: Seque
             value = w.shifted(w.plane(xs, (rh, rw)), (qh, qw), w.out_size, 0.0)
             total = value if total is None else total + value
     return w.merge(_divided(w, total, x, acc, count_include_pad, divisor_override).to(x.dtype))
+
+
+def _divisor_override_taken(divisor_override: Any) -> bool:
+    """None, or a positive int: the divisors the taps divide by (anything else stays ATen's to judge)."""
+    return divisor_override is None or (isinstance(divisor_override, int) and divisor_override >= 1)
 
 
 def _divided(w: Window, t: torch.Tensor, x: torch.Tensor, acc: torch.dtype, count_include_pad: bool,
@@ -207,7 +209,7 @@ def avg_pool2d_grad(grad: torch.Tensor, x: torch.Tensor, kernel_size: Sequence[i
     w = pool_window(x, kernel_size, stride, padding, 1, ceil_mode, any_device=any_device)
     if w is None or grad.dim() != 4 or tuple(grad.shape[2:]) != w.out_size or grad.dtype != x.dtype:
         return None
-    if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override < 1):
+    if not _divisor_override_taken(divisor_override):
         return None
     acc = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
     hd, wd = w.dims

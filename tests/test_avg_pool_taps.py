@@ -70,6 +70,28 @@ def test_inference_avg_pool_runs_in_a_region(device, pool, size, taken, channels
             assert len(_pools(gm)) == (0 if taken else 1), gm.code
 
 
+def _step_matches_eager(model: nn.Module, compiled, x: torch.Tensor) -> None:
+    """One compiled training step against eager: the output's values and strides, and the parameter
+    gradients' strides, as eager's on `x`; the gradients' values as eager's on an NCHW copy of `x`
+    (eager's channels_last CUDA pool gradient is wrong with padding, pytorch/pytorch#188344; the NCHW
+    one is right)."""
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        out = compiled(x)
+        out.square().sum().backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        expected = model(x)
+        expected.square().sum().backward()
+        strides = [p.grad.stride() for p in model.parameters()]
+        model.zero_grad()
+        model(x.contiguous()).square().sum().backward()
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert out.stride() == expected.stride()
+    for g, p, stride in zip(got, model.parameters(), strides):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+        assert g.stride() == stride
+
+
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
 @pytest.mark.parametrize("pool,size,taken", POOLS, ids=IDS)
 @pytest.mark.parametrize("device", DEVICES)
@@ -80,23 +102,8 @@ def test_training_runs_the_pool_and_its_gradient_as_taps(device, pool, size, tak
     x = torch.randn(2, 3, size, size, device=device)
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
-    with recording() as rec, torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        out = compiled(x)
-        out.square().sum().backward()
-        got = [p.grad.clone() for p in model.parameters()]
-        model.zero_grad()
-        expected = model(x)
-        expected.square().sum().backward()
-        strides = [p.grad.stride() for p in model.parameters()]
-        # Values from an NCHW copy of the input: eager's channels_last CUDA pool gradient is wrong with
-        # padding (pytorch/pytorch#188344), the NCHW one is right.
-        model.zero_grad()
-        model(x.contiguous()).square().sum().backward()
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    assert out.stride() == expected.stride()
-    for g, p, stride in zip(got, model.parameters(), strides):
-        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
-        assert g.stride() == stride
+    with recording() as rec:
+        _step_matches_eager(model, compiled, x)
     kinds = {p.kind: gm for gm, p in zip(rec.graph_modules, rec.plans)}
     grads = [n for n in kinds["backward"].graph.nodes if n.target is aten.avg_pool2d_backward.default]
     assert len(_pools(kinds["forward"])) == len(grads) == (0 if taken else 1), kinds["backward"].code
@@ -192,16 +199,7 @@ def test_a_padded_channels_last_pool_gradient_left_to_aten_runs_nchw(pool, size,
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
     with recording() as rec:
-        out = compiled(x)
-        out.square().sum().backward()
-    got = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    expected = model(x)
-    expected.square().sum().backward()
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    for g, p in zip(got, model.parameters()):
-        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
-        assert g.stride() == p.grad.stride()
+        _step_matches_eager(model, compiled, x)
     backward = next(gm for gm, p in zip(rec.graph_modules, rec.plans) if p.kind == "backward")
     grads = [n for n in backward.graph.nodes if n.target is aten.avg_pool2d_backward.default]
     padded = channels_last and pool[2] > 0

@@ -1004,13 +1004,9 @@ def _embedding(ctx, node: Node) -> Any:
     indices = _val(node.args[1])
     flat = ctx.value(node.args[1])
     # the indices' sizes: ints, or (a dynamic-shape graph's batch and length) nvFuser's extents
-    sizes = [int(s) if _static(s) else ctx.ops.size(flat, d) for d, s in enumerate(indices.shape)]
+    sizes = _extents(ctx, flat, indices)
     if indices.dim() != 1:
-        numel = 1
-        for size in sizes:
-            numel = numel * size if isinstance(size, int) and isinstance(numel, int) else ctx.ops.mul(
-                ctx.value(numel) if isinstance(numel, int) else numel, ctx.value(size) if isinstance(size, int) else size)
-        flat = ctx.ops.reshape(flat, [numel])
+        flat = ctx.ops.reshape(flat, [_product(ctx, sizes)])
     # Gather from the table as defined: an f32 upcast of a half/bfloat16 table would be a whole-table
     # op ahead of the gather. The gathered rows are upcast instead (by the dtype matching after this).
     weight = ctx.raw_inputs.get(node.args[0])

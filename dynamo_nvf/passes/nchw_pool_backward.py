@@ -25,6 +25,7 @@ from torch._prims_common import suggest_memory_format
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.passes import add_note, call_like
+from dynamo_nvf.pool_windows import pair
 
 aten = torch.ops.aten
 
@@ -32,14 +33,13 @@ aten = torch.ops.aten
 def _padded_channels_last(node: Node, plan_cpu_as_cuda: bool) -> bool:
     """Whether ATen would run this gradient in its channels_last CUDA kernel with padding."""
     grad, inp = node.args[0], node.args[1]
-    padding = node.args[4] if len(node.args) > 4 else node.kwargs.get("padding", [0])
-    padding = [padding] if isinstance(padding, int) else list(padding)
+    padding = pair(node.args[4] if len(node.args) > 4 else node.kwargs.get("padding", 0))
     vals = [x.meta.get("val") if isinstance(x, Node) else None for x in (grad, inp)]
     if not all(isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None for v in vals):
         return False
     if vals[1].device.type != "cuda" and not plan_cpu_as_cuda:
         return False  # the CPU kernels are right
-    return (vals[1].dim() == 4 and any(p > 0 for p in padding)
+    return (vals[1].dim() == 4 and padding is not None and any(p > 0 for p in padding)
             and suggest_memory_format(vals[1]) == torch.channels_last)
 
 
