@@ -124,6 +124,11 @@ def why_no_lowering(target: Any) -> str:
     return f" ({why})" if why else ""
 
 
+#: node.meta key of a node a rewrite leaves to ATen although nvFuser could run it (the value: why, for
+#: explain()): a layout copy that would leave the regions around it in mixed layouts.
+LEFT_TO_ATEN_KEY = "nvf_left_to_aten"
+
+
 def unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
     """None when nvFuser can take this node, else a reason string that explain() shows."""
     try:
@@ -135,6 +140,8 @@ def unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
 def _unsupported_reason(node: Node, settings: "Settings") -> Optional[str]:
     if node.op != "call_function":
         return f"not an op ({node.op})"
+    if LEFT_TO_ATEN_KEY in node.meta:
+        return node.meta[LEFT_TO_ATEN_KEY]
     deliberate = deliberate_eager_reason(node.target)
     if deliberate is not None:
         return deliberate
