@@ -291,6 +291,17 @@ def test_factories_and_shape_ops(name):
     _ran_on_nvfuser()
 
 
+def test_class_token_of_a_layer_norm_runs_on_nvfuser():
+    """A ViT's class-token pooling, LayerNorm then `x[:, 0]`: the select of a computed value is a unit
+    slice and a squeeze (nvFuser rejected the SelectOp's vectorized read there, validation.cpp:1559;
+    scripts/nvfuser_repros/select_after_norm_vectorized.py)."""
+    norm = torch.nn.LayerNorm(384, eps=1e-6).to(DEV, torch.bfloat16)
+    x, residual = _r(64, 197, 384, dtype=torch.bfloat16), _r(64, 197, 384, dtype=torch.bfloat16)
+    with torch.no_grad():
+        check_inference(lambda a, b: norm(a + b)[:, 0], [x, residual], STRICT)
+    _ran_on_nvfuser()
+
+
 def test_matmul_left_to_aten_with_pointwise_fused():
     mlp = programs.MLPGelu(64, 128).to(DEV)
     x = _r(8, 64)

@@ -18,7 +18,8 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from dynamo_nvf import Settings
 from dynamo_nvf.backend import plan_graph, recording
 from dynamo_nvf.lowering import BuiltFusion, _define_input
-from dynamo_nvf.ops.static_sizes import RESIZE_OPS, region_static_sizes, resizing_ops
+from dynamo_nvf.ops.lowerings import RESIZE_OPS
+from dynamo_nvf.ops.static_sizes import region_static_sizes, resizing_ops
 from dynamo_nvf.passes.fuse import PLAN_KEY
 from dynamo_nvf.plan_text import render_plan_text
 from dynamo_nvf.ops.registry import op_name
@@ -98,6 +99,16 @@ def test_decision_reads_the_region_graph():
     assert region_static_sizes(pad, True)[0] and not region_static_sizes(pad, False)[0]
     assert region_static_sizes(plain, True) == (False, "")
     assert region_static_sizes(pad, False) == (False, "")
+
+
+def test_a_select_of_a_computed_value_resizes():
+    """nvFuser gets a select of a value the region computes as a unit slice (ops/lowerings.py), so
+    such a region counts as resizing; a select of an input stays nvFuser's select."""
+    computed = _traced(lambda x: x.sigmoid()[:, 0] * 2, (4, 4))
+    of_input = _traced(lambda x: x[:, 0].sigmoid() * 2, (4, 4))
+    assert resizing_ops(computed) == ["aten.select.int"]
+    assert region_static_sizes(computed, True)[0]
+    assert resizing_ops(of_input) == [] and region_static_sizes(of_input, True) == (False, "")
 
 
 def test_inputs_are_defined_with_concrete_sizes_only_when_asked():

@@ -832,6 +832,17 @@ RESIZE_OPS = frozenset({aten.slice.Tensor, aten.constant_pad_nd.default, aten.ca
                         aten.split_with_sizes.default})
 
 
+def lowers_to_resize(node: Node) -> bool:
+    """Whether a region's node lowers to nvFuser's resize ops: the RESIZE_OPS, and a select at a
+    static index of a value the region computes (a unit slice and a squeeze, `_select`)."""
+    if node.op != "call_function":
+        return False
+    if node.target in RESIZE_OPS:
+        return True
+    return (node.target is aten.select.int and isinstance(node.args[0], Node)
+            and node.args[0].op != "placeholder" and _static(node.args[2]))
+
+
 def _extents(ctx, value: Any, src: torch.Tensor) -> list[Any]:
     """`src`'s sizes for a resize op's bounds: ints, or nvFuser's extents of `value` where symbolic."""
     return [int(s) if _static(s) else ctx.ops.size(value, d) for d, s in enumerate(src.shape)]
@@ -939,7 +950,14 @@ def _select(ctx, node: Node) -> Any:
     index = node.args[2]
     if _static(index) and index < 0:
         index += int(src.shape[dim])
-    return ctx.ops.select(ctx.value(node.args[0]), ctx.index(index), dim)
+    x = ctx.value(node.args[0])
+    if lowers_to_resize(node):
+        # Of a computed value, a unit slice and a squeeze: nvFuser's vectorization check rejects a
+        # SelectOp there (validation.cpp:1559; scripts/nvfuser_repros/select_after_norm_vectorized.py).
+        starts, ends = [0] * src.dim(), _extents(ctx, x, src)
+        starts[dim], ends[dim] = index, index + 1
+        return ctx.ops.squeeze(ctx.ops.slice(x, starts, ends, [1] * src.dim()), [dim])
+    return ctx.ops.select(x, ctx.index(index), dim)
 
 
 @register_lowering(aten.unbind.int, check=_check_static_dim)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from torch.fx import GraphModule
 
-from dynamo_nvf.ops.lowerings import RESIZE_OPS
+from dynamo_nvf.ops.lowerings import lowers_to_resize
 from dynamo_nvf.ops.registry import op_name
 
 
@@ -23,7 +23,7 @@ def resizing_ops(region: GraphModule) -> list[str]:
     """The names of the region's resize ops, each once, in graph order."""
     names: list[str] = []
     for node in region.graph.nodes:
-        if node.op == "call_function" and node.target in RESIZE_OPS and op_name(node.target) not in names:
+        if lowers_to_resize(node) and op_name(node.target) not in names:
             names.append(op_name(node.target))
     return names
 

@@ -63,7 +63,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.dtypes import LOW_PRECISION_FLOATS
-from dynamo_nvf.ops.lowerings import RESIZE_OPS, is_reduction, reduced_dims
+from dynamo_nvf.ops.lowerings import is_reduction, lowers_to_resize, reduced_dims
 from dynamo_nvf.ops.metadata import alias_violation, is_metadata, tensor_val
 from dynamo_nvf.passes.partition import (READS_MEMORY_KEY, REGION_KEY, note_cut, reach, reads_own_result, regions_of,
                                          set_eager)
@@ -178,7 +178,7 @@ def reduction_resize_join(members: list[Node]) -> Optional[Node]:
     """The first reduction of a region that feeds a resize whose result is joined with another value
     the reduction feeds, with a bf16 or fp16 rounding between the reduction and the resize (the crash
     pattern above), or None."""
-    if not any(n.op == "call_function" and n.target in RESIZE_OPS for n in members):
+    if not any(lowers_to_resize(n) for n in members):
         return None
     inside = set(members)
     for node in members:
@@ -186,7 +186,7 @@ def reduction_resize_join(members: list[Node]) -> Optional[Node]:
             continue
         below = reach(node, inside)
         fed = below | {node}
-        for resize in (n for n in below if n.op == "call_function" and n.target in RESIZE_OPS):
+        for resize in (n for n in below if lowers_to_resize(n)):
             if not _rounded_between(node, resize, fed, inside):
                 continue
             after = reach(resize, inside) | {resize}
