@@ -295,7 +295,8 @@ class Settings:
     #: (sine, cosine, tanh, power), "on" for every region without such an op, "off" for none
     #: (ops/fast_math.py). On an H100, LLaMA's SwiGLU forward took 1.54 us with it against 2.28.
     fast_math: str = "auto"
-    #: Define the tensor inputs of a region that resizes (pad, slice, cat) with their concrete sizes
+    #: Define the tensor inputs of a region that resizes (pad, slice, cat; a select of a computed
+    #: value, which lowers as a slice) with their concrete sizes
     #: instead of symbolic ones (ops/static_sizes.py): nvFuser's resize scheduler fails to compile some
     #: such fusions with symbolic extents (an f32 RoPE backward: "Invalid domains to map"; a bf16
     #: reduction-resize-join: SIGSEGV). Such a definition serves one set of input sizes; each new size

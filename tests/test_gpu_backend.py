@@ -292,13 +292,16 @@ def test_factories_and_shape_ops(name):
 
 
 def test_class_token_of_a_layer_norm_runs_on_nvfuser():
-    """A ViT's class-token pooling, LayerNorm then `x[:, 0]`: the select of a computed value is a unit
-    slice and a squeeze (nvFuser rejected the SelectOp's vectorized read there, validation.cpp:1559;
+    """A ViT's class-token pooling, LayerNorm then `x[:, 0]` read inside the region (a select left
+    last would be trimmed to an alias): the select of a computed value is a unit slice and a squeeze
+    (nvFuser rejected the SelectOp's vectorized read there, validation.cpp:1559;
     scripts/nvfuser_repros/select_after_norm_vectorized.py)."""
     norm = torch.nn.LayerNorm(384, eps=1e-6).to(DEV, torch.bfloat16)
     x, residual = _r(64, 197, 384, dtype=torch.bfloat16), _r(64, 197, 384, dtype=torch.bfloat16)
     with torch.no_grad():
-        check_inference(lambda a, b: norm(a + b)[:, 0], [x, residual], STRICT)
+        plans = check_inference(lambda a, b: norm(a + b)[:, 0] * 2, [x, residual], STRICT)
+    assert any("aten.select.int" in ops and any("var_mean" in op for op in ops) for ops in region_ops(plans)), \
+        region_ops(plans)
     _ran_on_nvfuser()
 
 

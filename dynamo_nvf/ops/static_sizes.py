@@ -1,7 +1,7 @@
 """Which regions define their tensor inputs with concrete sizes: the `static_resize_sizes` setting.
 
 Why: regions are defined with symbolic sizes (`lowering.py`), so one definition serves every size. In
-fusions that resize (pad, slice, cat) values computed from inputs with symbolic extents, nvFuser
+fusions that resize (pad, slice, cat; `lowers_to_resize`) values computed from inputs with symbolic extents, nvFuser
 0.2.36's resize scheduler can fail to compile: RoPE's backward in an f32 LLaMA-style training step
 stopped with "Expected id0->extent()->sameAs(id1->extent()). Invalid domains to map" (csrc/fusion.cpp,
 the exact mappings the loop-domain scheduler registers), and ran in eager. With concrete sizes every
