@@ -193,6 +193,28 @@ def test_reduction_resize_join_pattern():
         assert (reduction_resize_join(members) is not None) is found, fn.__name__
 
 
+def test_a_select_of_a_computed_value_counts_as_a_resize_in_the_crash_pattern():
+    """A select of a value the region computes lowers as a unit slice (ops/lowerings.py), so the
+    pattern counts it (conservatively: the crash was reproduced with slices, pads and cats); a select
+    of an input, which stays nvFuser's select, it does not."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_nvf.passes.known_bugs import reduction_resize_join
+
+    def rows_minus_first(x):
+        y = x.sum(2, keepdim=True).to(torch.bfloat16) * x
+        return y - y[:, 0].unsqueeze(1)
+
+    def input_row(x):
+        return x.sum(2, keepdim=True).to(torch.bfloat16) * x - x[:, 0].unsqueeze(1)
+
+    x = torch.randn(2, 4, 8, dtype=torch.bfloat16)
+    for fn, found in ((rows_minus_first, True), (input_row, False)):
+        gm = make_fx(fn)(x)
+        members = [n for n in gm.graph.nodes if n.op == "call_function"]
+        assert (reduction_resize_join(members) is not None) is found, fn.__name__
+
+
 def test_reduction_resize_join_is_cut_after_the_reduction_and_matches_eager():
     from dynamo_nvf.passes.known_bugs import REDUCTION_RESIZE_JOIN
     from helpers import check_training, cuda_plans
