@@ -48,19 +48,21 @@ def boxed_module(gm: GraphModule, retarget: Optional[Callable[[Graph], None]] = 
     """A copy of `gm` (its graph deep-copied; node metadata shared) whose forward takes one list and
     clears it, each input then freed after its last use. `retarget` may edit the copy's graph first.
     Where the boxed code cannot be generated, `boxed(forward)`. The copy's code is generated once
-    (GraphModule's constructor): about 10 ms for a graph of 250 nodes."""
+    (GraphModule's constructor): about 10 ms for a graph of 250 nodes; the function's `code` is it."""
     graph = copy.deepcopy(gm.graph)  # Graph's deepcopy shares node meta values
     if retarget is not None:
         retarget(graph)
     freed = frees_inputs_early(graph)
     if freed:
         graph.set_codegen(_BOXED_CODEGEN())
-    forward = GraphModule(gm, graph).forward
+    module = GraphModule(gm, graph)
+    forward = module.forward
     if not freed:
-        return boxed(forward)
+        run = boxed(forward)
+    else:
+        def run(args: list) -> Any:
+            return forward(args)  # the generated code clears the list
 
-    def run(args: list) -> Any:
-        return forward(args)  # the generated code clears the list
-
-    run._boxed_call = True  # type: ignore[attr-defined]
+        run._boxed_call = True  # type: ignore[attr-defined]
+    run.code = module.code  # type: ignore[attr-defined]  # the code that runs, for reading
     return run
