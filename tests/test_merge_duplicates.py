@@ -1,6 +1,6 @@
-"""merge_duplicates: the same view, cast or elementwise op of the same operands in one region is
-computed once. A channels-last GroupNorm's region then takes the convolution output as one input
-(views_to_edges had made one view per statistic); random ops and values the graph returns stay apart.
+"""merge_duplicates: the same view of the same tensor in one region is made once. A channels-last
+GroupNorm's region then takes the convolution output as one input (views_to_edges had made one view
+per statistic); compute that strided_statistics recomputes on purpose, and returned views, stay apart.
 CPU tests plan as for CUDA (regions run eagerly); the `gpu` test runs the GroupNorm block on nvFuser."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_a_group_norm_block_trains_as_eager():
 
 
 def test_two_dropouts_of_one_tensor_stay_two():
-    """Random ops are never merged: x's two dropouts draw two masks (their difference is not zero)."""
+    """Compute is never merged: x's two dropouts draw two masks (their difference is not zero)."""
     def fn(x):
         return F.dropout(x, 0.5, training=True) - F.dropout(x, 0.5, training=True)
 
