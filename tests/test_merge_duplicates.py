@@ -1,6 +1,6 @@
 """merge_duplicates: the same view of the same tensor in one region is made once. A channels-last
 GroupNorm's region then takes the convolution output as one input (views_to_edges had made one view
-per statistic); compute that strided_statistics recomputes on purpose, and returned views, stay apart.
+per statistic); broadcasts inside a region and returned views stay apart.
 CPU tests plan as for CUDA (regions run eagerly); the `gpu` test runs the GroupNorm block on nvFuser."""
 
 from __future__ import annotations
@@ -71,32 +71,41 @@ def test_a_group_norms_region_reads_its_input_once():
 
 
 def test_a_group_norm_block_trains_as_eager():
-    """Training: forward and backward graphs with merged nodes give eager's outputs and gradients."""
-    block = _block()
-    x = torch.randn(4, 8, 16, 16)
-    check_training(block, [x], ON, params=list(block.parameters()), atol=1e-4, rtol=1e-4)
+    """Training, channels-last: the forward graph's duplicate views are merged, and outputs and
+    gradients are eager's."""
+    block = _block().to(memory_format=torch.channels_last)
+    x = torch.randn(4, 8, 16, 16).to(memory_format=torch.channels_last)
+    plans = check_training(block, [x], ON, params=list(block.parameters()), atol=1e-4, rtol=1e-4)
+    forward = next(p for p in plans if p.kind == "forward")
+    assert any(n.startswith(NOTE) for n in forward.rewrites), forward.rewrites
 
 
-def test_two_dropouts_of_one_tensor_stay_two():
-    """Compute is never merged: x's two dropouts draw two masks (their difference is not zero)."""
-    def fn(x):
-        return F.dropout(x, 0.5, training=True) - F.dropout(x, 0.5, training=True)
+def test_a_broadcast_inside_a_region_is_not_merged():
+    """Two equal broadcasts of one input, one written out and one reduced through a permute: merged,
+    they would make the pattern passes/known_bugs.py keeps from nvFuser (one expand both written and
+    reduced through a permute). Only the views at the region's edge merge; both expands stay."""
+    n, c, h, w = 4, 16, 8, 8
 
-    x = torch.ones(4096)
-    compiled = compile_fn(fn, ON)
-    with torch.no_grad():
-        out = compiled(x)
-    assert out.abs().sum() > 0
+    def fn(x, y, z):
+        out = x[:, :, None, None].expand(n, c, h, w) * y
+        s = (x[:, :, None, None].expand(n, c, h, w).permute(0, 2, 3, 1) * z).sum(dim=(0, 1, 2))
+        return out, out + s[None, :, None, None], s
+
+    plans = check_inference(fn, [torch.randn(n, c), torch.randn(n, c, h, w), torch.randn(n, h, w, c)], ON,
+                            rtol=1e-5, atol=1e-5)
+    expands = [op for p in plans for r in p.regions for op in r.ops if op == "aten.expand.default"]
+    assert len(expands) == 2, [r.ops for p in plans for r in p.regions]
 
 
-def test_a_returned_view_and_its_twin_stay_apart():
-    """Two equal views the graph returns are two tensors, as in eager."""
+def test_views_the_graph_returns_stay_apart():
+    """Two equal views the graph returns are two tensors, as in eager (aot_autograd does not rebuild
+    them when a third output is computed from the same view)."""
     def fn(x):
         y = x * 2
-        return y.view(4, -1), y.view(4, -1)
+        return y.view(4, -1).sin(), y.view(4, -1), y.view(4, -1)
 
     compiled = compile_fn(fn, ON)
-    a, b = compiled(torch.randn(4, 8))
+    _, a, b = compiled(torch.randn(4, 8))
     assert a is not b
     assert torch.equal(a, b)
 

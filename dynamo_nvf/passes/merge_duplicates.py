@@ -12,9 +12,11 @@ as one input; LLaMA-style graphs also viewed a normalized activation once per pr
 Only views: a view is an alias, so one view read by several ops costs nothing, while duplicated
 compute may be deliberate (strided_statistics recomputes a statistic's source from the region's
 inputs so nvFuser's segments need not pass it between them). Never merged across regions or eager
-reasons, never a value the graph returns (eager's outputs are tensors of their own), and never a
-region's slice, split or select of a computed value (nvFuser's resize ops: passes/known_bugs.py, which
-runs before, judged the region with them).
+reasons, never a value the graph returns (eager's outputs are tensors of their own). In a region,
+only views at its edge (chains of views of values from outside, or read only outside), never a broadcast, slice,
+split or select: passes/known_bugs.py, which runs before, judged the region with its own nodes, and
+one inner view feeding two paths can make a pattern it keeps from nvFuser (an expand written out
+and reduced through a permute).
 
 Pure on annotations: GraphModule in (partitioned), GraphModule out.
 """
@@ -27,7 +29,7 @@ from typing import Any, Hashable, Optional
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import lowers_to_resize
-from dynamo_nvf.ops.metadata import METADATA_OPS, MULTI_OUTPUT_METADATA_OPS
+from dynamo_nvf.ops.metadata import METADATA_OPS, MULTI_OUTPUT_METADATA_OPS, is_broadcast
 from dynamo_nvf.ops.registry import LEFT_TO_ATEN_KEY
 from dynamo_nvf.passes import add_note
 from dynamo_nvf.passes.partition import REASON_KEY, REGION_KEY
@@ -38,11 +40,26 @@ NOTE = "merged {count} duplicate view(s) (the same view of the same tensor)"
 
 
 def _mergeable(node: Node, returned: set[Node]) -> bool:
-    if node.op != "call_function" or node in returned or node.is_impure():
+    if node.op != "call_function" or node in returned or node.is_impure() or node.target not in METADATA_OPS:
         return False
-    if node.meta.get(REGION_KEY) is not None and (lowers_to_resize(node) or node.target in MULTI_OUTPUT_METADATA_OPS):
-        return False  # passes/known_bugs.py judged the region's resizes as they are
-    return node.target in METADATA_OPS
+    region = node.meta.get(REGION_KEY)
+    if region is None:
+        return True
+    if lowers_to_resize(node) or node.target in MULTI_OUTPUT_METADATA_OPS or is_broadcast(node):
+        return False
+    # Only at the region's edge: a chain of views of values from outside, or of views only code outside
+    # reads. Inside, one view feeding two paths can make a pattern passes/known_bugs.py (which runs
+    # before) keeps from nvFuser: an expand both written out and reduced through a permute.
+    return _at_edge(node, region, upstream=True) or _at_edge(node, region, upstream=False)
+
+
+def _at_edge(node: Node, region: Any, upstream: bool) -> bool:
+    """Whether every path from `node` out of `region` (upstream: to its inputs; else to its readers)
+    runs through views only."""
+    nodes = node.all_input_nodes if upstream else list(node.users)
+    return all(n.meta.get(REGION_KEY) != region or (
+        n.op == "call_function" and n.target in METADATA_OPS and not is_broadcast(n) and _at_edge(n, region, upstream))
+        for n in nodes)
 
 
 def _frozen(value: Any) -> Hashable:
