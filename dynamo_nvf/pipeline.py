@@ -48,6 +48,7 @@ from dynamo_nvf.passes.lean_views import reinterpret_views
 from dynamo_nvf.passes.avg_pool_taps import avg_pool_as_taps
 from dynamo_nvf.passes.max_pool_taps import max_pool_as_taps
 from dynamo_nvf.passes.memory_order_reductions import reduce_in_memory_order
+from dynamo_nvf.passes.merge_duplicates import merge_duplicates
 from dynamo_nvf.passes.nchw_pool_backward import nchw_avg_pool_backward
 from dynamo_nvf.passes.one_hot_sums import simplify_one_hot_sums
 from dynamo_nvf.passes.pad_matmuls import pad_matmuls
@@ -270,6 +271,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("hoist_slices", _graph_only(hoist_slices), option="hoist_slices"),
     Pass("views_to_region_edges", _views_to_region_edges),
     Pass("refresh_view_values", _graph_only(refresh_view_values)),
+    Pass("merge_duplicates", _graph_only(merge_duplicates)),
     Pass("bookend_regions", _settings_only(bookend_regions)),
     Pass("fuse_regions", _fuse_regions),
     Pass("assign_fast_math", _assign_fast_math),
