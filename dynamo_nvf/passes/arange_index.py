@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import arange_params, tensor_val
+from dynamo_nvf.ops.metadata import tensor_val, whole_arange_length
 from dynamo_nvf.passes import add_note, call_like
 
 log = logging.getLogger("dynamo_nvf")
@@ -42,17 +42,11 @@ NOTE = "index {name}: by whole aranges, a view of {source} (arange_index)"
 def _whole_arange(node: object) -> Optional[int]:
     """n where `node` is arange(n) (start 0, step 1, static), or arange(n) + 0; else None."""
     if isinstance(node, Node) and node.op == "call_function" and node.target in (aten.add.Tensor, aten.add.Scalar):
-        if len(node.args) == 2 and node.args[1] == 0 and not node.kwargs.get("alpha", 1) != 1:
+        if len(node.args) == 2 and node.args[1] == 0 and node.kwargs.get("alpha", 1) == 1:
             node = node.args[0]
         else:
             return None
-    params = arange_params(node)
-    if params is None:
-        return None
-    start, end, step = params
-    if start != 0 or step != 1 or not isinstance(end, int):
-        return None
-    return end
+    return whole_arange_length(node)
 
 
 def _iota_position(index: object) -> Optional[tuple[Optional[int], int]]:
