@@ -16,9 +16,11 @@ ON = {"plan_cpu_as_cuda": True}
 INDEX = "aten.index.Tensor"
 
 
-def packed_sequence_mask(ids: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
-    """transformers' mask: same packed sequence (ids per query and key) and not padding, causal."""
-    batch, length = ids.shape
+def packed_sequence_mask(positions: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+    """transformers' mask: same packed sequence (ids per query and key) and not padding, causal; the
+    ids and the padding mask are computed from the inputs, as transformers computes them."""
+    batch, length = positions.shape
+    ids, padding = positions // 4, attention > 0.2
     b = torch.arange(batch)[:, None, None, None]
     q = (torch.arange(length) + 0)[None, None, :, None]
     k = torch.arange(length)[None, None, None, :]
@@ -26,8 +28,8 @@ def packed_sequence_mask(ids: torch.Tensor, padding: torch.Tensor) -> torch.Tens
 
 
 def _inputs(batch: int = 2, length: int = 16, device: str = "cpu"):
-    ids = torch.randint(0, 3, (batch, length), device=device).cumsum(-1)
-    return [ids, torch.rand(batch, length, device=device) > 0.2]
+    positions = torch.arange(length, device=device).repeat(batch, 1) + torch.randint(0, 3, (batch, 1), device=device)
+    return [positions, torch.rand(batch, length, device=device)]
 
 
 def _eager_ops(plan) -> list[str]:
@@ -43,18 +45,25 @@ def test_a_mask_indexed_by_aranges_is_views_in_one_region():
     check_fresh_inputs(compile_fn(packed_sequence_mask, ON), packed_sequence_mask, _inputs)
 
 
-@pytest.mark.parametrize("case", ["part", "order", "step", "returned"])
+@pytest.mark.parametrize("case", ["part", "order", "step", "returned", "returned_view", "input"])
 def test_an_index_that_is_not_a_view_stays(case):
-    """A part of a dim, aranges out of order, a step of 2, and an index the graph returns stay
-    `aten.index`; values as eager's."""
-    def fn(t):
+    """A part of a dim, aranges out of order, a step of 2, an index the graph returns (or returns a
+    view of), and an index of an input (its view would alias the caller's tensor) stay `aten.index`;
+    values as eager's."""
+    def fn(x):
+        t = x if case == "input" else x * 1
+        whole = t[torch.arange(2)[:, None], torch.arange(6)[None, :]]
         if case == "part":
             return t[torch.arange(2)[:, None], torch.arange(3)[None, :]] * 2
         if case == "order":
             return t[torch.arange(2)[None, :], torch.arange(6)[:, None]] * 2
         if case == "step":
             return t[torch.arange(2)[:, None], torch.arange(0, 6, 2)[None, :]] * 2
-        return t[torch.arange(2)[:, None], torch.arange(6)[None, :]]
+        if case == "returned":
+            return whole
+        if case == "returned_view":
+            return whole.unsqueeze(0)
+        return whole * 2
 
     plans = check_inference(fn, [torch.randn(2, 6)], ON)
     assert not any("arange_index" in n for p in plans for n in p.rewrites), [p.rewrites for p in plans]

@@ -12,8 +12,10 @@ Exact where it applies: every index tensor is a whole `arange(n)` (start 0, step
 the dim it indexes, static; an added 0 allowed: transformers' `kv_arange + kv_offset`) given size-1
 dims by unsqueezes or views, each indexing the tensor's next dim, with its one dim of size `n` at
 increasing positions, so the result element at (.., j, .., k, ..) is t[j, k, ...]: the tensor with
-size-1 dims inserted. Not where the index is returned (eager's result is a tensor of its own, a view
-would alias its source) or anything is symbolic.
+size-1 dims inserted. Eager's result is a tensor of its own and the view aliases its source, so only
+where nobody can tell: the source is computed in the graph (not an input, whose later in-place change
+a saved view would see), and neither the index nor a view of it is returned. Not where anything is
+symbolic (a dynamic-shape graph keeps its `aten.index`).
 
 Pure: GraphModule in, GraphModule out (before partitioning).
 """
@@ -26,7 +28,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import tensor_val, whole_arange_length
+from dynamo_nvf.ops.metadata import METADATA_OPS, tensor_val, whole_arange_length
 from dynamo_nvf.passes import add_note, call_like
 
 log = logging.getLogger("dynamo_nvf")
@@ -95,14 +97,30 @@ def _view_shape(node: Node) -> Optional[list[int]]:
     return shape if shape == list(out.shape) else None
 
 
+def _views_reach(node: Node, targets: set[Node]) -> bool:
+    """Whether `node`, or a view of it (through any chain of views), is among `targets`."""
+    return node in targets or any(
+        u.op == "call_function" and u.target in METADATA_OPS and _views_reach(u, targets) for u in node.users)
+
+
+def _of_an_input(node: Node) -> bool:
+    """Whether `node` is a graph input or a view of one (through any chain of views)."""
+    while node.op == "call_function" and node.target in METADATA_OPS and isinstance(node.args[0], Node):
+        node = node.args[0]
+    return node.op == "placeholder"
+
+
 def index_by_aranges_as_views(gm: GraphModule) -> GraphModule:
     """Rewrites each index by whole aranges as a view of its source (module docstring)."""
     output = next(n for n in gm.graph.nodes if n.op == "output")
     returned = set(output.all_input_nodes)
     rewritten = 0
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in INDEXES or node in returned:
+        if node.op != "call_function" or node.target not in INDEXES:
             continue
+        source = node.args[0]
+        if not isinstance(source, Node) or _of_an_input(source) or _views_reach(node, returned):
+            continue  # its view would alias an input, or come back to the caller as one
         shape = _view_shape(node)
         mode = getattr(tensor_val(node), "fake_mode", None)
         if shape is None or mode is None:
