@@ -32,6 +32,7 @@ from torch.fx.node import map_aggregate
 from dynamo_nvf.ops.fast_math import region_fast_math
 from dynamo_nvf.ops.metadata import stale_views
 from dynamo_nvf.passes import NOTES_KEY, add_note
+from dynamo_nvf.passes.arange_index import index_by_aranges_as_views
 from dynamo_nvf.passes.attention import fuse_attention
 from dynamo_nvf.passes.batch_buffer_updates import batch_buffer_updates
 from dynamo_nvf.passes.bookend import bookend_regions
@@ -236,6 +237,7 @@ JOINT_PASSES: tuple[Pass, ...] = (
 
 #: On each aten graph: rewrites, partition, more rewrites on the regions, bookend, fuse.
 GRAPH_PASSES: tuple[Pass, ...] = (
+    Pass("index_by_aranges_as_views", _graph_only(index_by_aranges_as_views)),
     Pass("unfuse_addmm_bias", _unfuse_addmm_bias, option="unfuse_addmm_bias"),
     Pass("pad_matmuls", _pad_matmuls, option="pad_matmuls"),
     Pass("compute_pads_wide", _graph_only(compute_pads_wide), option="pad_matmuls"),

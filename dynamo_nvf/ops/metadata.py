@@ -204,6 +204,17 @@ def arange_params(node: object) -> Optional[tuple[Any, Any, Any]]:
     return start, end, step
 
 
+def whole_arange_length(node: object) -> Optional[int]:
+    """n for an `arange(n)` node (start 0, step 1, static length), else None."""
+    params = arange_params(node)
+    if params is None:
+        return None
+    start, end, step = params
+    if start != 0 or step != 1 or not isinstance(end, int):
+        return None
+    return end
+
+
 def is_metadata(node: Node) -> bool:
     """True for a node that only changes metadata (including getitem of a split)."""
     if node.op != "call_function" or node.target not in METADATA_OPS:

@@ -27,21 +27,10 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dynamo_nvf.ops.lowerings import keeps_reduced_dims
-from dynamo_nvf.ops.metadata import arange_params, same_shape, tensor_val
+from dynamo_nvf.ops.metadata import same_shape, tensor_val, whole_arange_length
 
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
-
-def _arange_length(node: Node) -> Optional[int]:
-    """C for an `arange(C)` (start 0, step 1, static length), else None."""
-    params = arange_params(node)
-    if params is None:
-        return None
-    start, end, step = params
-    if start != 0 or step != 1 or not isinstance(end, int):
-        return None
-    return end
-
 
 def _classes_along(node: Node, dim: int, rank: int) -> Optional[int]:
     """C when `node` is `arange(C)` unsqueezed so that its values run along `dim` of a rank-`rank`
@@ -53,7 +42,7 @@ def _classes_along(node: Node, dim: int, rank: int) -> Optional[int]:
     source = node
     while source.op == "call_function" and source.target is aten.unsqueeze.default:
         source = source.args[0]
-    length = _arange_length(source) if isinstance(source, Node) else None
+    length = whole_arange_length(source) if isinstance(source, Node) else None
     if length is None or shape[dim] != length or any(s != 1 for i, s in enumerate(shape) if i != dim):
         return None
     return length
