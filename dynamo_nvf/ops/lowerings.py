@@ -1016,6 +1016,29 @@ def _check_embedding(node: Node) -> Optional[str]:
     return None
 
 
+def _check_gather(node: Node) -> Optional[str]:
+    src, index = _val(node.args[0]), _val(node.args[2])
+    if _arg(node, 3, "sparse_grad", False):
+        return "unsupported op: gather with sparse gradients"
+    if src.dim() == 0 or index.dim() != src.dim():
+        return "unsupported op: gather of a 0-d tensor"
+    if index.dtype not in (torch.int64, torch.int32):
+        return "unsupported op: gather needs int32/int64 indices"
+    if _expanded(node.args[0]) or _expanded(node.args[2]):
+        return "unsupported op: gather from or by an expanded (stride-0) tensor"
+    return None
+
+
+@register_lowering(aten.gather.default, check=_check_gather)
+def _gather(ctx, node: Node) -> Any:
+    """`out[i][j][k] = src[i][index[i][j][k]][k]` along `dim`: nvFuser's gather (torch.gather's
+    semantics, the index no larger than the source off `dim`). HF BERT-style embeddings gather the
+    token-type buffer by the position ids; in ATen the gather cut the embeddings' region in two, one
+    embedding left in ATen beside it."""
+    dim = _norm_dim(node.args[1], _rank(node.args[0]))
+    return ctx.ops.gather(ctx.value(node.args[0]), ctx.value(node.args[2]), dim)
+
+
 @register_lowering(aten.embedding.default, check=_check_embedding, opt_in="fuse_embedding")
 def _embedding(ctx, node: Node) -> Any:
     """Rows of the weight picked by the indices (padding_idx matters only to the backward)."""
