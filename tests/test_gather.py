@@ -51,13 +51,19 @@ def test_bert_embeddings_are_one_region():
     check_fresh_inputs(compile_fn(model, ON), model, make, 1e-5, 1e-5)
 
 
-def test_a_gather_from_an_expanded_tensor_stays_in_aten():
-    def fn(x, index):
-        return torch.gather(x.expand(4, -1) * 1, 1, index) + torch.gather(x.expand(4, -1), 1, index)
+def test_a_gather_from_an_expanded_tensor_or_by_a_smaller_index_stays_in_aten():
+    """Of three gathers, the one from a computed tensor joins a region; the one from an expanded
+    tensor and the one whose index is smaller than its source off the gathered dim (nvFuser 0.2.36
+    would run ATen's gather for it anyway) stay in ATen and say why."""
+    def fn(x, index, small):
+        wide = x.expand(4, -1)
+        return (torch.gather(wide * 1, 1, index) + torch.gather(wide, 1, index)
+                + torch.gather(wide * 2, 1, small).sum(0, keepdim=True))
 
-    plans = check_inference(fn, [torch.randn(1, 8), torch.randint(0, 8, (4, 5))], ON)
-    reasons = [n.reason for p in plans for n in p.nodes if n.op == "aten.gather.default"]
-    assert any("expanded" in r for r in reasons), reasons
+    plans = check_inference(fn, [torch.randn(1, 8), torch.randint(0, 8, (4, 5)), torch.randint(0, 8, (2, 5))], ON)
+    reasons = sorted(n.reason for p in plans for n in p.nodes if n.op == "aten.gather.default")
+    assert len(reasons) == 3 and reasons[0] == "", reasons  # "" : in a region
+    assert "expanded" in reasons[1] + reasons[2] and "smaller" in reasons[1] + reasons[2], reasons
 
 
 @pytest.mark.gpu
@@ -77,8 +83,9 @@ def test_gpu_bert_embeddings_run_on_nvfuser(dtype):
 @CUDA
 @pytest.mark.parametrize("dim", [0, 1, 2, -1])
 def test_gpu_gather_along_each_dim_matches_eager(dim):
-    """A gather (index smaller than the source off `dim`) between pointwise ops, on nvFuser."""
-    src_shape, index_shape = [6, 7, 8], [5, 6, 7]
+    """A gather (the index as large as the source off `dim`) between pointwise ops, on nvFuser."""
+    src_shape = [6, 7, 8]
+    index_shape = [5 if d == dim % 3 else s for d, s in enumerate(src_shape)]
 
     def fn(x, index):
         return torch.gather(x * 2, dim, index) + 1
