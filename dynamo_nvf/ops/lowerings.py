@@ -1016,6 +1016,35 @@ def _check_embedding(node: Node) -> Optional[str]:
     return None
 
 
+def _check_gather(node: Node) -> Optional[str]:
+    src, index = _val(node.args[0]), _val(node.args[2])
+    dim = _norm_dim(node.args[1], max(src.dim(), 1))
+    if _arg(node, 3, "sparse_grad", False):
+        return "unsupported op: gather with sparse gradients"
+    if src.dim() == 0 or index.dim() != src.dim():
+        return "unsupported op: gather of a 0-d tensor, or by an index of another rank"
+    if index.dtype not in (torch.int64, torch.int32):
+        return "unsupported op: gather needs int32/int64 indices"
+    if _expanded(node.args[0]) or _expanded(node.args[2]):
+        return "unsupported op: gather from or by an expanded (stride-0) tensor"
+    if any(not (_static(i) and _static(s) and i == s) for d, (i, s) in enumerate(zip(index.shape, src.shape)) if d != dim):
+        # nvFuser 0.2.36 generates no code for such a gather (NVIDIA/Fuser#5907): every scheduler
+        # but the expression evaluator rejects it, which runs ATen's gather between kernels
+        return "unsupported op: gather by an index smaller than its source off the gathered dim"
+    return None
+
+
+@register_lowering(aten.gather.default, check=_check_gather)
+def _gather(ctx, node: Node) -> Any:
+    """`out[i][j][k] = src[i][index[i][j][k]][k]` along `dim`, the index as large as the source off
+    `dim`: nvFuser's take_along_axis (its gather of any index extents runs ATen's outside its kernels).
+    HF BERT-style embeddings gather the token-type buffer by the position ids; in ATen the gather cut
+    the embeddings' region in two, one embedding left in ATen beside it."""
+    dim = _norm_dim(node.args[1], _rank(node.args[0]))
+    index = ctx.cast(ctx.value(node.args[2]), torch.int64)
+    return ctx.ops.take_along_axis(ctx.value(node.args[0]), index, dim)
+
+
 @register_lowering(aten.embedding.default, check=_check_embedding, opt_in="fuse_embedding")
 def _embedding(ctx, node: Node) -> Any:
     """Rows of the weight picked by the indices (padding_idx matters only to the backward)."""

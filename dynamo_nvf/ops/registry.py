@@ -110,7 +110,7 @@ WHY_NO_LOWERING: dict[str, str] = {
        for name in ("max", "min")},
     **{f"aten.{name}": "a data-dependent gather or scatter" for name in (
         "index", "_unsafe_index", "index_put", "_unsafe_index_put", "scatter", "scatter_add", "scatter_reduce",
-        "gather", "index_select", "index_add", "masked_select", "nonzero")},
+        "index_select", "index_add", "masked_select", "nonzero")},
     "aten.flip": "a reversal of a dim",
 }
 
