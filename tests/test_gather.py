@@ -76,7 +76,7 @@ def test_gpu_bert_embeddings_run_on_nvfuser(dtype):
     rtol, atol = tolerance(dtype)
     check_fresh_inputs(compile_fn(model), model, lambda: [torch.randint(0, 100, (8, 64), device="cuda")], rtol, atol,
                        calls=3)
-    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0, STATS.snapshot()
+    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0 and STATS.split_regions == 0, STATS.snapshot()
 
 
 @pytest.mark.gpu
@@ -96,4 +96,4 @@ def test_gpu_gather_along_each_dim_matches_eager(dim):
 
     STATS.reset()
     check_fresh_inputs(compile_fn(fn), fn, make, *tolerance(torch.float32), calls=3)
-    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0, STATS.snapshot()
+    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0 and STATS.split_regions == 0, STATS.snapshot()

@@ -739,17 +739,25 @@ def _reshape(ctx, node: Node) -> Any:
             else:
                 inferred = ctx.ops.div(*(ctx.value(v) if isinstance(v, int) else v for v in (numel, known)))
             shape = [inferred if isinstance(s, int) and s == -1 else s for s in shape]
-    ones = _inserted_ones(src.shape, shape)
-    if ones is not None and not any(u.target in DIM_REDUCTIONS for u in node.users):
-        # The size-1 dims a view makes are made by a broadcast: the size-1 dims nvFuser's reshape
-        # makes do not broadcast, and a binary op of one against a full dim failed to compile
-        # ("Expected sizes to match: 1 vs 64": a GroupNorm backward's weight viewed as [1, 1, C],
-        # PoolFormer training, H100, 2026-11-26; "1 vs 8": [1, G, C/G], GroupNorm(32) training).
-        core, inserted = ones
-        if core != [int(s) for s in src.shape]:
-            value = _reshaped(ctx, value, src, core)
-        return ctx.ops.broadcast(value, inserted)
-    return _reshaped(ctx, value, src, shape)
+    if any(u.target in DIM_REDUCTIONS for u in node.users):
+        return _reshaped(ctx, value, src, shape)
+    return _ones_by_broadcast(ctx, value, src.shape, shape, lambda v, core: _reshaped(ctx, v, src, core))
+
+
+def _ones_by_broadcast(ctx, value: Any, src_shape: Sequence[Any], shape: Sequence[Any],
+                       reshape: Callable[[Any, Sequence[Any]], Any]) -> Any:
+    """`value` of sizes `src_shape` reshaped to `shape` by `reshape`, the static size-1 dims that makes
+    made by a broadcast: the size-1 dims nvFuser's reshape makes do not broadcast, and a binary op of
+    one against a full dim failed to compile ("Expected sizes to match: 1 vs 64": a GroupNorm
+    backward's weight viewed as [1, 1, C], PoolFormer training, H100, 2026-11-26; "1 vs 8":
+    [1, G, C/G], GroupNorm(32) training; "8 vs 1": position embeddings [1, S, D] added to a batch's)."""
+    ones = _inserted_ones(src_shape, shape)
+    if ones is None:
+        return reshape(value, shape)
+    core, inserted = ones
+    if core != [int(s) for s in src_shape]:
+        value = reshape(value, core)
+    return ctx.ops.broadcast(value, inserted)
 
 
 @register_lowering(aten.permute.default)
@@ -1059,7 +1067,11 @@ def _embedding(ctx, node: Node) -> Any:
     weight = ctx.raw_inputs.get(node.args[0])
     rows = ctx.ops.index_select(weight if weight is not None else ctx.value(node.args[0]), flat, 0)
     width = int(_val(node.args[0]).shape[1])
-    return ctx.ops.reshape(rows, [*sizes, width]) if indices.dim() != 1 else rows
+    if indices.dim() == 1:
+        return rows
+    # position ids [1, S]: the rows [S, D] as [1, S, D], its 1 a broadcast against a batch's [B, S, D]
+    return _ones_by_broadcast(ctx, rows, [_product(ctx, sizes), width], [*sizes, width],
+                              lambda v, shape: ctx.ops.reshape(v, shape))
 
 
 def _check_dropout(node: Node) -> Optional[str]:
