@@ -23,6 +23,9 @@ round's value is the median of ``--calls`` calls), in the same rotated rounds: t
 drift too, and a block within 1% of another backend needs both timed in one stretch. With
 ``--acceptance`` it reads issue #11's block criteria (:data:`GPU_CRITERIA`) from the per-round
 ratios.
+
+A workload that fails (a backend's compile, a step's error) is recorded with its error (the JSON's
+``failed``) and the run goes on to the next; the exit status is then 1.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import json
 import statistics
 import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
 from typing import Callable, Optional, Sequence
@@ -253,11 +257,25 @@ def acceptance_document(results: Sequence[InterleavedResult]) -> dict:
     return doc
 
 
-def write_json(path: str, results: Sequence[InterleavedResult]) -> None:
-    """The per-round results and their acceptance document (what ``--from-json`` reads back)."""
+def write_json(path: str, results: Sequence[InterleavedResult], failed: Optional[dict[str, str]] = None) -> None:
+    """The per-round results, their acceptance document (what ``--from-json`` reads back) and the
+    workloads that failed, each with its error."""
     with open(path, "w") as f:
         json.dump({"interleaved": [{**asdict(r), "summary": r.summary()} for r in results],
+                   "failed": dict(failed or {}),
                    "acceptance_document": acceptance_document(results)}, f, indent=1)
+
+
+def load_failures(path: str) -> dict[str, str]:
+    """The workloads a ``--json`` file records as failed, each with its error."""
+    with open(path) as f:
+        return dict(json.load(f).get("failed", {}))
+
+
+def failure_reason(error: BaseException) -> str:
+    """An error's type and first line: what a table row of a failed workload says."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
 
 
 def load_results(path: str) -> list[InterleavedResult]:
@@ -328,8 +346,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="measure nothing: read the results of earlier runs' --json files (one device call "
                         "each, when all workloads do not fit in one) and print their tables and acceptance")
     args = p.parse_args(argv)
+    failed: dict[str, str] = {}
     if args.from_json:
-        results = [r for path in args.from_json.split(",") if path for r in load_results(path)]
+        paths = [path for path in args.from_json.split(",") if path]
+        results = [r for path in paths for r in load_results(path)]
+        for path in paths:
+            failed.update(load_failures(path))
     else:
         if not (args.workloads or args.tag) or not args.backends:
             p.error("workloads (or --tag) and --backends are required unless --from-json is given")
@@ -337,22 +359,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         workloads = workload_names(args.workloads, args.tag)
         results = []
         for workload in workloads:
-            if args.gpu:
-                res = interleaved_gpu(workload, names, rounds=args.rounds, calls=args.calls)
+            try:
+                if args.gpu:
+                    res = interleaved_gpu(workload, names, rounds=args.rounds, calls=args.calls)
+                else:
+                    res = interleaved_steps(workload, names, rounds=args.rounds, batch_s=args.batch_s)
+            except Exception as error:  # one workload's failure (a backend's, the model's) ends only its row
+                failed[workload] = failure_reason(error)
+                traceback.print_exc()
+                print(f"{workload}: failed: {failed[workload]}", flush=True)
             else:
-                res = interleaved_steps(workload, names, rounds=args.rounds, batch_s=args.batch_s)
-            results.append(res)
-            print(table([res]), flush=True)
+                results.append(res)
+                print(table([res]), flush=True)
             if args.json:  # after each workload: a call cut off by its time limit keeps what it measured
-                write_json(args.json, results)
+                write_json(args.json, results, failed)
     steps = [res for res in results if res.metric == "step_ms"]
     gpu = [res for res in results if res.metric == "gpu_us"]
     for group in (steps, gpu):  # one table per metric: a column holds one unit
         if group:
             print()
             print(table(group))
+    if failed:
+        print()
+        print(tabulate(sorted(failed.items()), headers=["workload", "failed"], tablefmt="github"))
     doc = acceptance_document(results)
-    verdict_ok = True
+    verdict_ok = not failed
     if args.acceptance and steps:
         from .acceptance import passed, render_acceptance
 
@@ -365,7 +396,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(text)
         verdict_ok = verdict_ok and gpu_ok
     if args.json:
-        write_json(args.json, results)
+        write_json(args.json, results, failed)
     return 0 if verdict_ok else 1
 
 
