@@ -232,6 +232,14 @@ BACKENDS: dict[str, Backend] = {
             nvf=True,
         ),
         Backend(
+            "nvf_padded_outputs_cudagraphs",
+            _nvf({"padded_matmul_outputs": True, "cuda_graphs": True}),
+            "nvf_cudagraphs with padded_matmul_outputs on (against inductor_ro, which returns padded "
+            "logits); opt-in",
+            cuda_graphs=True,
+            nvf=True,
+        ),
+        Backend(
             "nvf_avg_pool_taps",
             _nvf({"avg_pool_taps": True}),
             "dynamo_nvf with avg_pool_taps on (average pools and their gradients as window taps inside the "
