@@ -46,13 +46,15 @@ def test_a_mask_indexed_by_aranges_is_views_in_one_region():
     check_fresh_inputs(compile_fn(packed_sequence_mask, ON), packed_sequence_mask, _inputs)
 
 
-@pytest.mark.parametrize("case", ["part", "order", "step", "returned", "returned_view", "input"])
+@pytest.mark.parametrize("case", ["part", "order", "step", "returned", "returned_view", "returned_diagonal",
+                                  "returned_unfold", "input", "input_diagonal"])
 def test_an_index_that_is_not_a_view_stays(case):
-    """A part of a dim, aranges out of order, a step of 2, an index the graph returns (or returns a
-    view of), and an index of an input (its view would alias the caller's tensor) stay `aten.index`;
+    """A part of a dim, aranges out of order, a step of 2, an index the graph returns (or returns an
+    alias of: a view, a `diagonal`, an `unfold`, the last two outside METADATA_OPS), and an index of an
+    input or of an input's diagonal (its view would alias the caller's tensor) stay `aten.index`;
     values as eager's."""
     def fn(x):
-        t = x if case == "input" else x * 1
+        t = x if case == "input" else x.diagonal(0, 1, 2) if case == "input_diagonal" else x * 1
         whole = t[torch.arange(2)[:, None], torch.arange(6)[None, :]]
         if case == "part":
             return t[torch.arange(2)[:, None], torch.arange(3)[None, :]] * 2
@@ -64,9 +66,13 @@ def test_an_index_that_is_not_a_view_stays(case):
             return whole
         if case == "returned_view":
             return whole.unsqueeze(0)
+        if case == "returned_diagonal":
+            return whole.diagonal(), whole * 2
+        if case == "returned_unfold":
+            return whole.unfold(1, 2, 2), whole * 2
         return whole * 2
 
-    plans = check_inference(fn, [torch.randn(2, 6)], ON)
+    plans = check_inference(fn, [torch.randn(2, 6, 6) if case == "input_diagonal" else torch.randn(2, 6)], ON)
     assert not any("arange_index" in n for p in plans for n in p.rewrites), [p.rewrites for p in plans]
 
 

@@ -215,6 +215,18 @@ def whole_arange_length(node: object) -> Optional[int]:
     return end
 
 
+def may_alias_its_input(node: Node) -> bool:
+    """Whether `node`'s result may share its first argument's storage: a metadata op, a getitem (of a
+    split's list), or any aten op whose schema marks its result as an alias (`diagonal`, `unfold`,
+    `view.dtype`, `as_strided`, an in-place op), METADATA_OPS listed or not."""
+    if node.op != "call_function":
+        return False
+    if node.target in METADATA_OPS or node.target is operator.getitem:
+        return True
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and any(r.alias_info is not None for r in schema.returns)
+
+
 def is_metadata(node: Node) -> bool:
     """True for a node that only changes metadata (including getitem of a split)."""
     if node.op != "call_function" or node.target not in METADATA_OPS:

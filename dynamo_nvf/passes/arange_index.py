@@ -13,9 +13,10 @@ the dim it indexes, static; an added 0 allowed: transformers' `kv_arange + kv_of
 dims by unsqueezes or views, each indexing the tensor's next dim, with its one dim of size `n` at
 increasing positions, so the result element at (.., j, .., k, ..) is t[j, k, ...]: the tensor with
 size-1 dims inserted. Eager's result is a tensor of its own and the view aliases its source, so only
-where nobody can tell: the source is computed in the graph (not an input, whose later in-place change
-a saved view would see), and neither the index nor a view of it is returned. Not where anything is
-symbolic (a dynamic-shape graph keeps its `aten.index`).
+where nobody can tell: the source is computed in the graph (not an input or an alias of one, whose
+later in-place change a saved view would see), and neither the index nor an alias of it (a view, a
+`diagonal`, an `unfold`) is returned. Not where anything is symbolic (a dynamic-shape graph keeps its
+`aten.index`).
 
 Pure: GraphModule in, GraphModule out (before partitioning).
 """
@@ -28,7 +29,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import METADATA_OPS, tensor_val, whole_arange_length
+from dynamo_nvf.ops.metadata import may_alias_its_input, tensor_val, whole_arange_length
 from dynamo_nvf.passes import add_note, call_like
 
 log = logging.getLogger("dynamo_nvf")
@@ -98,14 +99,14 @@ def _view_shape(node: Node) -> Optional[list[int]]:
 
 
 def _views_reach(node: Node, targets: set[Node]) -> bool:
-    """Whether `node`, or a view of it (through any chain of views), is among `targets`."""
-    return node in targets or any(
-        u.op == "call_function" and u.target in METADATA_OPS and _views_reach(u, targets) for u in node.users)
+    """Whether `node`, or an alias of it (through any chain of aliasing ops: views, and `diagonal`,
+    `unfold` or `view.dtype`, which METADATA_OPS does not list), is among `targets`."""
+    return node in targets or any(may_alias_its_input(u) and _views_reach(u, targets) for u in node.users)
 
 
 def _of_an_input(node: Node) -> bool:
-    """Whether `node` is a graph input or a view of one (through any chain of views)."""
-    while node.op == "call_function" and node.target in METADATA_OPS and isinstance(node.args[0], Node):
+    """Whether `node` is a graph input or an alias of one (through any chain of aliasing ops)."""
+    while may_alias_its_input(node) and node.args and isinstance(node.args[0], Node):
         node = node.args[0]
     return node.op == "placeholder"
 
