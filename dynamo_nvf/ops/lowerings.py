@@ -1053,25 +1053,75 @@ def _gather(ctx, node: Node) -> Any:
     return ctx.ops.take_along_axis(ctx.value(node.args[0]), index, dim)
 
 
-@register_lowering(aten.embedding.default, check=_check_embedding, opt_in="fuse_embedding")
-def _embedding(ctx, node: Node) -> Any:
-    """Rows of the weight picked by the indices (padding_idx matters only to the backward)."""
-    indices = _val(node.args[1])
-    flat = ctx.value(node.args[1])
-    # the indices' sizes: ints, or (a dynamic-shape graph's batch and length) nvFuser's extents
+#: Ops lowered through nvFuser's index_select (`_rows`): their rows must not leave their region
+#: (passes/partition.py, GATHER_OUTPUT_REASON).
+ROW_GATHERS = frozenset({aten.embedding.default, aten.index.Tensor})
+
+
+def _rows(ctx, table: Node, index: Node, dim: int, wrap_negative: bool) -> Any:
+    """`table` indexed along `dim` by the integer tensor `index` (any rank): nvFuser's index_select of
+    the flattened index, its dim then made `index`'s shape. The table is read as the fusion defines
+    it: an f32 upcast of a half/bfloat16 table would be a whole-table op ahead of the gather; the rows
+    are upcast instead (by the dtype matching after the lowering). `wrap_negative`: an index below 0
+    counts from the end, as ATen's indexing reads it (index_select would read out of bounds)."""
+    indices, src = _val(index), _val(table)
+    flat = ctx.value(index)
+    # the index's sizes: ints, or (a dynamic-shape graph's batch and length) nvFuser's extents
     sizes = _extents(ctx, flat, indices)
     if indices.dim() != 1:
         flat = ctx.ops.reshape(flat, [_product(ctx, sizes)])
-    # Gather from the table as defined: an f32 upcast of a half/bfloat16 table would be a whole-table
-    # op ahead of the gather. The gathered rows are upcast instead (by the dtype matching after this).
-    weight = ctx.raw_inputs.get(node.args[0])
-    rows = ctx.ops.index_select(weight if weight is not None else ctx.value(node.args[0]), flat, 0)
-    width = int(_val(node.args[0]).shape[1])
+    if wrap_negative:
+        flat = ctx.ops.where(ctx.ops.lt(flat, ctx.value(0)), ctx.ops.add(flat, ctx.value(int(src.shape[dim]))), flat)
+    raw = ctx.raw_inputs.get(table)
+    rows = ctx.ops.index_select(raw if raw is not None else ctx.value(table), flat, dim)
     if indices.dim() == 1:
         return rows
+    before, after = [int(s) for s in src.shape[:dim]], [int(s) for s in src.shape[dim + 1:]]
     # position ids [1, S]: the rows [S, D] as [1, S, D], its 1 a broadcast against a batch's [B, S, D]
-    return _ones_by_broadcast(ctx, rows, [_product(ctx, sizes), width], [*sizes, width],
+    return _ones_by_broadcast(ctx, rows, [*before, _product(ctx, sizes), *after], [*before, *sizes, *after],
                               lambda v, shape: ctx.ops.reshape(v, shape))
+
+
+@register_lowering(aten.embedding.default, check=_check_embedding, opt_in="fuse_embedding")
+def _embedding(ctx, node: Node) -> Any:
+    """Rows of the weight picked by the indices (padding_idx matters only to the backward)."""
+    return _rows(ctx, node.args[0], node.args[1], 0, wrap_negative=False)
+
+
+def _one_index(node: Node) -> Optional[tuple[int, Any]]:
+    """(dim, index) of `t[:, ..., index]`: one index tensor, every other entry None; else None."""
+    indices = node.args[1]
+    if not isinstance(indices, (list, tuple)):
+        return None
+    tensors = [(d, i) for d, i in enumerate(indices) if i is not None]
+    return tensors[0] if len(tensors) == 1 else None
+
+
+def _check_index(node: Node) -> Optional[str]:
+    found = _one_index(node)
+    if found is None:
+        return "unsupported op: index by more than one tensor (a data-dependent gather)"
+    index = _val(found[1])
+    if not isinstance(index, torch.Tensor) or index.dtype not in (torch.int64, torch.int32):
+        return "unsupported op: index by a boolean mask (a result of data-dependent size)"
+    source = node.args[0]
+    if not (isinstance(source, Node) and source.op == "placeholder"):
+        # nvFuser's index_select reads its table from the fusion's inputs (the embedding lowering
+        # reads it the same way); a table computed in the graph stays with ATen's gather
+        return "unsupported op: index of a tensor the graph computes (a data-dependent gather)"
+    src = _val(source)
+    if src.dim() == 0 or not all(_static(s) for s in src.shape) or _expanded(source):
+        return "unsupported op: index of a 0-d, symbolic-size or expanded (stride-0) table"
+    return None
+
+
+@register_lowering(aten.index.Tensor, check=_check_index)
+def _index(ctx, node: Node) -> Any:
+    """`table[:, ..., index]`, one integer index tensor: its rows along that dim, in the region around
+    it. Relative position biases read this way (Swin's and BEiT's `table[index.view(-1)]`, LeViT's
+    `biases[:, index]`, a parameter by an index buffer) ran as ATen's gather between the regions."""
+    dim, index = _one_index(node)
+    return _rows(ctx, node.args[0], index, dim, wrap_negative=True)
 
 
 def _check_dropout(node: Node) -> Optional[str]:

@@ -15,6 +15,7 @@ from typing import Callable, Collection, Iterable, Optional, Sequence
 import torch
 from torch.fx import GraphModule, Node
 
+from dynamo_nvf.ops.lowerings import ROW_GATHERS
 from dynamo_nvf.ops.metadata import is_metadata
 from dynamo_nvf.ops.registry import unsupported_reason
 from dynamo_nvf.settings import Settings
@@ -175,18 +176,19 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
 
 
 
-#: Why an embedding whose gathered rows leave its region runs in ATen.
+#: Why a gather of rows (an embedding, an index by one tensor) whose rows leave its region runs in ATen.
 GATHER_OUTPUT_REASON = (
-    "embedding whose gathered rows are used outside the region (saved for the backward) runs in ATen: "
-    "nvFuser 0.2.36 faulted (illegal memory access) running such a region, a BERT-style training "
-    "step's embeddings at 16 x 256 tokens (H100, 2026-11-23)"
+    "embedding or index whose gathered rows are used outside the region (saved for the backward) runs "
+    "in ATen: nvFuser 0.2.36 faulted (illegal memory access) running such a region, a BERT-style "
+    "training step's embeddings at 16 x 256 tokens (H100, 2026-11-23)"
 )
 
 
 def _gather_leaves_region(node: Node, group_of: dict[Node, "_Group"]) -> bool:
-    """An `aten.embedding` in a region whose rows, directly or through views, are used outside it."""
+    """A gather of rows (ROW_GATHERS: nvFuser's index_select) in a region whose rows, directly or
+    through views, are used outside it."""
     group = group_of.get(node)
-    if group is None or node.target is not torch.ops.aten.embedding.default:
+    if group is None or node.target not in ROW_GATHERS:
         return False
     stack = list(node.users)
     while stack:
