@@ -85,16 +85,18 @@ def test_negative_and_int32_indices_read_as_eager():
     assert all(n.region is not None for n in _index_nodes(plans))
 
 
-@pytest.mark.parametrize("case", ["two_tensors", "computed", "rows_returned"])
+@pytest.mark.parametrize("case", ["two_tensors", "computed", "expanded_index", "rows_returned"])
 def test_an_index_nvfuser_cannot_take_stays_in_aten(case):
-    """By two index tensors, of a table the graph computes, and one whose rows leave the region
-    (index_select's output written out faulted nvFuser 0.2.36) stay, saying why. (A boolean mask's
-    index has a data-dependent size: Dynamo breaks the graph there.)"""
+    """By two index tensors, of a table the graph computes, by an expanded index (its flattening
+    reshape lost extents in nvFuser 0.2.36), and one whose rows leave the region (index_select's output written out faulted nvFuser 0.2.36) stay, saying why.
+    (A boolean mask's index has a data-dependent size: Dynamo breaks the graph there.)"""
     def fn(table, index):
         if case == "two_tensors":
             return table[index, index] * 2
         if case == "computed":
             return (table * 2)[index] + 1
+        if case == "expanded_index":
+            return table[index[None, :].expand(4, -1)] * 2
         rows = table[index]
         return rows, rows * 2
 

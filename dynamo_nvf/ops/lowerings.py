@@ -739,25 +739,17 @@ def _reshape(ctx, node: Node) -> Any:
             else:
                 inferred = ctx.ops.div(*(ctx.value(v) if isinstance(v, int) else v for v in (numel, known)))
             shape = [inferred if isinstance(s, int) and s == -1 else s for s in shape]
-    if any(u.target in DIM_REDUCTIONS for u in node.users):
-        return _reshaped(ctx, value, src, shape)
-    return _ones_by_broadcast(ctx, value, src.shape, shape, lambda v, core: _reshaped(ctx, v, src, core))
-
-
-def _ones_by_broadcast(ctx, value: Any, src_shape: Sequence[Any], shape: Sequence[Any],
-                       reshape: Callable[[Any, Sequence[Any]], Any]) -> Any:
-    """`value` of sizes `src_shape` reshaped to `shape` by `reshape`, the static size-1 dims that makes
-    made by a broadcast: the size-1 dims nvFuser's reshape makes do not broadcast, and a binary op of
-    one against a full dim failed to compile ("Expected sizes to match: 1 vs 64": a GroupNorm
-    backward's weight viewed as [1, 1, C], PoolFormer training, H100, 2026-11-26; "1 vs 8":
-    [1, G, C/G], GroupNorm(32) training; "8 vs 1": position embeddings [1, S, D] added to a batch's)."""
-    ones = _inserted_ones(src_shape, shape)
-    if ones is None:
-        return reshape(value, shape)
-    core, inserted = ones
-    if core != [int(s) for s in src_shape]:
-        value = reshape(value, core)
-    return ctx.ops.broadcast(value, inserted)
+    ones = _inserted_ones(src.shape, shape)
+    if ones is not None and not any(u.target in DIM_REDUCTIONS for u in node.users):
+        # The size-1 dims a view makes are made by a broadcast: the size-1 dims nvFuser's reshape
+        # makes do not broadcast, and a binary op of one against a full dim failed to compile
+        # ("Expected sizes to match: 1 vs 64": a GroupNorm backward's weight viewed as [1, 1, C],
+        # PoolFormer training, H100, 2026-11-26; "1 vs 8": [1, G, C/G], GroupNorm(32) training).
+        core, inserted = ones
+        if core != [int(s) for s in src.shape]:
+            value = _reshaped(ctx, value, src, core)
+        return ctx.ops.broadcast(value, inserted)
+    return _reshaped(ctx, value, src, shape)
 
 
 @register_lowering(aten.permute.default)
@@ -1077,9 +1069,15 @@ def _rows(ctx, table: Node, index: Node, dim: int, wrap_negative: bool) -> Any:
     if indices.dim() == 1:
         return rows
     before, after = [int(s) for s in src.shape[:dim]], [int(s) for s in src.shape[dim + 1:]]
-    # position ids [1, S]: the rows [S, D] as [1, S, D], its 1 a broadcast against a batch's [B, S, D]
-    return _ones_by_broadcast(ctx, rows, [*before, _product(ctx, sizes), *after], [*before, *sizes, *after],
-                              lambda v, shape: ctx.ops.reshape(v, shape))
+    core = [s for s in sizes if not (_static(s) and s == 1)]
+    if not core or len(core) == len(sizes) or not all(_static(s) for s in sizes):
+        return ctx.ops.reshape(rows, [*before, *sizes, *after])
+    # position ids [1, S]: the rows [S, D] as [1, S, D], the index's 1s made by a broadcast as a view's
+    # are (`_reshape`): the 1 of nvFuser's reshape did not broadcast against a batch's [B, S, D] ("Expected
+    # sizes to match: 8 vs 1", BERT-style embeddings on an H200, 2026-11-29)
+    if len(core) > 1:
+        rows = ctx.ops.reshape(rows, [*before, *core, *after])
+    return ctx.ops.broadcast(rows, [False] * len(before) + [s == 1 for s in sizes] + [False] * len(after))
 
 
 @register_lowering(aten.embedding.default, check=_check_embedding, opt_in="fuse_embedding")
@@ -1104,6 +1102,10 @@ def _check_index(node: Node) -> Optional[str]:
     index = _val(found[1])
     if not isinstance(index, torch.Tensor) or index.dtype not in (torch.int64, torch.int32):
         return "unsupported op: index by a boolean mask (a result of data-dependent size)"
+    if index.dim() == 0 or _expanded(found[1]):
+        # a 0-d index may be a CPU scalar; nvFuser 0.2.36 lost the extents of a reshape of an
+        # expanded tensor (`_reshaped`), and `_rows` flattens the index
+        return "unsupported op: index by a 0-d or expanded (stride-0) tensor"
     source = node.args[0]
     if not (isinstance(source, Node) and source.op == "placeholder"):
         # nvFuser's index_select reads its table from the fusion's inputs (the embedding lowering
