@@ -1053,6 +1053,53 @@ def _gather(ctx, node: Node) -> Any:
     return ctx.ops.take_along_axis(ctx.value(node.args[0]), index, dim)
 
 
+#: A cumsum along at most this many elements lowers to a masked sum (`_cumsum`): its work grows with
+#: the square of the length. Position ids and packed-sequence ids are cumsums along a sequence.
+CUMSUM_MAX_LENGTH = 2048
+#: ... and where the masked sum reads at most this many elements (16 sequences of 2048: 2^26).
+CUMSUM_MAX_ELEMENTS = 1 << 26
+
+
+def _check_cumsum(node: Node) -> Optional[str]:
+    x = _val(node.args[0])
+    if x.dim() == 0:
+        return "unsupported op: cumsum of a 0-d tensor"
+    if not all(_static(s) for s in x.shape):
+        return "unsupported op: cumsum of a tensor of symbolic size"
+    length = int(x.shape[_norm_dim(node.args[1], x.dim())])
+    if length > CUMSUM_MAX_LENGTH or x.numel() * length > CUMSUM_MAX_ELEMENTS:
+        return (f"unsupported op: cumsum along {length} elements of {x.numel()}: its masked sum would read "
+                f"more than {CUMSUM_MAX_LENGTH} per row or {CUMSUM_MAX_ELEMENTS} in all")
+    return None
+
+
+@register_lowering(aten.cumsum.default, check=_check_cumsum)
+def _cumsum(ctx, node: Node) -> Any:
+    """`out[.., i, ..] = sum(x[.., k, ..] for k <= i)` along `dim`, as a sum over a new dim of the
+    scan's length of `x` masked by `k <= i`: a broadcast, a where and a reduction, which every
+    nvFuser scheduler takes. nvFuser 0.2.36's own scan is scheduled only by its Greedy scheduler,
+    which refuses the symbolic extents the backend defines fusions with, so it ran ATen's cumsum
+    inside the fusion. The work is the length squared per row, hence the caps (CUMSUM_MAX_LENGTH).
+    transformers number packed sequences by a cumsum between their mask's pointwise ops (HF LLaMA,
+    Mistral, Qwen2) and compute position ids as an attention mask's cumsum (GPT-2, OPT).
+    Integers and bools sum in int64, exactly; floats in the fusion's compute dtype, each output
+    summed in a tree (in another order than ATen's scan)."""
+    src, out = _val(node.args[0]), node.meta["val"]
+    rank, dim = src.dim(), _norm_dim(node.args[1], src.dim())
+    length = int(src.shape[dim])
+    compute = ctx.compute_dtype(out.dtype)
+    x = ctx.cast(ctx.value(node.args[0]), compute)
+    shape = [int(s) for s in src.shape]
+    wide = [*shape[:dim], length, *shape[dim:]]  # dim: the output's i; dim + 1: the summed k
+    terms = ctx.ops.broadcast_in_dim(x, wide, [d if d < dim else d + 1 for d in range(rank)])
+    iota = ctx.ops.iota(ctx.value(length), ctx.value(0), ctx.value(1), ctx.dtype(torch.int64))
+    upper = ctx.ops.broadcast_in_dim(iota, [length, length], [0])
+    lower = ctx.ops.broadcast_in_dim(iota, [length, length], [1])
+    keep = ctx.ops.broadcast_in_dim(ctx.ops.le(lower, upper), wide, [dim, dim + 1])
+    masked = ctx.ops.where(keep, terms, ctx.constant(0, compute))
+    return ctx.ops.sum(masked, [dim + 1], False, ctx.dtype(compute))
+
+
 @register_lowering(aten.embedding.default, check=_check_embedding, opt_in="fuse_embedding")
 def _embedding(ctx, node: Node) -> Any:
     """Rows of the weight picked by the indices (padding_idx matters only to the backward)."""
