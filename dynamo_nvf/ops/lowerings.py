@@ -1076,25 +1076,34 @@ def _check_cumsum(node: Node) -> Optional[str]:
 @register_lowering(aten.cumsum.default, check=_check_cumsum)
 def _cumsum(ctx, node: Node) -> Any:
     """`out[.., i, ..] = sum(x[.., k, ..] for k <= i)` along `dim`, as a sum over a new dim of the
-    scan's length of `x` masked by `k <= i`: a broadcast, a where and a reduction, which every
-    nvFuser scheduler takes. nvFuser 0.2.36's own scan is scheduled only by its Greedy scheduler,
-    which refuses the symbolic extents the backend defines fusions with, so it ran ATen's cumsum
-    inside the fusion. The work is the length squared per row, hence the caps (CUMSUM_MAX_LENGTH).
-    transformers number packed sequences by a cumsum between their mask's pointwise ops (HF LLaMA,
-    Mistral, Qwen2) and compute position ids as an attention mask's cumsum (GPT-2, OPT).
-    Integers and bools sum in int64, exactly; floats in the fusion's compute dtype, each output
-    summed in a tree (in another order than ATen's scan)."""
+    scan's length of `x` masked by `k <= i`: a broadcast, a where and a reduction. nvFuser 0.2.36's
+    own scan is scheduled only by its Greedy scheduler, which refuses the symbolic extents the backend
+    defines fusions with, so it ran ATen's cumsum inside the fusion. The work is the length squared
+    per row, hence the caps (CUMSUM_MAX_LENGTH). transformers number packed sequences by a cumsum
+    between their mask's pointwise ops (HF LLaMA, Mistral, Qwen2) and compute position ids as an
+    attention mask's cumsum (GPT-2, OPT).
+
+    `i` and `k` come from two iotas: one iota broadcast into both dims maps the two dims to each
+    other in nvFuser's exact map, and every scheduler refuses a tensor mapped to itself (the
+    segmenter then splits the region). Where the result meets `x` again along the scanned dim
+    (`cumsum(mask) * mask`) the two dims are mapped all the same, and nvFuser splits the region at
+    the sum. Integers and bools sum exactly in the result's dtype (int64 unless `dtype` says
+    otherwise); floats in the fusion's compute dtype, each output summed in a tree (in another order
+    than ATen's scan). A `dtype` argument casts the input first, as ATen does."""
     src, out = _val(node.args[0]), node.meta["val"]
     rank, dim = src.dim(), _norm_dim(node.args[1], src.dim())
     length = int(src.shape[dim])
     compute = ctx.compute_dtype(out.dtype)
-    x = ctx.cast(ctx.value(node.args[0]), compute)
+    x = ctx.value(node.args[0])
+    if out.dtype != src.dtype:  # cumsum(x, dtype=...) sums x cast to dtype (a half result rounds x first)
+        x = ctx.cast(x, out.dtype)
+    x = ctx.cast(x, compute)
     shape = [int(s) for s in src.shape]
     wide = [*shape[:dim], length, *shape[dim:]]  # dim: the output's i; dim + 1: the summed k
     terms = ctx.ops.broadcast_in_dim(x, wide, [d if d < dim else d + 1 for d in range(rank)])
-    iota = ctx.ops.iota(ctx.value(length), ctx.value(0), ctx.value(1), ctx.dtype(torch.int64))
-    upper = ctx.ops.broadcast_in_dim(iota, [length, length], [0])
-    lower = ctx.ops.broadcast_in_dim(iota, [length, length], [1])
+    i, k = (ctx.ops.iota(ctx.value(length), ctx.value(0), ctx.value(1), ctx.dtype(torch.int64)) for _ in range(2))
+    upper = ctx.ops.broadcast_in_dim(i, [length, length], [0])
+    lower = ctx.ops.broadcast_in_dim(k, [length, length], [1])
     keep = ctx.ops.broadcast_in_dim(ctx.ops.le(lower, upper), wide, [dim, dim + 1])
     masked = ctx.ops.where(keep, terms, ctx.constant(0, compute))
     return ctx.ops.sum(masked, [dim + 1], False, ctx.dtype(compute))
