@@ -140,14 +140,14 @@ def test_ops_left_to_aten_say_why():
     def fn(x, w):
         y = F.conv2d(x, w, padding=1)
         z = F.max_pool2d(y * 2, 2, dilation=2)  # dilated: not taken as taps (passes/max_pool_taps.py)
-        return torch.cumsum(z + 1, -1)
+        return torch.cumprod(z + 1, -1)
 
     with recording() as rec:
         compile_fn(fn, {"plan_cpu_as_cuda": True})(torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3))
     reasons = {n.op: n.reason for p in rec.plans for n in p.nodes if n.region is None}
     assert reasons["aten.convolution.default"].startswith("convolution: runs in ATen (cuDNN)")
     assert reasons["aten.max_pool2d_with_indices.default"].endswith("(a sliding-window op (pooling))")
-    assert reasons["aten.cumsum.default"] == "unsupported op: aten.cumsum.default has no nvFuser lowering (a scan along a dim)"
+    assert reasons["aten.cumprod.default"] == "unsupported op: aten.cumprod.default has no nvFuser lowering (a scan along a dim)"
 
 
 def test_batch_norm_running_stats_write_back_says_why():

@@ -1045,6 +1045,62 @@ def _gather(ctx, node: Node) -> Any:
     return ctx.ops.take_along_axis(ctx.value(node.args[0]), index, dim)
 
 
+#: A cumsum along at most this many elements lowers to a masked sum (`_cumsum`): its work grows with
+#: the square of the length. Position ids and packed-sequence ids are cumsums along a sequence.
+CUMSUM_MAX_LENGTH = 2048
+#: ... and where the masked sum reads at most this many elements (16 sequences of 2048: 2^26).
+CUMSUM_MAX_ELEMENTS = 1 << 26
+
+
+def _check_cumsum(node: Node) -> Optional[str]:
+    x = _val(node.args[0])
+    if x.dim() == 0:
+        return "unsupported op: cumsum of a 0-d tensor"
+    if not all(_static(s) for s in x.shape):
+        return "unsupported op: cumsum of a tensor of symbolic size"
+    length = int(x.shape[_norm_dim(node.args[1], x.dim())])
+    if length > CUMSUM_MAX_LENGTH or x.numel() * length > CUMSUM_MAX_ELEMENTS:
+        return (f"unsupported op: cumsum along {length} elements of {x.numel()}: its masked sum would read "
+                f"more than {CUMSUM_MAX_LENGTH} per row or {CUMSUM_MAX_ELEMENTS} in all")
+    return None
+
+
+@register_lowering(aten.cumsum.default, check=_check_cumsum)
+def _cumsum(ctx, node: Node) -> Any:
+    """`out[.., i, ..] = sum(x[.., k, ..] for k <= i)` along `dim`, as a sum over a new dim of the
+    scan's length of `x` masked by `k <= i`: a broadcast, a where and a reduction. nvFuser 0.2.36's
+    own scan is scheduled only by its Greedy scheduler, which refuses the symbolic extents the backend
+    defines fusions with, so it ran ATen's cumsum inside the fusion. The work is the length squared
+    per row, hence the caps (CUMSUM_MAX_LENGTH). transformers number packed sequences by a cumsum
+    between their mask's pointwise ops (HF LLaMA, Mistral, Qwen2) and compute position ids as an
+    attention mask's cumsum (GPT-2, OPT).
+
+    `i` and `k` come from two iotas: one iota broadcast into both dims maps the two dims to each
+    other in nvFuser's exact map, and every scheduler refuses a tensor mapped to itself (the
+    segmenter then splits the region). Where the result meets `x` again along the scanned dim
+    (`cumsum(mask) * mask`) the two dims are mapped all the same, and nvFuser splits the region at
+    the sum. Integers and bools sum exactly in the result's dtype (int64 unless `dtype` says
+    otherwise); floats in the fusion's compute dtype, each output summed in a tree (in another order
+    than ATen's scan). A `dtype` argument casts the input first, as ATen does."""
+    src, out = _val(node.args[0]), node.meta["val"]
+    rank, dim = src.dim(), _norm_dim(node.args[1], src.dim())
+    length = int(src.shape[dim])
+    compute = ctx.compute_dtype(out.dtype)
+    x = ctx.value(node.args[0])
+    if out.dtype != src.dtype:  # cumsum(x, dtype=...) sums x cast to dtype (a half result rounds x first)
+        x = ctx.cast(x, out.dtype)
+    x = ctx.cast(x, compute)
+    shape = [int(s) for s in src.shape]
+    wide = [*shape[:dim], length, *shape[dim:]]  # dim: the output's i; dim + 1: the summed k
+    terms = ctx.ops.broadcast_in_dim(x, wide, [d if d < dim else d + 1 for d in range(rank)])
+    i, k = (ctx.ops.iota(ctx.value(length), ctx.value(0), ctx.value(1), ctx.dtype(torch.int64)) for _ in range(2))
+    upper = ctx.ops.broadcast_in_dim(i, [length, length], [0])
+    lower = ctx.ops.broadcast_in_dim(k, [length, length], [1])
+    keep = ctx.ops.broadcast_in_dim(ctx.ops.le(lower, upper), wide, [dim, dim + 1])
+    masked = ctx.ops.where(keep, terms, ctx.constant(0, compute))
+    return ctx.ops.sum(masked, [dim + 1], False, ctx.dtype(compute))
+
+
 #: Ops lowered through nvFuser's index_select (`_rows`): their rows must not leave their region
 #: (passes/partition.py, GATHER_OUTPUT_REASON).
 ROW_GATHERS = frozenset({aten.embedding.default, aten.index.Tensor})

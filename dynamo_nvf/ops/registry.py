@@ -103,7 +103,7 @@ WHY_NO_LOWERING: dict[str, str] = {
         "avg_pool3d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
         "_adaptive_avg_pool3d", "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d",
         "adaptive_max_pool2d_backward")},
-    **{f"aten.{name}": "a scan along a dim" for name in ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")},
+    **{f"aten.{name}": "a scan along a dim" for name in ("cumprod", "cummax", "cummin", "logcumsumexp")},
     **{f"aten.{name}": "a reduction that returns indices" for name in (
         "argmax", "argmin", "sort", "topk", "kthvalue", "median")},
     **{f"aten.{name}": f"values with indices (`{name}.dim`), or an overload that a{name} does not cover"
