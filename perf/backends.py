@@ -165,7 +165,7 @@ BACKENDS: dict[str, Backend] = {
             "nvf_fec_execute",
             _nvf({"direct_launch": False}),
             'dynamo_nvf with direct_launch off: every region call goes through fec.execute (the default '
-            'relaunches a static one-kernel region\'s kernel through the driver once it has run)',
+            'replays a static region\'s kernels, every segment\'s, through the driver once it has run)',
             nvf=True,
         ),
         Backend(
