@@ -1025,8 +1025,10 @@ def _check_gather(node: Node) -> Optional[str]:
         return "unsupported op: gather of a 0-d tensor, or by an index of another rank"
     if index.dtype not in (torch.int64, torch.int32):
         return "unsupported op: gather needs int32/int64 indices"
-    if _expanded(node.args[0]) or _expanded(node.args[2]):
-        return "unsupported op: gather from or by an expanded (stride-0) tensor"
+    if _expanded(node.args[2]):
+        # a source expanded in eager is a broadcast in the fusion, which take_along_axis reads; an
+        # expanded index is kept out as the index lowerings keep theirs
+        return "unsupported op: gather by an expanded (stride-0) index"
     if any(not (_static(i) and _static(s) and i == s) for d, (i, s) in enumerate(zip(index.shape, src.shape)) if d != dim):
         # nvFuser 0.2.36 generates no code for such a gather (NVIDIA/Fuser#5907): every scheduler
         # but the expression evaluator rejects it, which runs ATen's gather between kernels
