@@ -100,15 +100,18 @@ def test_roberta_style_embeddings_train_as_eager():
     plans = check_training(model, [torch.randint(0, 100, (4, 48))], ON, params=list(model.parameters()),
                            rtol=1e-5, atol=1e-5)
     assert not any("gather" in op for op in _left_to_aten(plans)), _left_to_aten(plans)
+
+
 @pytest.mark.gpu
 @CUDA
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-def test_gpu_bert_embeddings_run_on_nvfuser(dtype):
+@pytest.mark.parametrize("module", [Embeddings, RobertaEmbeddings], ids=["bert", "roberta"])
+def test_gpu_embeddings_run_on_nvfuser(module, dtype):
     torch.manual_seed(0)
-    model = Embeddings().to(device="cuda", dtype=dtype).eval()
+    model = module().to(device="cuda", dtype=dtype).eval()
     STATS.reset()
     rtol, atol = tolerance(dtype)
-    check_fresh_inputs(compile_fn(model), model, lambda: [torch.randint(0, 100, (8, 64), device="cuda")], rtol, atol,
+    check_fresh_inputs(compile_fn(model), model, lambda: [torch.randint(0, 100, (8, 48), device="cuda")], rtol, atol,
                        calls=3)
     assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0 and STATS.split_regions == 0, STATS.snapshot()
 
@@ -162,17 +165,4 @@ def test_gpu_gather_from_an_expanded_input():
 
     STATS.reset()
     check_fresh_inputs(compile_fn(fn), fn, make, *tolerance(torch.float32), calls=3)
-    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0 and STATS.split_regions == 0, STATS.snapshot()
-
-
-@pytest.mark.gpu
-@CUDA
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-def test_gpu_roberta_embeddings_run_on_nvfuser(dtype):
-    torch.manual_seed(0)
-    model = RobertaEmbeddings().to(device="cuda", dtype=dtype).eval()
-    STATS.reset()
-    rtol, atol = tolerance(dtype)
-    check_fresh_inputs(compile_fn(model), model, lambda: [torch.randint(0, 100, (8, 48), device="cuda")], rtol, atol,
-                       calls=3)
     assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0 and STATS.split_regions == 0, STATS.snapshot()
