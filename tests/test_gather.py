@@ -51,9 +51,13 @@ def _left_to_aten(plans) -> list[str]:
     return [n.op for p in plans for n in p.nodes if n.region is None and "trimmed" not in (n.reason or "")]
 
 
-def test_bert_embeddings_are_one_region():
+@pytest.mark.parametrize("module", [Embeddings, RobertaEmbeddings], ids=["bert", "roberta"])
+def test_embeddings_are_one_region(module):
+    """Token types gathered from the buffer (RoBERTa's expanded to the batch, `[1, P]` to `[B, P]`,
+    and gathered by position ids the graph computes from the input ids), three embeddings summed, a
+    LayerNorm: one region, no gather and no embedding left in ATen."""
     torch.manual_seed(0)
-    model = Embeddings().eval()
+    model = module().eval()
     make = lambda: [torch.randint(0, 100, (4, 48))]  # noqa: E731
     plans = check_inference(model, make(), ON, rtol=1e-5, atol=1e-5)
     left = _left_to_aten(plans)
@@ -77,20 +81,6 @@ def test_a_gather_by_an_expanded_index_or_a_smaller_one_stays_in_aten():
     reasons = sorted(n.reason for p in plans for n in p.nodes if n.op == "aten.gather.default")
     assert len(reasons) == 4 and reasons[:2] == ["", ""], reasons  # "" : in a region
     assert "expanded" in reasons[2] + reasons[3] and "smaller" in reasons[2] + reasons[3], reasons
-
-
-def test_roberta_style_token_types_gathered_from_an_expanded_buffer_join_the_region():
-    """transformers' RobertaEmbeddings gather the token-type buffer expanded to the batch (`[1, P]`
-    expanded to `[B, P]`) by position ids the graph computes from the input ids: no gather, no
-    embedding left in ATen."""
-    torch.manual_seed(0)
-    model = RobertaEmbeddings().eval()
-    make = lambda: [torch.randint(0, 100, (4, 48))]  # noqa: E731
-    plans = check_inference(model, make(), ON, rtol=1e-5, atol=1e-5)
-    left = _left_to_aten(plans)
-    assert not any("gather" in op or "embedding" in op for op in left), left
-    check_fresh_inputs(compile_fn(model, ON), model, make, 1e-5, 1e-5)
-
 
 
 def test_roberta_style_embeddings_train_as_eager():
