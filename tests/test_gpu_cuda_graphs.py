@@ -224,3 +224,43 @@ def test_explain_under_cuda_graphs_says_captured():
                                 options={"cuda_graphs": True})
     assert [g.cuda_graph for g in report.graphs] == [CAPTURED, CAPTURED]
     assert "CUDA graph: captured" in str(report)
+
+
+class CachedBias(torch.nn.Module):
+    """timm LeViT's attention bias in eval mode: computed on the first call and kept in a dict across
+    calls, so a later graph reads an output of an earlier one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.randn(4, 16))
+        self.register_buffer("idx", torch.randint(0, 16, (16, 16)))
+        self.cache: dict[str, torch.Tensor] = {}
+
+    def biases(self, device: torch.device) -> torch.Tensor:
+        key = str(device)
+        if key not in self.cache:
+            self.cache[key] = self.bias[:, self.idx]
+        return self.cache[key]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x @ x.transpose(-1, -2) * 0.25 + self.biases(x.device), -1) @ x
+
+
+def test_a_kept_output_that_a_replay_overwrote_raises_torchs_error_and_leaves_regions_whole():
+    """Reading an output that a later replay overwrote fails as under inductor's reduce-overhead, with
+    torch's advice in the error; the regions that read it are not split or sent to eager for it, and
+    the model runs again once the kept tensor is cloned."""
+    torch.manual_seed(0)
+    model = CachedBias().to(DEV).eval()
+    compiled = _graphs_compile(model)
+    STATS.reset()
+    with torch.no_grad(), pytest.raises(RuntimeError, match="overwritten"):
+        for _ in range(6):
+            compiled(torch.randn(2, 4, 16, 16, device=DEV))
+    assert STATS.fallbacks == 0 and STATS.split_regions == 0, STATS.snapshot()
+    model.cache = {k: v.clone() for k, v in model.cache.items()}
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 4, 16, 16, device=DEV)
+            assert_same(_step(lambda: compiled(x)).clone(), model(x))
+    assert STATS.fallbacks == 0 and STATS.split_regions == 0, STATS.snapshot()

@@ -36,7 +36,7 @@ from torch.fx import GraphModule
 
 from dynamo_nvf.plan import GraphPlan
 from dynamo_nvf.runtime.boxed_forward import BoxedFn
-from dynamo_nvf.runtime.region import _capturing
+from dynamo_nvf.runtime.region import _capturing, reads_an_overwritten_output
 
 log = logging.getLogger("dynamo_nvf")
 
@@ -333,7 +333,7 @@ class CudaGraphs:
                 with COLLECTION_PAUSE:
                     out = fn(args)
             except RuntimeError as exc:
-                if _capturing():
+                if _capturing() or reads_an_overwritten_output(exc):
                     raise
                 with torch.no_grad():
                     for i, value in kept:

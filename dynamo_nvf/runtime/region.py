@@ -436,6 +436,19 @@ def device_reason(args: Sequence[Any], home: Optional[torch.device]) -> str:
     return f"no CUDA tensor input: nvFuser would run it on cuda:0, its outputs belong on {home}"
 
 
+#: cudagraph trees' words for a tensor that a later replay overwrote (torch/_inductor/cudagraph_trees.py,
+#: `format_dealloc_msg`, forward and gradient outputs alike): reading it fails wherever it is read.
+OVERWRITTEN_OUTPUT = "output of CUDAGraphs that has been overwritten"
+
+
+def reads_an_overwritten_output(exc: BaseException) -> bool:
+    """True for the error of reading a CUDA-graph output that a later replay overwrote (a model that
+    keeps a compiled output across calls, as LeViT's eval-mode bias cache does). It is the caller's
+    input that is gone, not nvFuser or a graph that failed: raised as it is, with torch's advice
+    (clone it, or `torch.compiler.cudagraph_mark_step_begin()`), the region left as it was."""
+    return isinstance(exc, RuntimeError) and OVERWRITTEN_OUTPUT in str(exc)
+
+
 def _capturing() -> bool:
     """True while a CUDA graph is being captured on the current stream (asked on error paths only)."""
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
@@ -536,12 +549,14 @@ class RegionRuntime:
                     else:
                         STATS.direct_launches += 1
                 except Exception as exc:  # a launch error: fec.execute from now on
+                    if reads_an_overwritten_output(exc):
+                        raise
                     self._drop_direct(exc)
             if outputs is None:
                 try:
                     outputs = entry.execute(args)
-                except Exception:  # e.g. a layout the definition does not take: the keyed path decides
-                    if _capturing():
+                except Exception as exc:  # e.g. a layout the definition does not take: the keyed path decides
+                    if _capturing() or reads_an_overwritten_output(exc):
                         raise
                     self._fast = None
                     return self._keyed_call(args)
@@ -586,6 +601,8 @@ class RegionRuntime:
         except RegionMismatch as exc:  # verify_regions
             return self._fail(f"verify_regions: {exc}", args)
         except Exception as exc:  # nvFuser run-time error
+            if reads_an_overwritten_output(exc):
+                raise
             return self._fail(f"nvFuser execution failed: {_short_error(exc)}", args, detail=str(exc))
         if steady and self._sized is not None:
             self._count_sized(sized, entry, args, outputs)
@@ -649,6 +666,8 @@ class RegionRuntime:
         try:
             outputs = launcher(self._tensor_args(args))
         except Exception as exc:  # a launch error: fec.execute for these sizes from now on
+            if reads_an_overwritten_output(exc):
+                raise
             outputs = None
             log.warning("%s: direct launch failed, back to fec.execute: %s", self.plan.name, _short_error(exc))
         if outputs is None:  # declined (another alignment) or failed: not tried again at these sizes
@@ -775,6 +794,8 @@ class RegionRuntime:
         try:
             built = build_fusion(self._nvf, self.eager, args, static_sizes=self.plan.static_sizes)
         except Exception as exc:
+            if reads_an_overwritten_output(exc):
+                raise
             if self.settings.strict:
                 raise NvFuserRegionError(f"{self.plan.name}: building the fusion failed: {exc}") from exc
             self._split_or_warn(f"building the fusion failed: {_short_error(exc)}")
