@@ -624,6 +624,14 @@ def _full_like_lowering(fill: Any):
     return lower
 
 
+@register_lowering(aten.new_empty.default)
+def _new_empty(ctx, node: Node) -> Any:
+    """Uninitialized memory, whose values no program may read before writing them: zeros in the
+    fusion. timm's drop path draws its mask into one (`x.new_empty(shape).bernoulli_(keep)`)."""
+    dtype = node.meta["val"].dtype
+    return ctx.ops.full(ctx.shape(node.args[1]), ctx.constant(0, dtype), ctx.dtype(dtype))
+
+
 register_lowering(aten.full.default)(_full_like_lowering(None))
 register_lowering(aten.zeros.default)(_full_like_lowering(0))
 register_lowering(aten.ones.default)(_full_like_lowering(1))
@@ -1206,6 +1214,26 @@ def _native_dropout(ctx, node: Node) -> Any:
     mask = ctx.ops.lt(ctx.ops.rand_like(x), keep)
     kept = ctx.ops.mul(x, ctx.cast(mask, ctx.compute_dtype(_val(node.args[0]).dtype)))
     return ctx.ops.mul(kept, 1.0 / keep), mask
+
+
+def _check_bernoulli(node: Node) -> Optional[str]:
+    p = _arg(node, 1, "p", 0.5)
+    if _arg(node, 2, "generator", None) is not None:
+        return "unsupported op: bernoulli with a generator of its own"
+    if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        return "unsupported op: bernoulli probability outside [0, 1] or symbolic"
+    if not _val(node.args[0]).dtype.is_floating_point:
+        return "dtype: bernoulli into a non-floating tensor"
+    return None
+
+
+@register_lowering(aten.bernoulli.p, check=_check_bernoulli, opt_in="fuse_dropout")
+def _bernoulli(ctx, node: Node) -> Any:
+    """1 with probability p, else 0, in the input's dtype (only its shape is read): stochastic depth's
+    per-sample mask (timm's drop path), drawn as dropout's is, from an f32 uniform."""
+    x = ctx.value(node.args[0])
+    u = ctx.ops.rand_like(ctx.cast(x, torch.float32))
+    return ctx.cast(ctx.ops.lt(u, float(_arg(node, 1, "p", 0.5))), node.meta["val"].dtype)
 
 
 @register_lowering(aten.cat.default, check=_check_cat)
