@@ -60,6 +60,19 @@ def test_fuse_dropout_false_leaves_the_mask_to_aten_with_a_reason():
     assert "fuse_dropout=True" in bernoulli.reason
 
 
+def test_an_empty_tensor_another_op_fills_stays_an_allocation():
+    """`new_empty` joins a region only as a bernoulli's draw: filled by another op (uniform_, which
+    stays in ATen) it stays an allocation, not a buffer of zeros written by the region before it."""
+    def f(x):
+        y = (x * 2).exp()
+        return y * y.new_empty(y.shape).uniform_()
+
+    with recording() as rec:
+        compile_fn(f, ON)(torch.randn(8, 4))
+    (empty,) = [n for p in rec.plans for n in p.nodes if n.op == "aten.new_empty.default"]
+    assert empty.region is None and "bernoulli" in empty.reason, empty.reason
+
+
 def _check_mask(compiled, device: str, dtype: torch.dtype) -> None:
     """Each sample's branch kept whole (scaled by 1/keep) or dropped whole, at the drop rate; the
     gradient through the branch uses the same mask; a second call draws another."""
@@ -118,3 +131,22 @@ def test_gpu_drop_path_block_is_one_region_without_an_aten_bernoulli():
     assert not [n for n in names if "bernoulli" in n.lower()], names
     _plan = _plans({"strict": True}, "cuda")
     assert len([r for r in _plan.regions if "aten.bernoulli.p" in r.ops]) == 1
+
+
+@pytest.mark.gpu
+@CUDA
+@pytest.mark.parametrize("op", ["bernoulli", "dropout"])
+def test_gpu_masks_of_a_broadcast_inside_the_region_draw_every_element(op):
+    """A mask drawn for `x.expand(64, 32) * 1` (dense in eager, a broadcast in the fusion): one draw
+    per element, as eager's, not one per column repeated down the rows."""
+    def f(x):
+        wide = x.expand(64, 32) * 1.0
+        if op == "bernoulli":
+            return torch.bernoulli(wide, 0.5) + wide
+        return torch.nn.functional.dropout(wide, p=0.5, training=True) + wide
+
+    STATS.reset()
+    out = compile_fn(f, {"strict": True})(torch.ones(1, 32, device="cuda"))
+    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0, STATS.snapshot()
+    rows = out.unique(dim=0)
+    assert rows.shape[0] > 32, f"{rows.shape[0]} distinct rows of 64: the draws repeat along the broadcast"

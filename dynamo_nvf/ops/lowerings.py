@@ -624,7 +624,14 @@ def _full_like_lowering(fill: Any):
     return lower
 
 
-@register_lowering(aten.new_empty.default)
+def _check_new_empty(node: Node) -> Optional[str]:
+    if not node.users or any(u.target is not aten.bernoulli.p for u in node.users):
+        return ("unsupported op: new_empty other than a bernoulli's draw: an allocation, no kernel "
+                "(in a region it would write zeros)")
+    return None
+
+
+@register_lowering(aten.new_empty.default, check=_check_new_empty)
 def _new_empty(ctx, node: Node) -> Any:
     """Uninitialized memory, whose values no program may read before writing them: zeros in the
     fusion. timm's drop path draws its mask into one (`x.new_empty(shape).bernoulli_(keep)`)."""
@@ -1192,6 +1199,14 @@ def _index(ctx, node: Node) -> Any:
     return _rows(ctx, node.args[0], index, dim, wrap_negative=True)
 
 
+def _uniform_like(ctx, arg: Any, dtype: torch.dtype) -> Any:
+    """Uniform [0, 1) values of `arg`'s shape in `dtype`, one per element: drawn for a dense tensor
+    of that shape, since nvFuser's rand_like keeps its input's broadcast dims (csrc/ops/arith.cpp)
+    and would draw once along a dim that is a broadcast in the fusion (`x.expand(8, 4) * 1`)."""
+    sizes = _extents(ctx, ctx.value(arg), _val(arg))
+    return ctx.ops.rand_like(ctx.ops.full(sizes, ctx.constant(0, dtype), ctx.dtype(dtype)))
+
+
 def _check_dropout(node: Node) -> Optional[str]:
     p, train = _arg(node, 1, "p"), _arg(node, 2, "train")
     if train is not True:
@@ -1200,8 +1215,6 @@ def _check_dropout(node: Node) -> Optional[str]:
         return "unsupported op: dropout probability outside (0, 1) or symbolic"
     if not _val(node.args[0]).dtype.is_floating_point:
         return "dtype: dropout of a non-floating tensor"
-    if _expanded(node.args[0]):
-        return "unsupported op: dropout of an expanded (stride-0) tensor draws one value per element"
     return None
 
 
@@ -1211,7 +1224,7 @@ def _native_dropout(ctx, node: Node) -> Any:
     nvFuser's Philox from torch's default CUDA generator (graph-safe: replays advance its offset)."""
     x = ctx.value(node.args[0])
     keep = 1.0 - float(_arg(node, 1, "p"))
-    mask = ctx.ops.lt(ctx.ops.rand_like(x), keep)
+    mask = ctx.ops.lt(_uniform_like(ctx, node.args[0], _val(node.args[0]).dtype), keep)
     kept = ctx.ops.mul(x, ctx.cast(mask, ctx.compute_dtype(_val(node.args[0]).dtype)))
     return ctx.ops.mul(kept, 1.0 / keep), mask
 
@@ -1231,8 +1244,7 @@ def _check_bernoulli(node: Node) -> Optional[str]:
 def _bernoulli(ctx, node: Node) -> Any:
     """1 with probability p, else 0, in the input's dtype (only its shape is read): stochastic depth's
     per-sample mask (timm's drop path), drawn as dropout's is, from an f32 uniform."""
-    x = ctx.value(node.args[0])
-    u = ctx.ops.rand_like(ctx.cast(x, torch.float32))
+    u = _uniform_like(ctx, node.args[0], torch.float32)
     return ctx.cast(ctx.ops.lt(u, float(_arg(node, 1, "p", 0.5))), node.meta["val"].dtype)
 
 
