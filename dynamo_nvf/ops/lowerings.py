@@ -1184,6 +1184,101 @@ def _index(ctx, node: Node) -> Any:
     return _rows(ctx, node.args[0], index, dim, wrap_negative=True)
 
 
+#: An accumulating scatter into a table of T rows reads each of its values T times (`_rows_added`):
+#: it lowers where T times the number of values is at most this many terms (16 M: Swin-T's bias
+#: tables, 169 rows by 2401 x 24 values, take 9.7 M; a word embedding's gradient stays in ATen).
+SCATTER_ADD_MAX_TERMS = 1 << 24
+
+
+def _check_rows_added(rows: int, index: Any, values: Any, table: Any) -> Optional[str]:
+    """Why an accumulating scatter of `values` into `rows` rows by the integer tensor `index` does not
+    lower, or None."""
+    idx, val, out = _val(index), _val(values), _val(table)
+    if not isinstance(idx, torch.Tensor) or idx.dtype not in (torch.int64, torch.int32):
+        return "unsupported op: accumulating scatter by a non-integer index (a boolean mask)"
+    if not all(_static(s) for t in (idx, val, out) for s in t.shape):
+        return "unsupported op: accumulating scatter of symbolic size"
+    if rows * val.numel() > SCATTER_ADD_MAX_TERMS:
+        return (f"unsupported op: accumulating scatter of {val.numel()} values into {rows} rows: its masked "
+                f"sum would add more than {SCATTER_ADD_MAX_TERMS} terms (a table this large stays with "
+                f"ATen's sort-based kernel)")
+    return None
+
+
+def _rows_added(ctx, table: Optional[Node], index: Node, values: Node, dim: int, rows: int,
+                skip_row: Optional[int] = None) -> Any:
+    """`table` (zeros where None) plus, for each position i of `index`, the values at i added into row
+    `index[i]` along `dim`: the sum over `index`'s dims of `values` masked by `index == t`, for each
+    row t (an iota), as `_cumsum` is a masked sum. The gradient of a gather from a small table:
+    relative position biases (`table[index]`, Swin, BEiT, LeViT), T5's bucket embedding, token-type
+    embeddings. nvfuser_direct binds no accumulating scatter (nvFuser's indexPutAccumulate is not
+    bound), so these ran ATen's sort-based kernels between regions. An index below 0 counts from the
+    end, as ATen's indexing reads it; `skip_row` (an embedding's padding_idx) gets nothing. Floats
+    add in the fusion's compute dtype, in a tree (another order than ATen's)."""
+    out = _val(table) if table is not None else None
+    val, idx = _val(values), _val(index)
+    compute = ctx.compute_dtype(val.dtype)
+    pre, irank = dim, idx.dim()
+    post = val.dim() - pre - irank
+    wide = [*(int(s) for s in val.shape[:pre]), rows, *(int(s) for s in val.shape[pre:])]
+    index_dims = list(range(pre + 1, pre + 1 + irank))
+    i = ctx.cast(ctx.value(index), torch.int64)
+    i = ctx.ops.where(ctx.ops.lt(i, ctx.value(0)), ctx.ops.add(i, ctx.value(rows)), i)
+    t = ctx.ops.iota(ctx.value(rows), ctx.value(0), ctx.value(1), ctx.dtype(torch.int64))
+    hit = ctx.ops.eq(ctx.ops.broadcast_in_dim(i, wide, index_dims), ctx.ops.broadcast_in_dim(t, wide, [pre]))
+    if skip_row is not None:
+        hit = ctx.ops.logical_and(hit, ctx.ops.ne(ctx.ops.broadcast_in_dim(t, wide, [pre]), ctx.value(skip_row)))
+    terms = ctx.ops.broadcast_in_dim(ctx.cast(ctx.value(values), compute), wide,
+                                     [*range(pre), *index_dims, *range(pre + 1 + irank, pre + 1 + irank + post)])
+    added = ctx.ops.sum(ctx.ops.where(hit, terms, ctx.constant(0, compute)), index_dims, False, ctx.dtype(compute))
+    if table is not None:
+        added = ctx.ops.add(ctx.cast(ctx.value(table), compute), added)
+    return added
+
+
+def _check_index_put(node: Node) -> Optional[str]:
+    if _arg(node, 3, "accumulate", False) is not True:
+        return "unsupported op: index_put without accumulate (a data-dependent scatter)"
+    found = _one_index(node)
+    if found is None:
+        return "unsupported op: index_put by more than one tensor (a data-dependent scatter)"
+    dim, index = found
+    table, values = _val(node.args[0]), _val(node.args[2])
+    idx = _val(index)
+    if not isinstance(idx, torch.Tensor) or idx.dim() == 0:
+        return "unsupported op: index_put by a 0-d or non-tensor index"
+    if list(values.shape) != [*table.shape[:dim], *idx.shape, *table.shape[dim + 1:]]:
+        return "unsupported op: index_put of values broadcast to the indexed shape"
+    return _check_rows_added(int(table.shape[dim]), index, node.args[2], node.args[0])
+
+
+@register_lowering(aten.index_put.default, check=_check_index_put)
+def _index_put(ctx, node: Node) -> Any:
+    """`index_put(table, [None, ..., index], values, accumulate=True)`, the gradient of `table[:, ...,
+    index]`: `_rows_added`."""
+    dim, index = _one_index(node)
+    rows = int(_val(node.args[0]).shape[dim])
+    return _rows_added(ctx, node.args[0], index, node.args[2], dim, rows)
+
+
+def _check_embedding_backward(node: Node) -> Optional[str]:
+    if _arg(node, 4, "scale_grad_by_freq", False):
+        return "unsupported op: embedding gradient scaled by frequency"
+    rows = node.args[2]
+    if not _static(rows):
+        return "unsupported op: embedding gradient of a table of symbolic size"
+    return _check_rows_added(int(rows), node.args[1], node.args[0], node)
+
+
+@register_lowering(aten.embedding_dense_backward.default, check=_check_embedding_backward)
+def _embedding_backward(ctx, node: Node) -> Any:
+    """An embedding's weight gradient, rows of `grad_output` added into the rows its indices name
+    (`_rows_added`), none into padding_idx's: a token-type or position table, T5's relative buckets."""
+    padding = _arg(node, 3, "padding_idx", -1)
+    return _rows_added(ctx, None, node.args[1], node.args[0], 0, int(node.args[2]),
+                       skip_row=padding if padding >= 0 else None)
+
+
 def _check_dropout(node: Node) -> Optional[str]:
     p, train = _arg(node, 1, "p"), _arg(node, 2, "train")
     if train is not True:
