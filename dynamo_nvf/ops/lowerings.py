@@ -1210,8 +1210,8 @@ def _rows_added(ctx, table: Optional[Node], index: Node, values: Node, dim: int,
     """`table` (zeros where None) plus, for each position i of `index`, the values at i added into row
     `index[i]` along `dim`: the sum over `index`'s dims of `values` masked by `index == t`, for each
     row t (an iota), as `_cumsum` is a masked sum. The gradient of a gather from a small table:
-    relative position biases (`table[index]`, Swin, BEiT, LeViT), T5's bucket embedding, token-type
-    embeddings. nvfuser_direct binds no accumulating scatter (nvFuser's indexPutAccumulate is not
+    relative position biases (`table[index]`, Swin, LeViT), token-type embeddings, T5's bucket
+    embedding at short lengths. nvfuser_direct binds no accumulating scatter (nvFuser's indexPutAccumulate is not
     bound), so these ran ATen's sort-based kernels between regions. An index below 0 counts from the
     end, as ATen's indexing reads it; `skip_row` (an embedding's padding_idx) gets nothing. Floats
     add in the fusion's compute dtype, in a tree (another order than ATen's)."""
