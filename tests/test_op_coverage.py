@@ -150,6 +150,17 @@ def test_ops_left_to_aten_say_why():
     assert reasons["aten.cumprod.default"] == "unsupported op: aten.cumprod.default has no nvFuser lowering (a scan along a dim)"
 
 
+def test_embedding_gradient_says_why():
+    """An embedding's weight gradient is an accumulating scatter of rows, which nvfuser_direct does not
+    bind: it stays in ATen and explain() says so."""
+    emb = torch.nn.Embedding(50, 8)
+    with recording() as rec:
+        out = compile_fn(lambda i: emb(i) * 2, {"plan_cpu_as_cuda": True})(torch.randint(0, 50, (4, 6)))
+        out.sum().backward()
+    reasons = {n.op: n.reason for p in rec.plans for n in p.nodes if n.region is None}
+    assert "accumulating scatter" in reasons["aten.embedding_dense_backward.default"], reasons
+
+
 def test_batch_norm_running_stats_write_back_says_why():
     bn = torch.nn.BatchNorm1d(4)
     with recording() as rec:

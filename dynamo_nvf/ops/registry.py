@@ -112,6 +112,8 @@ WHY_NO_LOWERING: dict[str, str] = {
         "index", "_unsafe_index", "index_put", "_unsafe_index_put", "scatter", "scatter_add", "scatter_reduce",
         "index_select", "index_add", "masked_select", "nonzero")},
     "aten.flip": "a reversal of a dim",
+    **{f"aten.{name}": "an accumulating scatter of rows, which nvfuser_direct does not bind"
+       for name in ("embedding_dense_backward", "embedding_backward")},
     **{f"aten.{name}": "an allocation of uninitialized memory, no kernel" for name in (
         "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")},
 }
