@@ -11,7 +11,8 @@ import torch
 
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.runtime.stats import STATS
-from helpers import check_training, tolerance
+from dynamo_nvf.backend import recording
+from helpers import check_training, compile_fn, tolerance
 
 ON = {"plan_cpu_as_cuda": True}
 CUDA = pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser")
@@ -70,6 +71,26 @@ def test_a_table_too_large_for_the_masked_sum_stays_with_its_reason():
     assert len(left) == 1 and "masked sum" in next(iter(left.values())), left
 
 
+def test_a_dynamic_table_stays_without_specializing_its_size():
+    """A table of dynamic size: its gradient stays in ATen, and asking does not pin the size (which
+    Dynamo reports as a constraint violation under mark_dynamic)."""
+    def f(x, index):
+        return (x[index] * 2).sum()
+
+    compiled = compile_fn(f, ON)
+    with recording() as rec:
+        for rows in (6, 7, 9):
+            x = torch.randn(rows, 3, requires_grad=True)
+            torch._dynamo.mark_dynamic(x, 0)
+            index = torch.randint(0, rows, (4,))
+            compiled(x, index).backward()
+            eager = x.detach().clone().requires_grad_(True)
+            f(eager, index).backward()
+            torch.testing.assert_close(x.grad, eager.grad)
+    left = _backward_left(rec.plans)  # index_put_: run in place on its fresh zeros
+    assert left and all("symbolic size" in why for why in left.values()), left
+
+
 def test_index_put_without_accumulate_stays_in_aten():
     def put(table, index, values):
         return torch.ops.aten.index_put.default(table * 2, [index], values, False) + 1
@@ -94,5 +115,19 @@ def test_gpu_bias_table_gradients_match_eager(module, dtype):
     STATS.reset()
     rtol, atol = tolerance(dtype)
     plans = check_training(model, inputs, {}, params=list(model.parameters()), reference=reference, rtol=rtol, atol=atol)
+    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0 and STATS.split_regions == 0, STATS.snapshot()
+    assert not _backward_left(plans), _backward_left(plans)
+
+
+@pytest.mark.gpu
+@CUDA
+def test_gpu_gradient_of_a_summed_gather_from_expanded_values():
+    """`(table[:, index] * 2).sum()`: the scattered values are the sum's expanded gradient, a broadcast
+    inside the fusion; the table's gradient counts each row's hits, as eager's."""
+    torch.manual_seed(0)
+    table = torch.randn(4, 16, device="cuda", requires_grad=True)
+    index = torch.randint(-16, 16, (16, 16), device="cuda")
+    STATS.reset()
+    plans = check_training(lambda t: (t[:, index] * 2).sum(), [table], {})
     assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0 and STATS.split_regions == 0, STATS.snapshot()
     assert not _backward_left(plans), _backward_left(plans)

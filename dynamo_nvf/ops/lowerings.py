@@ -1190,21 +1190,6 @@ def _index(ctx, node: Node) -> Any:
 SCATTER_ADD_MAX_TERMS = 1 << 24
 
 
-def _check_rows_added(rows: int, index: Any, values: Any, table: Any) -> Optional[str]:
-    """Why an accumulating scatter of `values` into `rows` rows by the integer tensor `index` does not
-    lower, or None."""
-    idx, val, out = _val(index), _val(values), _val(table)
-    if not isinstance(idx, torch.Tensor) or idx.dtype not in (torch.int64, torch.int32):
-        return "unsupported op: accumulating scatter by a non-integer index (a boolean mask)"
-    if not all(_static(s) for t in (idx, val, out) for s in t.shape):
-        return "unsupported op: accumulating scatter of symbolic size"
-    if rows * val.numel() > SCATTER_ADD_MAX_TERMS:
-        return (f"unsupported op: accumulating scatter of {val.numel()} values into {rows} rows: its masked "
-                f"sum would add more than {SCATTER_ADD_MAX_TERMS} terms (a table this large stays with "
-                f"ATen's sort-based kernel)")
-    return None
-
-
 def _rows_added(ctx, table: Node, index: Node, values: Node, dim: int, rows: int) -> Any:
     """`table` plus, for each position i of `index`, the values at i added into row `index[i]` along
     `dim`: the sum over `index`'s dims of `values` masked by `index == t`, for each row t (an iota),
@@ -1236,13 +1221,20 @@ def _check_index_put(node: Node) -> Optional[str]:
     if found is None:
         return "unsupported op: index_put by more than one tensor (a data-dependent scatter)"
     dim, index = found
-    table, values = _val(node.args[0]), _val(node.args[2])
-    idx = _val(index)
-    if not isinstance(idx, torch.Tensor) or idx.dim() == 0:
-        return "unsupported op: index_put by a 0-d or non-tensor index"
+    table, values, idx = _val(node.args[0]), _val(node.args[2]), _val(index)
+    if not isinstance(idx, torch.Tensor) or idx.dim() == 0 or idx.dtype not in (torch.int64, torch.int32):
+        return "unsupported op: index_put by a 0-d, boolean or non-tensor index"
+    if not all(_static(s) for t in (table, values, idx) for s in t.shape):
+        # asked before any size is read: reading one would specialize a dynamic size
+        return "unsupported op: accumulating scatter of symbolic size"
     if list(values.shape) != [*table.shape[:dim], *idx.shape, *table.shape[dim + 1:]]:
         return "unsupported op: index_put of values broadcast to the indexed shape"
-    return _check_rows_added(int(table.shape[dim]), index, node.args[2], node.args[0])
+    rows = int(table.shape[dim])
+    if rows * values.numel() > SCATTER_ADD_MAX_TERMS:
+        return (f"unsupported op: accumulating scatter of {values.numel()} values into {rows} rows: its "
+                f"masked sum would add more than {SCATTER_ADD_MAX_TERMS} terms (a table this large stays "
+                f"with ATen's sort-based kernel)")
+    return None
 
 
 @register_lowering(aten.index_put.default, check=_check_index_put)
