@@ -91,7 +91,7 @@ def test_a_dynamic_table_stays_without_specializing_its_size():
     assert left and all("symbolic size" in why for why in left.values()), left
 
 
-def test_index_put_without_accumulate_stays_in_aten():
+def test_index_put_without_accumulate_or_into_booleans_stays_in_aten():
     def put(table, index, values):
         return torch.ops.aten.index_put.default(table * 2, [index], values, False) + 1
 
@@ -99,6 +99,10 @@ def test_index_put_without_accumulate_stays_in_aten():
     plans = check_inference(put, [torch.randn(6, 3), torch.tensor([0, 2, 5]), torch.randn(3, 3)], ON)
     reasons = [n.reason for p in plans for n in p.nodes if n.op == "aten.index_put.default"]
     assert reasons and "without accumulate" in reasons[0], reasons
+    flags = [torch.zeros(6, dtype=torch.bool), torch.tensor([0, 2, 2]), torch.ones(3, dtype=torch.bool)]
+    plans = check_inference(lambda t, i, v: torch.ops.aten.index_put.default(t, [i], v, True) | t, flags, ON)
+    reasons = [n.reason for p in plans for n in p.nodes if n.op == "aten.index_put.default"]
+    assert reasons and "boolean table" in reasons[0], reasons
 
 
 @pytest.mark.gpu

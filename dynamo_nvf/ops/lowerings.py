@@ -1224,6 +1224,8 @@ def _check_index_put(node: Node) -> Optional[str]:
     table, values, idx = _val(node.args[0]), _val(node.args[2]), _val(index)
     if not isinstance(idx, torch.Tensor) or idx.dim() == 0 or idx.dtype not in (torch.int64, torch.int32):
         return "unsupported op: index_put by a 0-d, boolean or non-tensor index"
+    if table.dtype == torch.bool:
+        return "dtype: accumulating scatter into a boolean table (a logical or)"
     if not all(_static(s) for t in (table, values, idx) for s in t.shape):
         # asked before any size is read: reading one would specialize a dynamic size
         return "unsupported op: accumulating scatter of symbolic size"
