@@ -52,10 +52,11 @@ class Settings:
     #: on an H200, 23.0 us and 1 kernel fused against 38.2 us and 2 kernels with ATen's gather
     #: (backend nvf_aten_embedding runs the latter).
     fuse_embedding: bool = True
-    #: Draw dropout's mask inside the region (nvFuser's Philox, seeded from torch's CUDA generator, so
+    #: Draw dropout's mask, and stochastic depth's (`bernoulli`, timm's drop path), inside the region
+    #: (nvFuser's Philox, seeded from torch's CUDA generator, so
     #: `torch.manual_seed` still makes runs repeatable and CUDA-graph replays draw fresh masks), as
     #: inductor does by default. The masks then differ from eager's while their statistics match.
-    #: False keeps `native_dropout` in ATen, for masks bit-identical to eager's under the same seed
+    #: False keeps `native_dropout` and `bernoulli` in ATen, for masks bit-identical to eager's under the same seed
     #: (inductor's `fallback_random`). On by default because ATen's dropout kernel is a full extra
     #: pass: perf dropout_residual_layernorm_fwd_f32 on an H100 spent 118 of 255 us in it.
     fuse_dropout: bool = True

@@ -624,6 +624,21 @@ def _full_like_lowering(fill: Any):
     return lower
 
 
+def _check_new_empty(node: Node) -> Optional[str]:
+    if not node.users or any(u.target is not aten.bernoulli.p for u in node.users):
+        return ("unsupported op: new_empty other than a bernoulli's draw: an allocation, no kernel "
+                "(in a region it would write zeros)")
+    return None
+
+
+@register_lowering(aten.new_empty.default, check=_check_new_empty)
+def _new_empty(ctx, node: Node) -> Any:
+    """Uninitialized memory, whose values no program may read before writing them: zeros in the
+    fusion. timm's drop path draws its mask into one (`x.new_empty(shape).bernoulli_(keep)`)."""
+    dtype = node.meta["val"].dtype
+    return ctx.ops.full(ctx.shape(node.args[1]), ctx.constant(0, dtype), ctx.dtype(dtype))
+
+
 register_lowering(aten.full.default)(_full_like_lowering(None))
 register_lowering(aten.zeros.default)(_full_like_lowering(0))
 register_lowering(aten.ones.default)(_full_like_lowering(1))
@@ -1184,6 +1199,78 @@ def _index(ctx, node: Node) -> Any:
     return _rows(ctx, node.args[0], index, dim, wrap_negative=True)
 
 
+#: An accumulating scatter into a table of T rows reads each of its values T times (`_rows_added`):
+#: it lowers where T times the number of values is at most this many terms (16 M: Swin-T's bias
+#: tables, 169 rows by 2401 x 24 values, take 9.7 M; BEiT's, 732 by 197^2 x 12, stay in ATen).
+SCATTER_ADD_MAX_TERMS = 1 << 24
+
+
+def _rows_added(ctx, table: Node, index: Node, values: Node, dim: int, rows: int) -> Any:
+    """`table` plus, for each position i of `index`, the values at i added into row `index[i]` along
+    `dim`: the sum over `index`'s dims of `values` masked by `index == t`, for each row t (an iota),
+    as `_cumsum` is a masked sum. The gradient of a gather from a small table, relative position
+    biases (`table[index]`: Swin, LeViT). nvfuser_direct binds no accumulating scatter (nvFuser's
+    indexPutAccumulate is not bound), so these ran ATen's sort-based kernel between regions. An
+    index below 0 counts from the end, as ATen's indexing reads it. Floats add in the fusion's
+    compute dtype, in a tree (another order than ATen's); the result is deterministic."""
+    val, idx = _val(values), _val(index)
+    compute = ctx.compute_dtype(val.dtype)
+    pre, irank = dim, idx.dim()
+    post = val.dim() - pre - irank
+    wide = [*(int(s) for s in val.shape[:pre]), rows, *(int(s) for s in val.shape[pre:])]
+    index_dims = list(range(pre + 1, pre + 1 + irank))
+    i = ctx.cast(ctx.value(index), torch.int64)
+    i = ctx.ops.where(ctx.ops.lt(i, ctx.value(0)), ctx.ops.add(i, ctx.value(rows)), i)
+    t = ctx.ops.iota(ctx.value(rows), ctx.value(0), ctx.value(1), ctx.dtype(torch.int64))
+    hit = ctx.ops.eq(ctx.ops.broadcast_in_dim(i, wide, index_dims), ctx.ops.broadcast_in_dim(t, wide, [pre]))
+    terms = ctx.ops.broadcast_in_dim(ctx.cast(ctx.value(values), compute), wide,
+                                     [*range(pre), *index_dims, *range(pre + 1 + irank, pre + 1 + irank + post)])
+    added = ctx.ops.sum(ctx.ops.where(hit, terms, ctx.constant(0, compute)), index_dims, False, ctx.dtype(compute))
+    return ctx.ops.add(ctx.cast(ctx.value(table), compute), added)
+
+
+def _check_index_put(node: Node) -> Optional[str]:
+    if _arg(node, 3, "accumulate", False) is not True:
+        return "unsupported op: index_put without accumulate (a data-dependent scatter)"
+    found = _one_index(node)
+    if found is None:
+        return "unsupported op: index_put by more than one tensor (a data-dependent scatter)"
+    dim, index = found
+    table, values, idx = _val(node.args[0]), _val(node.args[2]), _val(index)
+    if not isinstance(idx, torch.Tensor) or idx.dim() == 0 or idx.dtype not in (torch.int64, torch.int32):
+        return "unsupported op: index_put by a 0-d, boolean or non-tensor index"
+    if table.dtype == torch.bool:
+        return "dtype: accumulating scatter into a boolean table (a logical or)"
+    if not all(_static(s) for t in (table, values, idx) for s in t.shape):
+        # asked before any size is read: reading one would specialize a dynamic size
+        return "unsupported op: accumulating scatter of symbolic size"
+    if list(values.shape) != [*table.shape[:dim], *idx.shape, *table.shape[dim + 1:]]:
+        return "unsupported op: index_put of values broadcast to the indexed shape"
+    rows = int(table.shape[dim])
+    if rows * values.numel() > SCATTER_ADD_MAX_TERMS:
+        return (f"unsupported op: accumulating scatter of {values.numel()} values into {rows} rows: its "
+                f"masked sum would add more than {SCATTER_ADD_MAX_TERMS} terms (a table this large stays "
+                f"with ATen's sort-based kernel)")
+    return None
+
+
+@register_lowering(aten.index_put.default, check=_check_index_put)
+def _index_put(ctx, node: Node) -> Any:
+    """`index_put(table, [None, ..., index], values, accumulate=True)`, the gradient of `table[:, ...,
+    index]`: `_rows_added`."""
+    dim, index = _one_index(node)
+    rows = int(_val(node.args[0]).shape[dim])
+    return _rows_added(ctx, node.args[0], index, node.args[2], dim, rows)
+
+
+def _uniform_like(ctx, arg: Any, dtype: torch.dtype) -> Any:
+    """Uniform [0, 1) values of `arg`'s shape in `dtype`, one per element: drawn for a dense tensor
+    of that shape, since nvFuser's rand_like keeps its input's broadcast dims (csrc/ops/arith.cpp)
+    and would draw once along a dim that is a broadcast in the fusion (`x.expand(8, 4) * 1`)."""
+    sizes = _extents(ctx, ctx.value(arg), _val(arg))
+    return ctx.ops.rand_like(ctx.ops.full(sizes, ctx.constant(0, dtype), ctx.dtype(dtype)))
+
+
 def _check_dropout(node: Node) -> Optional[str]:
     p, train = _arg(node, 1, "p"), _arg(node, 2, "train")
     if train is not True:
@@ -1192,8 +1279,6 @@ def _check_dropout(node: Node) -> Optional[str]:
         return "unsupported op: dropout probability outside (0, 1) or symbolic"
     if not _val(node.args[0]).dtype.is_floating_point:
         return "dtype: dropout of a non-floating tensor"
-    if _expanded(node.args[0]):
-        return "unsupported op: dropout of an expanded (stride-0) tensor draws one value per element"
     return None
 
 
@@ -1203,9 +1288,28 @@ def _native_dropout(ctx, node: Node) -> Any:
     nvFuser's Philox from torch's default CUDA generator (graph-safe: replays advance its offset)."""
     x = ctx.value(node.args[0])
     keep = 1.0 - float(_arg(node, 1, "p"))
-    mask = ctx.ops.lt(ctx.ops.rand_like(x), keep)
+    mask = ctx.ops.lt(_uniform_like(ctx, node.args[0], _val(node.args[0]).dtype), keep)
     kept = ctx.ops.mul(x, ctx.cast(mask, ctx.compute_dtype(_val(node.args[0]).dtype)))
     return ctx.ops.mul(kept, 1.0 / keep), mask
+
+
+def _check_bernoulli(node: Node) -> Optional[str]:
+    p = _arg(node, 1, "p", 0.5)
+    if _arg(node, 2, "generator", None) is not None:
+        return "unsupported op: bernoulli with a generator of its own"
+    if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        return "unsupported op: bernoulli probability outside [0, 1] or symbolic"
+    if not _val(node.args[0]).dtype.is_floating_point:
+        return "dtype: bernoulli into a non-floating tensor"
+    return None
+
+
+@register_lowering(aten.bernoulli.p, check=_check_bernoulli, opt_in="fuse_dropout")
+def _bernoulli(ctx, node: Node) -> Any:
+    """1 with probability p, else 0, in the input's dtype (only its shape is read): stochastic depth's
+    per-sample mask (timm's drop path), drawn as dropout's is, from an f32 uniform."""
+    u = _uniform_like(ctx, node.args[0], torch.float32)
+    return ctx.cast(ctx.ops.lt(u, float(_arg(node, 1, "p", 0.5))), node.meta["val"].dtype)
 
 
 @register_lowering(aten.cat.default, check=_check_cat)

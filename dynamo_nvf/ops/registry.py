@@ -115,7 +115,7 @@ WHY_NO_LOWERING: dict[str, str] = {
     **{f"aten.{name}": "an accumulating scatter of rows, which nvfuser_direct does not bind"
        for name in ("embedding_dense_backward", "embedding_backward")},
     **{f"aten.{name}": "an allocation of uninitialized memory, no kernel" for name in (
-        "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")},
+        "empty", "empty_like", "empty_strided", "new_empty_strided")},
 }
 
 
