@@ -248,9 +248,10 @@ class CachedBias(torch.nn.Module):
 
 def test_a_kept_output_that_a_replay_overwrote_raises_torchs_error_and_leaves_regions_whole():
     """Reading an output that a later replay overwrote fails as under inductor's reduce-overhead, with
-    torch's advice in the error; the regions that read it are not split or sent to eager for it. The
-    error leaves torch 2.11's CUDA-graph tree with a half-recorded node (its next call asserts; later
-    torch warns instead), so the model, its cache dropped, is compiled again, and then matches eager."""
+    torch's advice in the error; the regions that read it are not split or sent to eager for it. With
+    the cache filled outside torch.compile (torch's advice) the model, compiled again (the error
+    leaves torch 2.11's CUDA-graph tree with a half-recorded node that asserts on its next call),
+    matches eager."""
     torch.manual_seed(0)
     model = CachedBias().to(DEV).eval()
     compiled = _graphs_compile(model)
@@ -259,7 +260,8 @@ def test_a_kept_output_that_a_replay_overwrote_raises_torchs_error_and_leaves_re
         for _ in range(6):
             compiled(torch.randn(2, 4, 16, 16, device=DEV))
     assert STATS.fallbacks == 0 and STATS.split_regions == 0, STATS.snapshot()
-    model.cache = {}
+    with torch.no_grad():
+        model.cache = {str(torch.empty(0, device=DEV).device): model.bias[:, model.idx].clone()}
     compiled = _graphs_compile(model)
     with torch.no_grad():
         for _ in range(3):
