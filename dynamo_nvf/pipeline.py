@@ -164,7 +164,7 @@ def _channels_last_convs(gm: GraphModule, ctx: PassContext) -> GraphModule:
 
 
 def _channels_last_conv_weights(gm: GraphModule, ctx: PassContext) -> GraphModule:
-    return channels_last_conv_weights(gm, ctx.settings.plan_cpu_as_cuda)
+    return channels_last_conv_weights(gm, ctx.settings)
 
 
 def _unpermute_reductions(gm: GraphModule, ctx: PassContext) -> GraphModule:
@@ -245,8 +245,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("channels_last_patch_inputs", _channels_last_patch_inputs, frozenset({"inference"}),
          option="channels_last_patch_inputs"),
     Pass("channels_last_convs", _channels_last_convs, option="channels_last_convs"),
-    Pass("channels_last_conv_weights", _channels_last_conv_weights, cuda_graphs=True,
-         option="channels_last_conv_weights"),
+    Pass("channels_last_conv_weights", _channels_last_conv_weights, option="channels_last_conv_weights"),
     Pass("max_pool_as_taps", _max_pool_as_taps, NOT_BACKWARD),
     Pass("avg_pool_as_taps", _avg_pool_as_taps, option="avg_pool_taps"),
     Pass("nchw_avg_pool_backward", _nchw_avg_pool_backward, frozenset({"backward"})),

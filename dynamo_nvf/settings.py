@@ -267,10 +267,11 @@ class Settings:
     #: zero-copy permutes (passes/channels_last_regions.py): nvFuser then reads a BatchNorm's statistics
     #: as the outer reduction memory holds, and its pointwise kernels row-major (docs/options.md).
     channels_last_regions: bool = True
-    #: Under CUDA graphs, convert a convolution's NCHW weight to channels-last in the graph where cuDNN
-    #: runs it channels-last (its input is), so the conversion is a region instead of ATen's strided
-    #: copy inside every call (passes/conv_weight_layout.py): 0.7 us less for ConvNeXt's downsampling
-    #: convolution on an H100 (scripts/repros/convnext_head.py at commit 2828583, 2026-11-25).
+    #: Convert a convolution's NCHW weight to channels-last in the graph where cuDNN runs it
+    #: channels-last (its input is), instead of ATen's strided copy inside every call
+    #: (passes/conv_weight_layout.py): a parameter in a region of its own under CUDA graphs (0.7 us less
+    #: for ConvNeXt's downsampling convolution on an H100, scripts/repros/convnext_head.py at commit
+    #: 2828583, 2026-11-25); a computed weight (weight standardization) in the region computing it, always.
     channels_last_conv_weights: bool = True
     #: Convert the NCHW input of a patch-embedding convolution (kernel = stride >= 8, no padding) to
     #: channels-last in a region of its own (passes/conv_input_layout.py): cuDNN runs ViT's 16x16 patch

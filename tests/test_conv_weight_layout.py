@@ -1,9 +1,11 @@
 """Under CUDA graphs, a convolution with a channels-last input gets its NCHW weight converted to
 channels-last in a region of its own (channels_last_conv_weights), and a lone pointwise op that
 broadcasts into a channels-last result (the convolution's bias add) is a region; without graphs both
-stay with ATen. Depthwise weights (already
+stay with ATen. A weight computed by ops nvFuser takes (weight standardization) is written
+channels-last by the region that computes it, with or without graphs. Depthwise weights (already
 channels-last) and NCHW inputs are left alone. Values, strides and gradients match eager; on the GPU
-the graph replays nvFuser's kernels for both and no ATen copy or add."""
+the graph replays nvFuser's kernels for both and no ATen copy or add, and a standardized weight
+costs no ATen copy without graphs."""
 
 from __future__ import annotations
 
@@ -29,6 +31,18 @@ def _inputs(device="cpu", dtype=torch.float32, channels_last=True, cin=8, cout=1
         x = x.to(memory_format=torch.channels_last)
     return [x, torch.randn(cout, cin, 2, 2, device=device, dtype=dtype) / 4,
             torch.randn(cout, device=device, dtype=dtype)]
+
+
+def std_conv(x, w):
+    """timm's StdConv2d (BiT, NFNets): the weight standardized per output channel on every call."""
+    o = w.shape[0]
+    ws = F.batch_norm(w.reshape(1, o, -1), None, None, training=True, momentum=0., eps=1e-6).reshape_as(w)
+    return F.conv2d(x, ws, None, padding=1) * 2.0 + 1.0
+
+
+def _std_inputs(device="cpu", dtype=torch.float32, cin=8, cout=16, hw=6):
+    x = torch.randn(2, cin, hw, hw, device=device, dtype=dtype).to(memory_format=torch.channels_last)
+    return [x, torch.randn(cout, cin, 3, 3, device=device, dtype=dtype)]
 
 
 def _weight_regions(plan):
@@ -70,6 +84,34 @@ def test_only_a_strided_broadcast_is_a_lone_region_under_graphs():
 def test_without_graphs_aten_keeps_both():
     (plan,) = check_inference(down, _inputs(), {"plan_cpu_as_cuda": True})
     assert plan.regions == [] and not any("channels-last" in n for n in plan.rewrites), plan.rewrites
+
+
+@pytest.mark.parametrize("options", [{"plan_cpu_as_cuda": True}, GRAPHS], ids=["no-graphs", "graphs"])
+def test_a_computed_weight_is_written_channels_last_by_the_region_that_computes_it(options):
+    (plan,) = check_inference(std_conv, _std_inputs(), options)
+    assert [n.split(":")[0] for n in plan.rewrites if "written channels-last" in n] == ["convolution"], plan.rewrites
+    assert not _weight_regions(plan), [r.ops for r in plan.regions]
+    (std,) = [r for r in plan.regions if "aten.var_mean.correction" in r.compute_ops]
+    assert "aten.clone.default" in std.compute_ops, std.compute_ops
+    (w_out,) = std.outputs
+    assert list(w_out.shape) == [16, 8, 3, 3] and list(w_out.stride) == [72, 1, 24, 8], w_out
+
+
+def test_a_weight_computed_in_aten_stays_with_aten_without_graphs():
+    def mm_weight(x, a, b):
+        return F.conv2d(x, (a @ b).view(16, 8, 3, 3), None, padding=1) * 2.0 + 1.0
+
+    x, _ = _std_inputs()
+    (plan,) = check_inference(mm_weight, [x, torch.randn(16, 4), torch.randn(4, 72)], {"plan_cpu_as_cuda": True})
+    assert not any("channels-last" in n for n in plan.rewrites), plan.rewrites
+    assert not any("aten.clone.default" in r.compute_ops for r in plan.regions), [r.ops for r in plan.regions]
+
+
+def test_training_gradients_match_with_a_computed_weight_written_channels_last():
+    torch.manual_seed(0)
+    plans = check_training(std_conv, _std_inputs(), {"plan_cpu_as_cuda": True})
+    converted = {p.kind: any("written channels-last" in n for n in p.rewrites) for p in plans}
+    assert converted == {"forward": True, "backward": False}, converted
 
 
 def test_option_off_keeps_atens_weight_copy():
@@ -124,3 +166,28 @@ def test_graph_replays_nvfusers_copy_and_add():
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert sum("nvfuser" in n for n in names) == 2, names
     assert not any("at::native" in n for n in names), names
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser")
+def test_a_standardized_weight_costs_no_aten_copy_without_graphs():
+    """ATen's convolution copies an NCHW weight into channels-last on every call (a copy kernel);
+    written channels-last by its region, the weight needs none. With the option off the copy is
+    there, so the test sees the difference."""
+    dtype = torch.bfloat16
+    inputs = _std_inputs("cuda", dtype, cin=64, cout=64, hw=28)
+    copies = {}
+    for on in (True, False):
+        compiled = compile_fn(std_conv, {"channels_last_conv_weights": on, "strict": True})
+        with torch.no_grad():
+            for _ in range(2):
+                out = compiled(*inputs)
+            torch.cuda.synchronize()
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                out = compiled(*inputs)
+                torch.cuda.synchronize()
+        assert_same(out, std_conv(*inputs), *tolerance(dtype))
+        assert out.stride() == std_conv(*inputs).stride()
+        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        copies[on] = [n for n in names if "copy" in n.lower() or "nchwToNhwc" in n]
+    assert copies[True] == [] and copies[False], copies

@@ -1,6 +1,7 @@
-"""Conv-weight pass: under CUDA graphs, a convolution that cuDNN runs channels-last gets its weight
-converted to channels-last in the graph, `convolution(x, clone(w, memory_format=channels_last), ...)`,
-so the conversion is a region (nvFuser's transpose scheduler) instead of ATen's copy inside the call.
+"""Conv-weight pass: a convolution that cuDNN runs channels-last gets its weight converted to
+channels-last in the graph, `convolution(x, clone(w, memory_format=channels_last), ...)`, so the
+conversion is nvFuser's instead of ATen's copy inside the call: a region of its own for a parameter
+(under CUDA graphs only), the last step of the region that computes a computed weight (always).
 
 Why: ATen runs a convolution in channels-last when its input is channels-last
 (`cudnn_conv_suggest_memory_format`), and then copies an NCHW weight into that layout on every call
@@ -10,8 +11,12 @@ same copy as an nvFuser region made the convolution 0.7 us faster (H100, 2026-11
 convnext_head.py `down` at commit 2828583), as inductor's layout optimisation converts such weights in a Triton kernel.
 A depthwise weight ([C, 1, k, k]) is channels-last already and is left alone.
 
-Under CUDA graphs only: without them the region's host time (7-12 us through direct launch) would
-cost more than the copy's 1 us of GPU time saves. Forward, inference and backward graphs
+A parameter's weight under CUDA graphs only: without them the region's host time (7-12 us through
+direct launch) would cost more than the copy's 1 us of GPU time saves. A weight that ops nvFuser
+takes compute (weight standardization: timm's StdConv2d in BiT and NFNets; weight norm) is converted
+with or without graphs: the clone joins the region that computes it, which then writes the weight
+channels-last, so cuDNN's copy (a kernel and its launch) is gone at no cost, as inductor's layout
+optimisation lays out such a buffer. Forward, inference and backward graphs
 (`convolution_backward` converts the weight the same way); the weights a graph saves for the backward
 are the originals, so no saved tensor changes. Values and output layouts are unchanged (cuDNN reads
 the same weight, in the layout it would have made).
@@ -27,8 +32,10 @@ import torch
 from torch._prims_common import suggest_memory_format
 from torch.fx import GraphModule, Node
 
-from dynamo_nvf.ops.metadata import tensor_val
+from dynamo_nvf.ops.metadata import is_metadata, tensor_val
+from dynamo_nvf.ops.registry import unsupported_reason
 from dynamo_nvf.passes import add_note, call_like
+from dynamo_nvf.settings import Settings
 
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
@@ -36,9 +43,11 @@ aten = torch.ops.aten
 #: Convolution ops and the positions of their input and weight arguments.
 CONVOLUTIONS = {aten.convolution.default: (0, 1), aten.convolution_backward.default: (1, 2)}
 
-#: The note explain() shows for each converted weight (graph plan's `rewrites`).
+#: The notes explain() shows for each converted weight (graph plan's `rewrites`).
 NOTE = ("{conv}: weight {weight} converted to channels-last in a region of its own (the layout cuDNN "
         "copies it to on every call; CUDA graphs)")
+COMPUTED_NOTE = ("{conv}: weight {weight} written channels-last by the region that computes it (the layout "
+                 "cuDNN would copy it to on every call)")
 
 
 def _runs_channels_last(x: torch.Tensor, w: torch.Tensor, cuda_ok: bool) -> bool:
@@ -51,9 +60,20 @@ def _runs_channels_last(x: torch.Tensor, w: torch.Tensor, cuda_ok: bool) -> bool
         not w.is_contiguous(memory_format=torch.channels_last)
 
 
-def channels_last_conv_weights(gm: GraphModule, cuda_ok: bool = False) -> GraphModule:
-    """Converts each such convolution's weight to channels-last in the graph (module docstring).
-    `cuda_ok` plans CPU tensors as CUDA ones (Settings.plan_cpu_as_cuda)."""
+def computed_in_a_region(weight: Node, settings: Settings) -> bool:
+    """Whether `weight` is, through views, the result of an op nvFuser takes (so a clone of it joins
+    that op's region), rather than a graph input or an op that stays in ATen."""
+    node = weight
+    while is_metadata(node) and isinstance(node.args[0], Node):
+        node = node.args[0]
+    return node.op == "call_function" and not is_metadata(node) and unsupported_reason(node, settings) is None
+
+
+def channels_last_conv_weights(gm: GraphModule, settings: Settings) -> GraphModule:
+    """Converts each such convolution's weight to channels-last in the graph (module docstring): every
+    weight under CUDA graphs, computed weights only without them. `settings.plan_cpu_as_cuda` plans
+    CPU tensors as CUDA ones."""
+    cuda_ok, every_weight = settings.plan_cpu_as_cuda, settings.cuda_graphs
     converted: dict[Node, Node] = {}
     for node in list(gm.graph.nodes):
         positions = CONVOLUTIONS.get(node.target) if node.op == "call_function" else None
@@ -67,6 +87,9 @@ def channels_last_conv_weights(gm: GraphModule, cuda_ok: bool = False) -> GraphM
             continue
         if not _runs_channels_last(x_val, w_val, cuda_ok):
             continue
+        computed = computed_in_a_region(w, settings)
+        if not (every_weight or computed):
+            continue
         clone = converted.get(w)
         if clone is None:
             with gm.graph.inserting_before(node):
@@ -74,7 +97,7 @@ def channels_last_conv_weights(gm: GraphModule, cuda_ok: bool = False) -> GraphM
                                   {"memory_format": torch.channels_last})
             clone.meta.pop("stack_trace", None)
             converted[w] = clone
-            add_note(gm, NOTE.format(conv=node.name, weight=w.name))
+            add_note(gm, (COMPUTED_NOTE if computed else NOTE).format(conv=node.name, weight=w.name))
         args = list(node.args)
         args[positions[1]] = clone
         node.args = tuple(args)
