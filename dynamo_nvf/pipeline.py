@@ -103,8 +103,9 @@ class Pass:
     cuda_graphs: Optional[bool] = None
     #: The Settings field that turns it on or off; None: it always runs.
     option: Optional[str] = None
-    #: Whether the option turns it on, where its value is not a plain bool (default: truthiness).
-    enabled: Optional[Callable[[Settings], bool]] = None
+    #: Whether the option turns it on for a graph kind, where its value is not a plain bool (default:
+    #: truthiness).
+    enabled: Optional[Callable[[Settings, str], bool]] = None
 
     def skip_reason(self, ctx: PassContext) -> str:
         """Why it does not run in this context; "" when it runs."""
@@ -113,9 +114,10 @@ class Pass:
         if self.cuda_graphs is not None and ctx.settings.cuda_graphs != self.cuda_graphs:
             return "only with CUDA graphs" if self.cuda_graphs else "only without CUDA graphs"
         if self.option is not None:
-            on = self.enabled(ctx.settings) if self.enabled else bool(getattr(ctx.settings, self.option))
+            on = self.enabled(ctx.settings, ctx.kind) if self.enabled else bool(getattr(ctx.settings, self.option))
             if not on:
-                return f"{self.option}={getattr(ctx.settings, self.option)!r}"
+                value = getattr(ctx.settings, self.option)
+                return f"{self.option}={value!r}" + (f" (not for {ctx.kind} graphs)" if value is None else "")
         return ""
 
 
@@ -247,7 +249,7 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("channels_last_convs", _channels_last_convs, option="channels_last_convs"),
     Pass("channels_last_conv_weights", _channels_last_conv_weights, option="channels_last_conv_weights"),
     Pass("max_pool_as_taps", _max_pool_as_taps, NOT_BACKWARD),
-    Pass("avg_pool_as_taps", _avg_pool_as_taps, option="avg_pool_taps"),
+    Pass("avg_pool_as_taps", _avg_pool_as_taps, option="avg_pool_taps", enabled=Settings.pools_as_taps),
     Pass("nchw_avg_pool_backward", _nchw_avg_pool_backward, frozenset({"backward"})),
     Pass("batch_buffer_updates", _graph_only(batch_buffer_updates), NOT_BACKWARD),
     Pass("partition_regions", _settings_only(partition_regions)),
@@ -258,9 +260,9 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("two_stage_statistics", _graph_only(two_stage_statistics), NOT_BACKWARD, option="bookend"),
     Pass("two_stage_sums", _graph_only(two_stage_sums)),
     Pass("unflatten_reductions", _graph_only(unflatten_reductions), option="unflatten_reductions",
-         enabled=Settings.unflattens),
+         enabled=lambda s, kind: s.unflattens()),
     Pass("unpermute_reductions", _unpermute_reductions, option="unpermute_reductions",
-         enabled=lambda s: s.unpermute_min_rows() is not None),
+         enabled=lambda s, kind: s.unpermute_min_rows() is not None),
     Pass("row_major_norm_inputs", _graph_only(row_major_norm_inputs), option="row_major_norm_inputs"),
     Pass("split_norm_backward", _split_norm_backward),
     # each of these four passes' modules says why not in backward graphs

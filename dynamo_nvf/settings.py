@@ -254,10 +254,12 @@ class Settings:
     row_major_norm_inputs: bool = True
     #: Run a 2-D average pool in the region around it as the mean over its window's taps
     #: (passes/avg_pool_taps.py) instead of ATen's pooling kernel between regions: PoolFormer's token
-    #: mixers, DenseNet's transition pools; and its gradient likewise. Off: in PoolFormer's training
-    #: step a region with the taps' gradient fails nvFuser's compile and runs as pieces, one in eager
-    #: (step 15.4 ms against 6.2 without; H200, docs/options.md).
-    avg_pool_taps: bool = False
+    #: mixers, DenseNet's transition pools; True: in every graph, its gradient likewise. None (the
+    #: default): in inference graphs only, as max pools: PoolFormer's inference kernel time 1.36 -> 1.07
+    #: ms (inductor 0.98), DenseNet-121's step 2.43 -> 1.95 ms, first calls 2.3x and 1.3x (H200,
+    #: docs/options.md); in PoolFormer's training step a region with the taps' gradient fails nvFuser's
+    #: compile and runs as pieces, one in eager (step 15.4 ms against 6.2 without). False: never.
+    avg_pool_taps: Optional[bool] = None
     #: Run a conv net's convolutions and the regions between them channels-last where inductor's
     #: layout heuristics would (passes/conv_layout.py), eager's strides at the graph's outputs: NCHW
     #: made cuDNN convert activations around every convolution (146 nchwToNhwc and 66 nhwcToNchw
@@ -320,6 +322,10 @@ class Settings:
     def splits_by_stage(self) -> bool:
         """split_by_stage, with None read as: where CUDA graphs replay the pieces without host time."""
         return self.cuda_graphs if self.split_by_stage is None else self.split_by_stage
+
+    def pools_as_taps(self, kind: str) -> bool:
+        """avg_pool_taps, with None read as: in inference graphs (whose pools have no gradient)."""
+        return kind == "inference" if self.avg_pool_taps is None else self.avg_pool_taps
 
     def recomputes_saved_views(self) -> bool:
         """recompute_saved_views where it saves host time: under CUDA graphs."""
@@ -405,7 +411,7 @@ class Settings:
 
 
 #: Options that take a bool or None (None: a choice made from the other options).
-_OPTIONAL_BOOLS = frozenset({"split_by_stage"})
+_OPTIONAL_BOOLS = frozenset({"split_by_stage", "avg_pool_taps"})
 
 #: Rows up to which a norm backward's column sums get a region of their own under CUDA graphs (see
 #: `Settings.split_norm_backward_rows`): between the 512 rows where cutting measured 9% less GPU time

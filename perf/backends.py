@@ -242,8 +242,15 @@ BACKENDS: dict[str, Backend] = {
         Backend(
             "nvf_avg_pool_taps",
             _nvf({"avg_pool_taps": True}),
-            "dynamo_nvf with avg_pool_taps on (average pools and their gradients as window taps inside the "
-            "regions), against the default; opt-in",
+            "dynamo_nvf with avg_pool_taps on in every graph (average pools and their gradients as window "
+            "taps inside the regions; the default takes inference graphs' pools only); opt-in",
+            nvf=True,
+        ),
+        Backend(
+            "nvf_aten_avg_pool",
+            _nvf({"avg_pool_taps": False}),
+            "dynamo_nvf with avg_pool_taps off (every average pool in ATen's kernel), against the default; "
+            "opt-in",
             nvf=True,
         ),
         Backend(

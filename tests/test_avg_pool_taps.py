@@ -164,15 +164,25 @@ def _close(got: torch.Tensor, expected: torch.Tensor, exact: torch.Tensor) -> No
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_by_default_pools_stay_in_aten():
-    """avg_pool_taps is opt-in (docs/options.md: a PoolFormer training region with the taps fails
-    nvFuser's compile)."""
+@pytest.mark.parametrize("option,inference,training", [
+    (None, 0, 1), (True, 0, 0), (False, 1, 1)], ids=["default", "on", "off"])
+def test_by_default_pools_are_taps_in_inference_only(option, inference, training):
+    """avg_pool_taps=None takes pools into regions in inference graphs only (docs/options.md: a
+    PoolFormer training region with the taps' gradient fails nvFuser's compile); True everywhere,
+    False nowhere. Counts the ATen pools left per graph (forward and backward for training)."""
     torch.manual_seed(0)
+    options = {"plan_cpu_as_cuda": True} if option is None else {"plan_cpu_as_cuda": True, "avg_pool_taps": option}
     model = PoolMixer(POOLS[0][0]).eval()
-    compiled = compile_fn(model, {"plan_cpu_as_cuda": True})
+    compiled = compile_fn(model, options)
     with torch.no_grad(), recording() as rec:
         compiled(torch.randn(2, 3, 14, 14))
-    assert all(len(_pools(gm)) == 1 for gm in rec.graph_modules)
+    assert [len(_pools(gm)) for gm in rec.graph_modules] == [inference]
+    model = PoolMixer(POOLS[0][0]).train()
+    compiled = compile_fn(model, options)
+    with recording() as rec:
+        compiled(torch.randn(2, 3, 14, 14)).sum().backward()
+    grads = [n for gm in rec.graph_modules for n in gm.graph.nodes if n.target is aten.avg_pool2d_backward.default]
+    assert [len(_pools(gm)) for gm in rec.graph_modules][0] == training and len(grads) == training
 
 
 def _nchw_gradients(gm) -> list:
