@@ -14,10 +14,9 @@ A depthwise weight ([C, 1, k, k]) is channels-last already and is left alone.
 A parameter's weight under CUDA graphs only: without them the region's host time (7-12 us through
 direct launch) would cost more than the copy's 1 us of GPU time saves. A weight that ops nvFuser
 takes compute (weight standardization: timm's StdConv2d in BiT and NFNets; a cast or scaling of a
-weight) is converted
-with or without graphs: the clone joins the region that computes it, which then writes the weight
-channels-last, so cuDNN's copy (a kernel and its launch) is gone at no cost, as inductor's layout
-optimisation lays out such a buffer. Forward, inference and backward graphs
+weight) is converted with or without graphs: the clone joins the region that computes it, which
+then writes the weight channels-last, so cuDNN's copy (a kernel and its launch) is gone at no cost,
+as inductor's layout optimisation lays out such a buffer. Forward, inference and backward graphs
 (`convolution_backward` converts the weight the same way); the weights a graph saves for the backward
 are the originals, so no saved tensor changes. Values and output layouts are unchanged (cuDNN reads
 the same weight, in the layout it would have made).
