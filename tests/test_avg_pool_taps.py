@@ -183,6 +183,8 @@ def test_by_default_pools_are_taps_in_inference_only(option, inference, training
         compiled(torch.randn(2, 3, 14, 14)).sum().backward()
     grads = [n for gm in rec.graph_modules for n in gm.graph.nodes if n.target is aten.avg_pool2d_backward.default]
     assert [len(_pools(gm)) for gm in rec.graph_modules][0] == training and len(grads) == training
+    left = [n for p in rec.plans for n in p.eager_nodes if n.op == "aten.avg_pool2d.default"]
+    assert all("avg_pool_taps" in n.reason for n in left), [n.reason for n in left]  # explain() says why
 
 
 def _nchw_gradients(gm) -> list:

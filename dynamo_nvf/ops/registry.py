@@ -99,10 +99,13 @@ WHY_NO_LOWERING: dict[str, str] = {
        for name in ("_foreach_copy_", "_foreach_add_")},
     **{f"aten.{name}": "a sliding-window op (pooling)" for name in (
         "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "max_pool3d_with_indices",
-        "max_pool3d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward", "avg_pool3d",
+        "max_pool3d_with_indices_backward", "avg_pool3d",
         "avg_pool3d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
         "_adaptive_avg_pool3d", "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d",
         "adaptive_max_pool2d_backward")},
+    **{f"aten.{name}": ("a sliding-window op (pooling); option avg_pool_taps runs 2-D average pools as "
+                        "their window's taps in regions, by default in inference graphs only, where it "
+                        "takes the geometry") for name in ("avg_pool2d", "avg_pool2d_backward")},
     **{f"aten.{name}": "a scan along a dim" for name in ("cumprod", "cummax", "cummin", "logcumsumexp")},
     **{f"aten.{name}": "a reduction that returns indices" for name in (
         "argmax", "argmin", "sort", "topk", "kthvalue", "median")},
