@@ -355,7 +355,7 @@ def run_isolated(workloads: Sequence[str], args: argparse.Namespace,
     overlap while their warm-ups, timed rounds and profiles take turns on the GPU
     (perf/gpu_turn.py), each workload's backends still timed side by side. ``checkpoint`` gets the
     results so far after each child."""
-    from .isolate import describe_exit, run_children
+    from .isolate import describe_exit, kill_children_on_sigterm, run_children
 
     results: list[InterleavedResult] = []
     failed: dict[str, str] = {}
@@ -378,6 +378,7 @@ def run_isolated(workloads: Sequence[str], args: argparse.Namespace,
                 print(f"    | {line[:300]}", flush=True)
         checkpoint(results, failed)
 
+    kill_children_on_sigterm()
     run_children([(name, REGISTRY[name].cost) for name in workloads],
                  lambda name, out: child_command(name, args, out), timeout_s=timeout_s, gpus=args.gpus,
                  per_gpu=args.per_gpu, on_done=done)

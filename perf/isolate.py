@@ -61,10 +61,34 @@ def describe_exit(returncode: Optional[int], timed_out: bool, timeout_s: float) 
     return f"[process] exited with status {returncode} before this pair"
 
 
+#: Process groups of the children running now (``kill_children`` ends them).
+_RUNNING: set[int] = set()
+
+
+def kill_children() -> None:
+    """Kills every running child's process group: a parent stopped by a signal leaves no child
+    holding the GPU (each runs in a session of its own, so it would outlive the parent)."""
+    for pgid in list(_RUNNING):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def kill_children_on_sigterm() -> None:
+    """From now on a SIGTERM (`timeout`'s) kills the running children, then exits 143."""
+    def stop(signum: int, frame: object) -> None:
+        kill_children()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def run_child(cmd: list[str], timeout_s: float, log_path: Path, env: dict) -> tuple[Optional[int], bool]:
     """(return code, timed out); the child runs in its own process group, killed whole on timeout."""
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        _RUNNING.add(proc.pid)
         try:
             return proc.wait(timeout=timeout_s), False
         except subprocess.TimeoutExpired:
@@ -74,6 +98,8 @@ def run_child(cmd: list[str], timeout_s: float, log_path: Path, env: dict) -> tu
                 pass
             proc.wait()
             return proc.returncode, True
+        finally:
+            _RUNNING.discard(proc.pid)
 
 
 def merge(docs: Sequence[dict], failures: dict[str, str], workloads: Sequence, backends: Sequence[str],

@@ -314,3 +314,49 @@ def test_per_gpu_runs_each_workload_in_its_own_process_and_joins_their_results(t
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 1
     assert json.loads(killed.read_text())["failed"]["gelu_views"].startswith("[process] timed out")
+
+
+def _processes_running(marker: str) -> list[int]:
+    """Pids whose command line holds `marker` (Linux /proc)."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read().replace(b"\0", b" "):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_terminated_parent_takes_its_workload_processes_with_it(tmp_path):
+    """`timeout` stops a device call's command with SIGTERM; the workload processes (each in a session
+    of its own) must not outlive it and hold the GPU under the next command."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    marker = "--rounds 987654 "  # the parent's and its workload process's command lines
+    parent = subprocess.Popen([sys.executable, "-m", "perf.interleave", "gelu_views", "--backends", "eager",
+                               "--rounds", "987654", "--batch-s", "0.001", "--per-gpu", "2", "--json",
+                               str(tmp_path / "out.json")], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not [p for p in _processes_running(marker) if p != parent.pid] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [p for p in _processes_running(marker) if p != parent.pid], "the workload process never started"
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while _processes_running(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _processes_running(marker) == []
+    finally:
+        parent.kill()
