@@ -423,7 +423,7 @@ def run_mode(args: argparse.Namespace) -> int:
 def isolated_mode(args: argparse.Namespace, selected: list, workloads: list, backends: list[str], base, pairs) -> int:
     """--isolate / --gpus: one process per workload (perf/isolate.py), the files joined into one."""
     from .baseline import compare, render_comparison
-    from .isolate import run_isolated
+    from .isolate import kill_children_on_sigterm, run_isolated
     from .report import render_report, write_document
     from .workloads import parse_shard
 
@@ -442,6 +442,7 @@ def isolated_mode(args: argparse.Namespace, selected: list, workloads: list, bac
             write_document(doc, path)
 
     deadline = _STARTED + args.time_budget if args.time_budget else None
+    kill_children_on_sigterm()
     doc = run_isolated(args, workloads, backends, config, timeout_s=args.isolate or 900.0, gpus=args.gpus or 1,
                        per_gpu=args.per_gpu or 1, deadline=deadline, progress=_stderr, on_update=checkpoint)
     # the children's measurement settings (all equal: the same flags)

@@ -26,6 +26,10 @@ ratios.
 
 A workload that fails (a backend's compile, a step's error) is recorded with its error (the JSON's
 ``failed``) and the run goes on to the next; the exit status is then 1.
+
+``--per-gpu K`` (``--gpus N``, ``--isolate S``) runs each workload in a process of its own, K per GPU
+at once (perf/isolate.py): their compiles overlap, their warm-ups, rounds and profiles take turns on
+the GPU (perf/gpu_turn.py); the parent joins the processes' JSON.
 """
 
 from __future__ import annotations
@@ -38,12 +42,14 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import torch
 from tabulate import tabulate
 
 from .backends import get_backend, reset_compile_state
+from .gpu_turn import gpu_turn
 from .measure import (DEFAULT_CONFIG, backend_step, device_sync, event_times_us, hide_host_sleep_cycles,
                       profile_counts, steps_per_batch, timed_batches)
 from .workloads import REGISTRY, select
@@ -106,9 +112,10 @@ def rotated(names: Sequence[str], round_index: int) -> list[str]:
     return list(names[k:]) + list(names[:k])
 
 
-def _compiled_steps(workload: str, backends: Sequence[str], device: str, warmup: int) -> dict[str, Callable[[], object]]:
-    """One step per backend, each on its own instance of ``workload``, compiled and warmed up
-    (the first call compiles and, with graphs, records)."""
+def _compiled_steps(workload: str, backends: Sequence[str], device: str) -> dict[str, Callable[[], object]]:
+    """One step per backend, each on its own instance of ``workload``, called once (the first call
+    compiles and, with graphs, records). Outside the GPU's turn (perf/gpu_turn.py): with several
+    processes per GPU (``--per-gpu``) the compiles overlap."""
     if len(set(backends)) != len(backends) or not backends:
         raise ValueError(f"need distinct backends, got {list(backends)}")
     wl = REGISTRY[workload]
@@ -116,10 +123,16 @@ def _compiled_steps(workload: str, backends: Sequence[str], device: str, warmup:
     steps: dict[str, Callable[[], object]] = {}
     for name in backends:
         step = backend_step(get_backend(name), wl.instantiate(device, tiny=device == "cpu"))
-        for _ in range(1 + warmup):
-            step()
+        step()
         steps[name] = step
     return steps
+
+
+def _warm(steps: dict[str, Callable[[], object]], warmup: int) -> None:
+    """``warmup`` more steps of each backend (inside the GPU's turn: they run the GPU)."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
 
 
 def _profile_into(result: InterleavedResult, steps: dict[str, Callable[[], object]], profile_steps: int) -> None:
@@ -149,21 +162,23 @@ def interleaved_steps(
     on CUDA, profiles ``profile_steps`` steps of each (kernel ms and kernels per step)."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     sync = device_sync() if sync is None else sync
-    steps = _compiled_steps(workload, backends, device, warmup)
-    counts: dict[str, int] = {}
-    for name, step in steps.items():
-        span = timed_batches(step, 1, 3, sync, time.perf_counter)[0]
-        counts[name] = steps_per_batch((span[2] - span[0]) / 3, batch_s, min_steps, max_steps)
-    result = InterleavedResult(workload=workload, reference=backends[0], steps_per_batch=counts,
-                               step_ms={name: [] for name in backends}, enqueue_ms={name: [] for name in backends})
-    for r in range(rounds):
-        for name in rotated(backends, r):
-            n = counts[name]
-            start, returned, end = timed_batches(steps[name], 1, n, sync, time.perf_counter)[0]
-            result.step_ms[name].append((end - start) / n * 1e3)
-            result.enqueue_ms[name].append((returned - start) / n * 1e3)
-    if device == "cuda":  # after the timing: a profile leaves CUPTI behind
-        _profile_into(result, steps, profile_steps)
+    steps = _compiled_steps(workload, backends, device)
+    with gpu_turn():
+        _warm(steps, warmup)
+        counts: dict[str, int] = {}
+        for name, step in steps.items():
+            span = timed_batches(step, 1, 3, sync, time.perf_counter)[0]
+            counts[name] = steps_per_batch((span[2] - span[0]) / 3, batch_s, min_steps, max_steps)
+        result = InterleavedResult(workload=workload, reference=backends[0], steps_per_batch=counts,
+                                   step_ms={name: [] for name in backends}, enqueue_ms={name: [] for name in backends})
+        for r in range(rounds):
+            for name in rotated(backends, r):
+                n = counts[name]
+                start, returned, end = timed_batches(steps[name], 1, n, sync, time.perf_counter)[0]
+                result.step_ms[name].append((end - start) / n * 1e3)
+                result.enqueue_ms[name].append((returned - start) / n * 1e3)
+        if device == "cuda":  # after the timing: a profile leaves CUPTI behind
+            _profile_into(result, steps, profile_steps)
     steps.clear()
     reset_compile_state()
     return result
@@ -183,16 +198,18 @@ def interleaved_gpu(
     (CUDA only): each round, every backend in rotated order, ``calls`` calls each, every one after an
     L2 flush and behind a spin as long as 1.5 of its synchronized wall time (python -m perf's
     gpu_us); then profiles each backend (kernels per call)."""
-    steps = _compiled_steps(workload, backends, "cuda", warmup)
-    sleeps = {name: hide_host_sleep_cycles(step) for name, step in steps.items()}
-    flush = torch.empty(flush_mib * 2**20, dtype=torch.int8, device="cuda")
-    result = InterleavedResult(workload=workload, reference=backends[0], metric="gpu_us",
-                               gpu_us={name: [] for name in backends})
-    for r in range(rounds):
-        for name in rotated(backends, r):
-            result.gpu_us[name].append(statistics.median(event_times_us(steps[name], calls, flush, sleeps[name])))
-    del flush
-    _profile_into(result, steps, profile_steps)
+    steps = _compiled_steps(workload, backends, "cuda")
+    with gpu_turn():
+        _warm(steps, warmup)
+        sleeps = {name: hide_host_sleep_cycles(step) for name, step in steps.items()}
+        flush = torch.empty(flush_mib * 2**20, dtype=torch.int8, device="cuda")
+        result = InterleavedResult(workload=workload, reference=backends[0], metric="gpu_us",
+                                   gpu_us={name: [] for name in backends})
+        for r in range(rounds):
+            for name in rotated(backends, r):
+                result.gpu_us[name].append(statistics.median(event_times_us(steps[name], calls, flush, sleeps[name])))
+        del flush
+        _profile_into(result, steps, profile_steps)
     steps.clear()
     reset_compile_state()
     return result
@@ -323,6 +340,53 @@ def workload_names(spec: str, tags: Sequence[str] = ()) -> list[str]:
     return names
 
 
+def child_command(workload: str, args: argparse.Namespace, json_path: Path) -> list[str]:
+    """``python -m perf.interleave`` of one workload with the parent's backends and settings."""
+    cmd = [sys.executable, "-m", "perf.interleave", workload, "--backends", args.backends,
+           "--rounds", str(args.rounds), "--batch-s", str(args.batch_s), "--json", str(json_path)]
+    return cmd + (["--gpu", "--calls", str(args.calls)] if args.gpu else [])
+
+
+def run_isolated(workloads: Sequence[str], args: argparse.Namespace,
+                 checkpoint: Callable[[list[InterleavedResult], dict[str, str]], None]) -> tuple[
+                     list[InterleavedResult], dict[str, str]]:
+    """Each workload interleaved in a process of its own (perf/isolate.py's children: a crash or hang
+    costs only its row), ``--gpus`` x ``--per-gpu`` at a time: with several per GPU their compiles
+    overlap while their warm-ups, timed rounds and profiles take turns on the GPU
+    (perf/gpu_turn.py), each workload's backends still timed side by side. ``checkpoint`` gets the
+    results so far after each child."""
+    from .isolate import describe_exit, kill_children_on_sigterm, run_children
+
+    results: list[InterleavedResult] = []
+    failed: dict[str, str] = {}
+    timeout_s = args.isolate or 900.0
+
+    def done(run) -> None:
+        try:
+            got, failures = load_results(str(run.out)), load_failures(str(run.out))
+        except (OSError, ValueError, KeyError, TypeError):  # no file, or one cut off by the kill
+            got, failures = [], {}
+        results.extend(got)
+        failed.update(failures)
+        if not got and run.name not in failed:
+            failed[run.name] = describe_exit(run.code, run.timed_out, timeout_s)
+        print(f"{run.name}: {'ok' if got else failed[run.name]} ({run.took:.0f} s; log {run.log})", flush=True)
+        if got:
+            print(table(got), flush=True)
+        else:
+            for line in run.log_tail():
+                print(f"    | {line[:300]}", flush=True)
+        checkpoint(results, failed)
+
+    kill_children_on_sigterm()
+    run_children([(name, REGISTRY[name].cost) for name in workloads],
+                 lambda name, out: child_command(name, args, out), timeout_s=timeout_s, gpus=args.gpus,
+                 per_gpu=args.per_gpu, on_done=done)
+    order = {name: i for i, name in enumerate(workloads)}
+    results.sort(key=lambda r: order.get(r.workload, len(order)))
+    return results, failed
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf.interleave", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -342,6 +406,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--acceptance", action="store_true",
                    help="issue #10's criteria from the per-round ratios (backends eager, inductor, inductor_ro, "
                         "nvf_bookend, nvf_cudagraphs); exit 1 when not met")
+    p.add_argument("--isolate", type=float, metavar="S",
+                   help="each workload in a process of its own, killed after S seconds (default 900 with "
+                        "--per-gpu or --gpus)")
+    p.add_argument("--gpus", type=int, default=1, help="with --isolate: workload processes on N GPUs at once")
+    p.add_argument("--per-gpu", type=int, default=1, metavar="K",
+                   help="with --isolate: K workload processes per GPU, compiling at once and timing in turns")
     p.add_argument("--from-json", metavar="PATH[,PATH...]",
                    help="measure nothing: read the results of earlier runs' --json files (one device call "
                         "each, when all workloads do not fit in one) and print their tables and acceptance")
@@ -358,7 +428,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         names = [b for b in args.backends.split(",") if b]
         workloads = workload_names(args.workloads, args.tag)
         results = []
-        for workload in workloads:
+        isolated = args.isolate is not None or args.gpus > 1 or args.per_gpu > 1
+        if isolated:
+            def checkpoint(so_far: list[InterleavedResult], failures: dict[str, str]) -> None:
+                if args.json:
+                    write_json(args.json, so_far, failures)
+
+            results, failed = run_isolated(workloads, args, checkpoint)
+        for workload in ([] if isolated else workloads):
             try:
                 if args.gpu:
                     res = interleaved_gpu(workload, names, rounds=args.rounds, calls=args.calls)

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -60,10 +61,34 @@ def describe_exit(returncode: Optional[int], timed_out: bool, timeout_s: float) 
     return f"[process] exited with status {returncode} before this pair"
 
 
+#: Process groups of the children running now (``kill_children`` ends them).
+_RUNNING: set[int] = set()
+
+
+def kill_children() -> None:
+    """Kills every running child's process group: a parent stopped by a signal leaves no child
+    holding the GPU (each runs in a session of its own, so it would outlive the parent)."""
+    for pgid in list(_RUNNING):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def kill_children_on_sigterm() -> None:
+    """From now on a SIGTERM (`timeout`'s) kills the running children, then exits 143."""
+    def stop(signum: int, frame: object) -> None:
+        kill_children()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def run_child(cmd: list[str], timeout_s: float, log_path: Path, env: dict) -> tuple[Optional[int], bool]:
     """(return code, timed out); the child runs in its own process group, killed whole on timeout."""
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        _RUNNING.add(proc.pid)
         try:
             return proc.wait(timeout=timeout_s), False
         except subprocess.TimeoutExpired:
@@ -73,6 +98,8 @@ def run_child(cmd: list[str], timeout_s: float, log_path: Path, env: dict) -> tu
                 pass
             proc.wait()
             return proc.returncode, True
+        finally:
+            _RUNNING.discard(proc.pid)
 
 
 def merge(docs: Sequence[dict], failures: dict[str, str], workloads: Sequence, backends: Sequence[str],
@@ -143,6 +170,69 @@ def slot_env(base: dict, gpu: Optional[int], per_gpu: int, workers: int, lock_di
     return env
 
 
+@dataclass
+class ChildRun:
+    """One finished child: its item, exit, time, files and GPU."""
+
+    name: str
+    code: Optional[int]
+    timed_out: bool
+    took: float
+    out: Path
+    log: Path
+    gpu: Optional[int]
+
+    def log_tail(self, lines: int = 5) -> list[str]:
+        return self.log.read_text(errors="replace").strip().splitlines()[-lines:] if self.log.exists() else []
+
+
+def run_children(items: Sequence[tuple[str, float]], command: Callable[[str, Path], list[str]], *,
+                 timeout_s: float, gpus: int, per_gpu: int = 1, deadline: Optional[float] = None,
+                 progress: Callable[[str], None] = print, on_done: Callable[[ChildRun], None]) -> None:
+    """Runs one child per item (name, cost), ``gpus`` x ``per_gpu`` at a time, longest first; each
+    writes ``command(name, out)``'s output file, and ``on_done`` gets each finished child (called
+    under one lock). Every child gets an empty inductor cache unless one is set, so inductor's
+    first call is cold, as nvFuser's is. With a ``deadline`` (time.monotonic()) an item starts only
+    if the seconds per unit of cost so far predict it ends in time."""
+    todo: "queue.Queue" = queue.Queue()
+    for item in sorted(items, key=lambda it: -it[1]):  # longest first: the last ones fill the gaps
+        todo.put(item)
+    lock = threading.Lock()
+    spent = {"s": 0.0, "cost": 0.0}
+    tmp = Path(tempfile.mkdtemp(prefix="perf-isolate-"))
+    slots = worker_slots(gpus, per_gpu)
+
+    def worker(gpu: Optional[int], env: dict) -> None:
+        while True:
+            try:
+                name, cost = todo.get_nowait()
+            except queue.Empty:
+                return
+            with lock:
+                rate = spent["s"] / spent["cost"] if spent["cost"] else 0.0
+            if deadline is not None and time.monotonic() + cost * rate > deadline:  # rate: one worker's
+                progress(f"time budget: {name} not started")
+                continue
+            out, log = tmp / f"{name}.json", tmp / f"{name}.log"
+            child_env = dict(env)
+            if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:  # inductor's first call cold, as nvFuser's is
+                child_env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / f"{name}.inductor-cache")
+            t0 = time.monotonic()
+            code, timed_out = run_child(command(name, out), timeout_s, log, child_env)
+            took = time.monotonic() - t0
+            with lock:
+                spent["s"] += took
+                spent["cost"] += cost
+                on_done(ChildRun(name, code, timed_out, took, out, log, gpu))
+
+    threads = [threading.Thread(target=worker, args=(g, slot_env(dict(os.environ), g, per_gpu, len(slots), tmp)),
+                                daemon=True) for g, _ in slots]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def run_isolated(args, workloads: Sequence, backends: Sequence[str], config: dict, *, timeout_s: float, gpus: int,
                  per_gpu: int = 1, deadline: Optional[float] = None, progress: Callable[[str], None] = print,
                  on_update: Optional[Callable[[dict], None]] = None) -> dict:
@@ -152,65 +242,34 @@ def run_isolated(args, workloads: Sequence, backends: Sequence[str], config: dic
     are absent."""
     from .report import load_document
 
-    todo: "queue.Queue" = queue.Queue()
-    for wl in sorted(workloads, key=lambda w: -w.cost):  # longest first: the last ones fill the gaps
-        todo.put(wl)
     docs: list[dict] = []
     failures: dict[str, str] = {}
-    lock = threading.Lock()
-    spent = {"s": 0.0, "cost": 0.0}
-    tmp = Path(tempfile.mkdtemp(prefix="perf-isolate-"))
 
     def snapshot() -> dict:
         return merge(docs, failures, workloads, backends, config)
 
-    slots = worker_slots(gpus, per_gpu)
-
-    def worker(gpu: Optional[int], env: dict) -> None:
-        while True:
+    def done(run: ChildRun) -> None:
+        doc = None
+        if run.out.exists():
             try:
-                wl = todo.get_nowait()
-            except queue.Empty:
-                return
-            with lock:
-                rate = spent["s"] / spent["cost"] if spent["cost"] else 0.0
-            if deadline is not None and time.monotonic() + wl.cost * rate > deadline:  # rate: one worker's
-                progress(f"time budget: {wl.name} not started")
-                continue
-            out, log = tmp / f"{wl.name}.json", tmp / f"{wl.name}.log"
-            child_env = dict(env)
-            if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:  # inductor's first call cold, as nvFuser's is
-                child_env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / f"{wl.name}.inductor-cache")
-            t0 = time.monotonic()
-            code, timed_out = run_child(child_command(args, wl.name, backends, out), timeout_s, log, child_env)
-            took = time.monotonic() - t0
-            doc = None
-            if out.exists():
-                try:
-                    doc = load_document(out)
-                except Exception:  # noqa: BLE001  (a file cut off by the kill)
-                    doc = None
-            with lock:
-                spent["s"] += took
-                spent["cost"] += wl.cost
-                if doc is not None:
-                    docs.append(doc)
-                if timed_out or code != 0 or doc is None:
-                    failures[wl.name] = describe_exit(code, timed_out, timeout_s)
-                where = f"GPU {gpu}: " if gpu is not None else ""
-                status = "ok" if wl.name not in failures else failures[wl.name]
-                progress(f"{where}{wl.name}: {status} ({took:.0f} s; log {log})")
-                if wl.name in failures:
-                    tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
-                    for line in tail:
-                        progress(f"    | {line[:300]}")
-                if on_update is not None:
-                    on_update(snapshot())
+                doc = load_document(run.out)
+            except Exception:  # noqa: BLE001  (a file cut off by the kill)
+                doc = None
+        if doc is not None:
+            docs.append(doc)
+        if run.timed_out or run.code != 0 or doc is None:
+            failures[run.name] = describe_exit(run.code, run.timed_out, timeout_s)
+        where = f"GPU {run.gpu}: " if run.gpu is not None else ""
+        status = "ok" if run.name not in failures else failures[run.name]
+        progress(f"{where}{run.name}: {status} ({run.took:.0f} s; log {run.log})")
+        if run.name in failures:
+            for line in run.log_tail():
+                progress(f"    | {line[:300]}")
+        if on_update is not None:
+            on_update(snapshot())
 
-    threads = [threading.Thread(target=worker, args=(g, slot_env(dict(os.environ), g, per_gpu, len(slots), tmp)),
-                                daemon=True) for g, _ in slots]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    by_name = {wl.name: wl for wl in workloads}
+    run_children([(wl.name, wl.cost) for wl in workloads],
+                 lambda name, out: child_command(args, by_name[name].name, backends, out),
+                 timeout_s=timeout_s, gpus=gpus, per_gpu=per_gpu, deadline=deadline, progress=progress, on_done=done)
     return snapshot()

@@ -253,3 +253,110 @@ def test_step_and_gpu_results_print_apart_and_both_acceptances_count(tmp_path, c
     assert "acceptance: PASS" in out and "acceptance: NOT MET" in out
     with pytest.raises(ValueError):
         interleave.table(interleave.load_results(str(first)) + interleave.load_results(str(second)))
+
+
+def test_compiles_run_outside_the_gpu_turn_and_warm_ups_timing_and_profiles_inside(monkeypatch):
+    """With several processes per GPU (--per-gpu) the compiles overlap and the GPU work takes turns:
+    each backend's first call (the compile) runs outside the turn, every later call inside one turn."""
+    import contextlib
+
+    holding = {"now": False}
+    turns = []
+
+    @contextlib.contextmanager
+    def turn():
+        holding["now"] = True
+        turns.append("held")
+        try:
+            yield
+        finally:
+            holding["now"] = False
+
+    calls = []
+
+    def fake_step(name):
+        def step():
+            calls.append((name, holding["now"]))
+        return step
+
+    monkeypatch.setattr(interleave, "gpu_turn", turn)
+    monkeypatch.setattr(interleave, "backend_step", lambda backend, inst: fake_step(backend.name))
+    interleave.interleaved_steps("gelu_views", ["eager", "nvf_bookend"], rounds=2, batch_s=0.001, min_steps=1,
+                                 max_steps=2, warmup=2, device="cpu", sync=lambda: None, profile_steps=0)
+    assert turns == ["held"]
+    for name in ("eager", "nvf_bookend"):
+        mine = [inside for n, inside in calls if n == name]
+        assert mine[0] is False and all(mine[1:]) and len(mine) > 3, (name, mine)
+
+
+def test_per_gpu_runs_each_workload_in_its_own_process_and_joins_their_results(tmp_path):
+    """`--per-gpu 2` on the CPU: two children at once (each with a turn lock), their JSON joined in
+    the parent's, the workloads in the order named; a child that outlives --isolate is recorded as
+    timed out and the others still count."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "joined.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "perf.interleave", "gelu_views,rmsnorm_fwd_f32", "--backends",
+                           "eager,nvf_bookend", "--rounds", "2", "--batch-s", "0.001", "--per-gpu", "2",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert [r["workload"] for r in doc["interleaved"]] == ["gelu_views", "rmsnorm_fwd_f32"]
+    assert all(len(r["step_ms"][b]) == 2 for r in doc["interleaved"] for b in ("eager", "nvf_bookend"))
+    assert doc["failed"] == {}
+    killed = tmp_path / "killed.json"
+    proc = subprocess.run([sys.executable, "-m", "perf.interleave", "gelu_views", "--backends", "eager",
+                           "--rounds", "2", "--isolate", "0.5", "--json", str(killed)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 1
+    assert json.loads(killed.read_text())["failed"]["gelu_views"].startswith("[process] timed out")
+
+
+def _processes_running(marker: str) -> list[int]:
+    """Pids whose command line holds `marker` (Linux /proc)."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read().replace(b"\0", b" "):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_terminated_parent_takes_its_workload_processes_with_it(tmp_path):
+    """`timeout` stops a device call's command with SIGTERM; the workload processes (each in a session
+    of its own) must not outlive it and hold the GPU under the next command."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    marker = "--rounds 987654 "  # the parent's and its workload process's command lines
+    parent = subprocess.Popen([sys.executable, "-m", "perf.interleave", "gelu_views", "--backends", "eager",
+                               "--rounds", "987654", "--batch-s", "0.001", "--per-gpu", "2", "--json",
+                               str(tmp_path / "out.json")], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not [p for p in _processes_running(marker) if p != parent.pid] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [p for p in _processes_running(marker) if p != parent.pid], "the workload process never started"
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while _processes_running(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _processes_running(marker) == []
+    finally:
+        parent.kill()
