@@ -423,7 +423,7 @@ def run_mode(args: argparse.Namespace) -> int:
 def isolated_mode(args: argparse.Namespace, selected: list, workloads: list, backends: list[str], base, pairs) -> int:
     """--isolate / --gpus: one process per workload (perf/isolate.py), the files joined into one."""
     from .baseline import compare, render_comparison
-    from .isolate import kill_children_on_sigterm, run_isolated
+    from .isolate import DEFAULT_TIMEOUT_S, kill_children_on_sigterm, run_isolated
     from .report import render_report, write_document
     from .workloads import parse_shard
 
@@ -431,7 +431,7 @@ def isolated_mode(args: argparse.Namespace, selected: list, workloads: list, bac
     config = {"quick": args.quick, "all": args.all, "only": args.only, "tags": args.tag, "backends": backends,
               "shard": list(parse_shard(args.shard)) if args.shard else None,
               "run_workloads": [w.name for w in selected], "time_budget_s": args.time_budget,
-              "isolate_s": args.isolate or 900.0, "gpus": args.gpus or 1, "per_gpu": args.per_gpu or 1}
+              "isolate_s": args.isolate or DEFAULT_TIMEOUT_S, "gpus": args.gpus or 1, "per_gpu": args.per_gpu or 1}
     _stderr(f"perf: {len(workloads)} workload(s) x {len(backends)} backend(s), one process each"
             f"{f', {args.gpus} at a time (one per GPU)' if args.gpus and args.gpus > 1 else ''}"
             f"{f', {args.per_gpu} per GPU' if args.per_gpu and args.per_gpu > 1 else ''}")
@@ -443,7 +443,7 @@ def isolated_mode(args: argparse.Namespace, selected: list, workloads: list, bac
 
     deadline = _STARTED + args.time_budget if args.time_budget else None
     kill_children_on_sigterm()
-    doc = run_isolated(args, workloads, backends, config, timeout_s=args.isolate or 900.0, gpus=args.gpus or 1,
+    doc = run_isolated(args, workloads, backends, config, timeout_s=args.isolate or DEFAULT_TIMEOUT_S, gpus=args.gpus or 1,
                        per_gpu=args.per_gpu or 1, deadline=deadline, progress=_stderr, on_update=checkpoint)
     # the children's measurement settings (all equal: the same flags)
     print(render_report(doc), flush=True)
@@ -459,7 +459,7 @@ def isolated_mode(args: argparse.Namespace, selected: list, workloads: list, bac
     if not_run:
         _stderr(f"perf: {len(not_run)} workload(s) not started within --time-budget; measure them in another call:\n"
                 f"  python -m perf --only {','.join(not_run)} --backends {','.join(backends)} "
-                f"--isolate {args.isolate or 900:g} --json REST.json")
+                f"--isolate {args.isolate or DEFAULT_TIMEOUT_S:g} --json REST.json")
     return code or _acceptance_code(doc, args)
 
 

@@ -283,10 +283,19 @@ def write_json(path: str, results: Sequence[InterleavedResult], failed: Optional
                    "acceptance_document": acceptance_document(results)}, f, indent=1)
 
 
+def read_json(path: str) -> tuple[list[InterleavedResult], dict[str, str]]:
+    """The InterleavedResults a ``--json`` file holds and the workloads it records as failed, each
+    with its error (one read of the file)."""
+    with open(path) as f:
+        doc = json.load(f)
+    names = set(InterleavedResult.__dataclass_fields__)
+    results = [InterleavedResult(**{k: v for k, v in entry.items() if k in names}) for entry in doc["interleaved"]]
+    return results, dict(doc.get("failed", {}))
+
+
 def load_failures(path: str) -> dict[str, str]:
     """The workloads a ``--json`` file records as failed, each with its error."""
-    with open(path) as f:
-        return dict(json.load(f).get("failed", {}))
+    return read_json(path)[1]
 
 
 def failure_reason(error: BaseException) -> str:
@@ -297,10 +306,7 @@ def failure_reason(error: BaseException) -> str:
 
 def load_results(path: str) -> list[InterleavedResult]:
     """The InterleavedResults a ``--json`` file holds."""
-    with open(path) as f:
-        doc = json.load(f)
-    names = set(InterleavedResult.__dataclass_fields__)
-    return [InterleavedResult(**{k: v for k, v in entry.items() if k in names}) for entry in doc["interleaved"]]
+    return read_json(path)[0]
 
 
 def table(results: Sequence[InterleavedResult]) -> str:
@@ -355,15 +361,15 @@ def run_isolated(workloads: Sequence[str], args: argparse.Namespace,
     overlap while their warm-ups, timed rounds and profiles take turns on the GPU
     (perf/gpu_turn.py), each workload's backends still timed side by side. ``checkpoint`` gets the
     results so far after each child."""
-    from .isolate import describe_exit, kill_children_on_sigterm, run_children
+    from .isolate import DEFAULT_TIMEOUT_S, describe_exit, kill_children_on_sigterm, run_children
 
     results: list[InterleavedResult] = []
     failed: dict[str, str] = {}
-    timeout_s = args.isolate or 900.0
+    timeout_s = args.isolate or DEFAULT_TIMEOUT_S
 
     def done(run) -> None:
         try:
-            got, failures = load_results(str(run.out)), load_failures(str(run.out))
+            got, failures = read_json(str(run.out))
         except (OSError, ValueError, KeyError, TypeError):  # no file, or one cut off by the kill
             got, failures = [], {}
         results.extend(got)
@@ -418,10 +424,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
     failed: dict[str, str] = {}
     if args.from_json:
-        paths = [path for path in args.from_json.split(",") if path]
-        results = [r for path in paths for r in load_results(path)]
-        for path in paths:
-            failed.update(load_failures(path))
+        results = []
+        for path in (path for path in args.from_json.split(",") if path):
+            got, failures = read_json(path)
+            results += got
+            failed.update(failures)
     else:
         if not (args.workloads or args.tag) or not args.backends:
             p.error("workloads (or --tag) and --backends are required unless --from-json is given")

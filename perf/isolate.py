@@ -61,6 +61,9 @@ def describe_exit(returncode: Optional[int], timed_out: bool, timeout_s: float) 
     return f"[process] exited with status {returncode} before this pair"
 
 
+#: Seconds a workload's process may run when ``--isolate`` gives no limit (``--gpus``, ``--per-gpu``).
+DEFAULT_TIMEOUT_S = 900.0
+
 #: Process groups of the children running now (``kill_children`` ends them).
 _RUNNING: set[int] = set()
 
@@ -268,8 +271,7 @@ def run_isolated(args, workloads: Sequence, backends: Sequence[str], config: dic
         if on_update is not None:
             on_update(snapshot())
 
-    by_name = {wl.name: wl for wl in workloads}
     run_children([(wl.name, wl.cost) for wl in workloads],
-                 lambda name, out: child_command(args, by_name[name].name, backends, out),
+                 lambda name, out: child_command(args, name, backends, out),
                  timeout_s=timeout_s, gpus=gpus, per_gpu=per_gpu, deadline=deadline, progress=progress, on_done=done)
     return snapshot()

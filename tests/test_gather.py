@@ -128,27 +128,13 @@ def test_gpu_gather_along_each_dim_matches_eager(dim):
 
 @pytest.mark.gpu
 @CUDA
-def test_gpu_gather_from_a_value_broadcast_inside_the_region():
-    """The source dense in eager (`wide * 1`) but an expanded broadcast inside the fusion: on nvFuser,
-    no fallback, no pieces, values as eager's on fresh inputs."""
+@pytest.mark.parametrize("scale", [1, None], ids=["value-broadcast-in-the-region", "expanded-input"])
+def test_gpu_gather_from_a_broadcast_source(scale):
+    """The source a broadcast inside the fusion: dense in eager (`x.expand(4, -1) * 1`), or a stride-0
+    expand of a graph input. On nvFuser, no fallback, no pieces, values as eager's on fresh inputs."""
     def fn(x, index):
-        return torch.gather(x.expand(4, -1) * 1, 1, index) + 1
-
-    def make():
-        return [torch.randn(1, 8, device="cuda"), torch.randint(0, 8, (4, 5), device="cuda")]
-
-    STATS.reset()
-    check_fresh_inputs(compile_fn(fn), fn, make, *tolerance(torch.float32), calls=3)
-    assert STATS.nvfuser_calls > 0 and STATS.fallbacks == 0 and STATS.split_regions == 0, STATS.snapshot()
-
-
-@pytest.mark.gpu
-@CUDA
-def test_gpu_gather_from_an_expanded_input():
-    """The source a stride-0 expand of a graph input (a broadcast in the fusion): on nvFuser, no
-    fallback, no pieces, values as eager's on fresh inputs."""
-    def fn(x, index):
-        return torch.gather(x.expand(4, -1), 1, index) + 1
+        wide = x.expand(4, -1)
+        return torch.gather(wide if scale is None else wide * scale, 1, index) + 1
 
     def make():
         return [torch.randn(1, 8, device="cuda"), torch.randint(0, 8, (4, 5), device="cuda")]
