@@ -93,8 +93,10 @@ def test_a_computed_weight_is_written_channels_last_by_the_region_that_computes_
     assert not _weight_regions(plan), [r.ops for r in plan.regions]
     (std,) = [r for r in plan.regions if "aten.var_mean.correction" in r.compute_ops]
     assert "aten.clone.default" in std.compute_ops, std.compute_ops
-    (w_out,) = std.outputs
-    assert list(w_out.shape) == [16, 8, 3, 3] and list(w_out.stride) == [72, 1, 24, 8], w_out
+    (w_out,) = std.outputs  # row-major [O, kh, kw, I]: channels-last once permuted back to [O, I, kh, kw]
+    assert list(w_out.shape) == [16, 3, 3, 8] and list(w_out.stride) == [72, 24, 8, 1], w_out
+    (back,) = [d for d in std.trailing if d.op == "aten.permute.default"]
+    assert back.action == "trimmed", back
 
 
 def test_a_weight_computed_in_aten_stays_with_aten_without_graphs():

@@ -14,9 +14,10 @@ A depthwise weight ([C, 1, k, k]) is channels-last already and is left alone.
 A parameter's weight under CUDA graphs only: without them the region's host time (7-12 us through
 direct launch) would cost more than the copy's 1 us of GPU time saves. A weight that ops nvFuser
 takes compute (weight standardization: timm's StdConv2d in BiT and NFNets; a cast or scaling of a
-weight) is converted with or without graphs: the clone joins the region that computes it, which
-then writes the weight channels-last, so cuDNN's copy (a kernel and its launch) is gone at no cost,
-as inductor's layout optimisation lays out such a buffer. Forward, inference and backward graphs
+weight) is converted with or without graphs: a copy of it in [O, kh, kw, I] order joins the region that
+computes it, and the permute back to [O, I, kh, kw] is a zero-copy view with channels-last strides,
+so cuDNN's copy (a kernel and its launch) is gone at no cost, as inductor's layout optimisation lays
+out such a buffer. Forward, inference and backward graphs
 (`convolution_backward` converts the weight the same way); the weights a graph saves for the backward
 are the originals, so no saved tensor changes. Values and output layouts are unchanged (cuDNN reads
 the same weight, in the layout it would have made).
@@ -27,6 +28,7 @@ Pure: GraphModule in (aot_autograd's aten graph, before partitioning), GraphModu
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 from torch._prims_common import suggest_memory_format
@@ -42,6 +44,9 @@ aten = torch.ops.aten
 
 #: Convolution ops and the positions of their input and weight arguments.
 CONVOLUTIONS = {aten.convolution.default: (0, 1), aten.convolution_backward.default: (1, 2)}
+#: [O, I, kh, kw] to [O, kh, kw, I] and back.
+NHWC = [0, 2, 3, 1]
+NCHW_FROM_NHWC = [0, 3, 1, 2]
 
 #: The notes explain() shows for each converted weight (graph plan's `rewrites`).
 NOTE = ("{conv}: weight {weight} converted to channels-last in a region of its own (the layout cuDNN "
@@ -69,6 +74,30 @@ def computed_in_a_region(weight: Node, settings: Settings) -> bool:
     return node.op == "call_function" and not is_metadata(node) and unsupported_reason(node, settings) is None
 
 
+def _channels_last_clone(gm: GraphModule, w: Node, mode: Any) -> Node:
+    """`clone(w, memory_format=channels_last)`: a region of its own writes it channels-last."""
+    clone = call_like(gm, aten.clone.default, (w,), w, mode, {"memory_format": torch.channels_last})
+    clone.meta.pop("stack_trace", None)
+    return clone
+
+
+def _nhwc_permuted_copy(gm: GraphModule, w: Node, mode: Any) -> Node:
+    """`permute(clone(permute(w, NHWC)), back)`: the region computing `w` writes a row-major [O, kh, kw, I]
+    tensor, and the bookend pass leaves the permute back to [O, I, kh, kw] (channels-last strides) as a
+    zero-copy alias. Not a channels-last clone in the region: for a weight standardized through a
+    reshape (timm's StdConv2d, `batch_norm(w.reshape(1, O, -1))`) nvFuser 0.2.36's reduction scheduler
+    fails on an output whose allocation order differs from its logical one ("Could not find axis",
+    transform_replay.cpp:740, H200, 2026-11-29: the region then ran as two pieces), and takes the
+    logical permute (scripts/nvfuser_repros/std_weight_channels_last_output.py)."""
+    value = w
+    for target, args, kwargs in ((aten.permute.default, (NHWC,), {}),
+                                 (aten.clone.default, (), {"memory_format": torch.contiguous_format}),
+                                 (aten.permute.default, (NCHW_FROM_NHWC,), {})):
+        value = call_like(gm, target, (value, *args), w, mode, kwargs)
+        value.meta.pop("stack_trace", None)
+    return value
+
+
 def channels_last_conv_weights(gm: GraphModule, settings: Settings) -> GraphModule:
     """Converts each such convolution's weight to channels-last in the graph (module docstring): every
     weight under CUDA graphs, computed weights only without them. `settings.plan_cpu_as_cuda` plans
@@ -93,9 +122,7 @@ def channels_last_conv_weights(gm: GraphModule, settings: Settings) -> GraphModu
         clone = converted.get(w)
         if clone is None:
             with gm.graph.inserting_before(node):
-                clone = call_like(gm, aten.clone.default, (w,), w, w_val.fake_mode,
-                                  {"memory_format": torch.channels_last})
-            clone.meta.pop("stack_trace", None)
+                clone = (_nhwc_permuted_copy if computed else _channels_last_clone)(gm, w, w_val.fake_mode)
             converted[w] = clone
             add_note(gm, (COMPUTED_NOTE if computed else NOTE).format(conv=node.name, weight=w.name))
         args = list(node.args)
