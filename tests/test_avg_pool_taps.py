@@ -216,3 +216,45 @@ def test_a_padded_channels_last_pool_gradient_left_to_aten_runs_nchw(pool, size,
     grads = [n for n in backward.graph.nodes if n.target is aten.avg_pool2d_backward.default]
     padded = channels_last and pool[2] > 0
     assert len(grads) == 1 and len(_nchw_gradients(backward)) == int(padded), backward.code
+
+
+class Transition(nn.Module):
+    """DenseNet's transition and the next block's first norm: conv 1x1, a 2x2 stride-2 pool, then
+    BatchNorm and ReLU of the pooled features, which are kept too (the block concatenates them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(16, 32, 1, bias=False)
+        self.norm = nn.BatchNorm2d(32)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pooled = nn.functional.avg_pool2d(self.conv(x), 2, 2)
+        return pooled, torch.relu(self.norm(pooled))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_pool_whose_windows_tile_its_input_is_one_sum(device):
+    """Stride = kernel, no padding: one sum over the phase dims, no slices; on the GPU the pool, the
+    norm and the ReLU are one nvFuser kernel and no ATen pool runs."""
+    torch.manual_seed(0)
+    model = Transition().to(device).eval()
+    x = torch.randn(4, 16, 28, 28, device=device).to(memory_format=torch.channels_last)
+    compiled = compile_fn(model, device_options(device))
+    with torch.no_grad(), recording() as rec, torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        for _ in range(2):
+            out = compiled(x)
+        expected = model(x)
+        if device == "cuda":
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                compiled(x)
+                torch.cuda.synchronize()
+    for got, want in zip(out, expected):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert got.stride() == want.stride()
+    (plan,) = rec.plans[-1:]
+    (region,) = [r for r in plan.regions if "aten.sum.dim_IntList" in r.compute_ops]
+    assert not any("slice" in op for op in region.ops), region.ops
+    assert "aten.relu.default" in region.compute_ops, region.compute_ops
+    if device == "cuda":
+        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        assert sum("nvfuser" in n for n in names) == 1 and not any("pool" in n for n in names), names
