@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from dynamo_nvf import nvf as nvf_env
 
-from helpers import assert_same, check_inference, check_training, compile_fn, tolerance
+from helpers import (assert_as_close_as_eager, assert_same, assert_same_layout, check_inference, check_training,
+                     compile_fn, tolerance)
 
 GRAPHS = {"plan_cpu_as_cuda": True, "cuda_graphs": True}
 
@@ -188,8 +189,11 @@ def test_a_standardized_weight_costs_no_aten_copy_without_graphs():
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                 out = compiled(*inputs)
                 torch.cuda.synchronize()
-        assert_same(out, std_conv(*inputs), *tolerance(dtype))
-        assert out.stride() == std_conv(*inputs).stride()
+        # bf16 sums over 576 taps of a weight rounded once more or less: judged against an f32
+        # reference, as eager's own result is
+        eager = std_conv(*inputs)
+        assert_same_layout(out, eager)
+        assert_as_close_as_eager(out, eager, std_conv(*(t.float() for t in inputs)))
         names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
         copies[on] = [n for n in names if "copy" in n.lower() or "nchwToNhwc" in n]
     assert copies[True] == [] and copies[False], copies
