@@ -241,7 +241,7 @@ def test_a_pool_whose_windows_tile_its_input_is_one_sum(device):
     x = torch.randn(4, 16, 28, 28, device=device).to(memory_format=torch.channels_last)
     compiled = compile_fn(model, device_options(device))
     with torch.no_grad(), recording() as rec, torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        for _ in range(2):
+        for _ in range(4):  # past direct launch's one-time check (it runs nvFuser's kernels twice)
             out = compiled(x)
         expected = model(x)
         if device == "cuda":
