@@ -16,7 +16,8 @@ kernel (docs/design.md).
 An average pool is the same taps summed with a pad of zeros (in f32 for half-precision inputs, as
 ATen accumulates), divided by the window's size, by `divisor_override`, or (without
 `count_include_pad`) by the number of taps inside the input, computed from two aranges; a pool
-whose windows tile the input (stride = kernel, no padding) is one sum over the phase dims. Its
+whose windows tile the input (stride = kernel, no padding) is one sum over the phase dims (a max
+pool's, one maximum). Its
 gradient runs the taps backwards: each phase plane of the input's gradient sums the output's
 gradient (over that divisor) shifted the other way, and the planes are concatenated back into the
 input's positions.
@@ -84,6 +85,22 @@ class Window:
             shape[dim:dim + 2] = [shape[dim] * shape[dim + 1]]
         return t.contiguous().view(shape).permute([self.order.index(d) for d in range(4)])
 
+    def tiles_input(self) -> bool:
+        """Whether the windows tile the input (stride = kernel, no padding: DenseNet's transition
+        pools, VGG's and U-Net's 2x2 max pools). Such a pool is one reduction over the phase dims:
+        as a slice per phase plane, nvFuser 0.2.36 ran DenseNet-121's transition region as 9
+        segments (5 kernels) rather than one (H200, 2026-11-29)."""
+        return self.stride == self.kernel and not any(self.padding)
+
+    def phase_dims(self) -> list[int]:
+        """The split layout's phase dims (sh, sw)."""
+        return [d + 1 for d in self.dims]
+
+    def phases_reduced(self, t: torch.Tensor) -> torch.Tensor:
+        """A split-layout tensor with its phase dims reduced away, back to NCHW dims in the input's
+        memory format (a permute; no reshape follows the reduction)."""
+        return t.permute([self.order.index(d) for d in range(4)])
+
     def plane(self, t: torch.Tensor, phase: tuple[int, int]) -> torch.Tensor:
         """The positions of one phase of a split-layout tensor: unit-step slices of the phase dims,
         kept one wide (nvFuser vectorises a slice's result, not a select's)."""
@@ -148,6 +165,8 @@ def max_pool2d_values(x: torch.Tensor, kernel_size: Sequence[int], stride: Seque
     if w is None:
         return None
     xs = w.split(x)
+    if w.tiles_input():
+        return w.phases_reduced(torch.amax(xs, dim=w.phase_dims()))
     out = None
     for rh, qh in w.taps(0):
         for rw, qw in w.taps(1):
@@ -166,26 +185,15 @@ def avg_pool2d_values(x: torch.Tensor, kernel_size: Sequence[int], stride: Seque
         return None
     acc = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
     xs = w.split(x).to(acc)
-    if w.stride == w.kernel and not any(w.padding):
-        return _non_overlapping_mean(w, xs, x, acc, divisor_override)
+    if w.tiles_input():
+        total = xs.sum(dim=w.phase_dims())
+        return w.phases_reduced(_divided(w, total, x, acc, True, divisor_override).to(x.dtype))
     total = None
     for rh, qh in w.taps(0):
         for rw, qw in w.taps(1):
             value = w.shifted(w.plane(xs, (rh, rw)), (qh, qw), w.out_size, 0.0)
             total = value if total is None else total + value
     return w.merge(_divided(w, total, x, acc, count_include_pad, divisor_override).to(x.dtype))
-
-
-def _non_overlapping_mean(w: Window, xs: torch.Tensor, x: torch.Tensor, acc: torch.dtype,
-                          divisor_override: Optional[int]) -> torch.Tensor:
-    """A pool whose windows tile the input (stride = kernel, no padding; DenseNet's 2x2 transition
-    pools) as one sum over the split layout's phase dims, back in the input's memory format. As a
-    slice per phase plane, nvFuser 0.2.36 ran DenseNet-121's transition region as 9 segments (5
-    kernels) rather than one, and the model's inference step was slower than with ATen's pool (H200,
-    2026-11-29)."""
-    total = xs.sum(dim=[d + 1 for d in w.dims])
-    return _divided(w, total, x, acc, True, divisor_override).to(x.dtype).permute(
-        [w.order.index(d) for d in range(4)])
 
 
 def _divisor_override_taken(divisor_override: Any) -> bool:

@@ -97,3 +97,31 @@ def test_taps_match_aten_on_cpu(pool, size, taken):
             expected = aten.max_pool2d_with_indices.default(x, *[[v, v] for v in pool[:4]], pool[4])[0]
             torch.testing.assert_close(got, expected, equal_nan=True)
             assert got.stride() == expected.stride()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_pool_whose_windows_tile_its_input_is_one_maximum(device):
+    """Stride = kernel, no padding (VGG's and U-Net's 2x2 pools): one amax over the phase dims, no
+    slices, with -inf and NaN as ATen's; on the GPU the ReLU, the pool and the scale are one nvFuser
+    kernel and no ATen pool runs."""
+    torch.manual_seed(0)
+    model = PoolBlock(POOLS[1][0]).to(device).eval()
+    x = _special(torch.randn(4, 3, 32, 32, device=device)).to(memory_format=torch.channels_last)
+    compiled = compile_fn(model, device_options(device))
+    with torch.no_grad(), recording() as rec, torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        for _ in range(4):  # past direct launch's one-time check (it runs nvFuser's kernels twice)
+            out = compiled(x)
+        expected = model(x)
+        if device == "cuda":
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                compiled(x)
+                torch.cuda.synchronize()
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert out.stride() == expected.stride()
+    (plan,) = rec.plans
+    (region,) = [r for r in plan.regions if "aten.amax.default" in r.compute_ops]
+    assert not any("slice" in op for op in region.ops), region.ops
+    assert "aten.relu.default" in region.compute_ops, region.compute_ops
+    if device == "cuda":
+        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        assert sum("nvfuser" in n for n in names) == 1 and not any("pool" in n for n in names), names

@@ -19,10 +19,16 @@ from dynamo_nvf.pool_windows import max_pool2d_values
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
 
-#: Why the taps read the pool's input from memory (partition.READS_MEMORY_KEY).
+#: Why taps that pad or slice read the pool's input from memory (partition.READS_MEMORY_KEY). A pool
+#: whose windows tile its input (one reduction over the phase dims, no pads or slices) joins the ops
+#: that compute its input.
 READS_INPUT = ("a pool's taps read its input from memory: after the ops that compute it in one region, "
                "nvFuser splits the region at the pads and keeps an f32 copy of the whole input between its "
                "kernels (ResNet-50 inference, H100: peak memory 1.9x inductor's, first call 2x)")
+
+
+#: The ops of traced taps that make nvFuser split a region after the ops computing the pool's input.
+_RESIZES = frozenset({aten.constant_pad_nd.default, aten.slice.Tensor, aten.cat.default})
 
 
 def _values_only(pool: Node) -> list[Node]:
@@ -37,6 +43,7 @@ def _values_only(pool: Node) -> list[Node]:
 def inline_taps(gm: GraphModule, sub: GraphModule, inputs: list[Node], before: Node) -> Node:
     """`sub`'s nodes copied into `gm` before `before`, its placeholders bound to `inputs`; its output."""
     placeholders = sub.graph.find_nodes(op="placeholder")
+    resizes = any(n.op == "call_function" and n.target in _RESIZES for n in sub.graph.nodes)
     env: dict[Node, Node] = dict(zip(placeholders, inputs))
     out = None
     with gm.graph.inserting_before(before):
@@ -48,7 +55,7 @@ def inline_taps(gm: GraphModule, sub: GraphModule, inputs: list[Node], before: N
                 out = env[result[0] if isinstance(result, (list, tuple)) else result]
                 continue
             env[node] = gm.graph.node_copy(node, lambda n: env[n])
-            if any(p in placeholders for p in node.all_input_nodes):
+            if resizes and any(p in placeholders for p in node.all_input_nodes):
                 env[node].meta[READS_MEMORY_KEY] = READS_INPUT
     assert out is not None
     return out
