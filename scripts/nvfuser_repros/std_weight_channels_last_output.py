@@ -21,6 +21,8 @@ computed weight as the logical permute (passes/conv_weight_layout.py).
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 from nvfuser_direct import DataType, FusionDefinition
 
@@ -67,4 +69,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     main()
