@@ -255,8 +255,8 @@ class Settings:
     #: Run a 2-D average pool in the region around it as the mean over its window's taps
     #: (passes/avg_pool_taps.py) instead of ATen's pooling kernel between regions: PoolFormer's token
     #: mixers, DenseNet's transition pools; True: in every graph, its gradient likewise. None (the
-    #: default): in inference graphs only, as max pools: PoolFormer's inference kernel time 1.36 -> 1.07
-    #: ms (inductor 0.98), DenseNet-121's step 2.43 -> 1.95 ms, first calls 2.3x and 1.3x (H200,
+    #: default): in inference graphs only, as max pools: PoolFormer's inference step 0.97x inductor's
+    #: against 1.19x without them, DenseNet-121's level (1.12x both), first calls 2.3x and 1.3x (H200,
     #: docs/options.md); in PoolFormer's training step a region with the taps' gradient fails nvFuser's
     #: compile and runs as pieces, one in eager (step 15.4 ms against 6.2 without). False: never.
     avg_pool_taps: Optional[bool] = None
