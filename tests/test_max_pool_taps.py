@@ -11,7 +11,7 @@ import torch.nn as nn
 from dynamo_nvf.backend import recording
 from dynamo_nvf.pool_windows import max_pool2d_values
 
-from helpers import DEVICES, compile_fn, device_options
+from helpers import DEVICES, compile_fn, device_options, steady_state_kernels
 
 aten = torch.ops.aten
 
@@ -109,13 +109,8 @@ def test_a_pool_whose_windows_tile_its_input_is_one_maximum(device):
     x = _special(torch.randn(4, 3, 32, 32, device=device)).to(memory_format=torch.channels_last)
     compiled = compile_fn(model, device_options(device))
     with torch.no_grad(), recording() as rec, torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        for _ in range(4):  # past direct launch's one-time check (it runs nvFuser's kernels twice)
-            out = compiled(x)
+        out, names = steady_state_kernels(compiled, [x]) if device == "cuda" else (compiled(x), [])
         expected = model(x)
-        if device == "cuda":
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                compiled(x)
-                torch.cuda.synchronize()
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
     assert out.stride() == expected.stride()
     (plan,) = rec.plans
@@ -123,5 +118,4 @@ def test_a_pool_whose_windows_tile_its_input_is_one_maximum(device):
     assert not any("slice" in op for op in region.ops), region.ops
     assert "aten.relu.default" in region.compute_ops, region.compute_ops
     if device == "cuda":
-        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
         assert sum("nvfuser" in n for n in names) == 1 and not any("pool" in n for n in names), names
