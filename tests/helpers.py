@@ -259,3 +259,17 @@ def steady_state_kernels(compiled: Callable[..., Any], inputs: Sequence[Any], wa
             out = compiled(*inputs)
             torch.cuda.synchronize()
     return out, [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def assert_pool_is_one_reduction(plans: Sequence[Any], reduction: str, joined: str, kernel_names: Sequence[str],
+                                 on_gpu: bool) -> None:
+    """A tiled pool (stride = kernel, no padding) planned as one `reduction` over its phase dims in the
+    region that also holds `joined` (an op around it), with no slice; on the GPU that region is the
+    one nvFuser kernel of the call and no ATen pool kernel runs."""
+    (plan,) = plans
+    (region,) = [r for r in plan.regions if reduction in r.compute_ops]
+    assert not any("slice" in op for op in region.ops), region.ops
+    assert joined in region.compute_ops, region.compute_ops
+    if on_gpu:
+        assert sum("nvfuser" in n for n in kernel_names) == 1 and not any("pool" in n for n in kernel_names), \
+            kernel_names
