@@ -11,7 +11,7 @@ import torch.nn as nn
 from dynamo_nvf.backend import recording
 from dynamo_nvf.pool_windows import max_pool2d_values
 
-from helpers import DEVICES, compile_fn, device_options, steady_state_kernels
+from helpers import DEVICES, assert_pool_is_one_reduction, compile_fn, device_options, steady_state_kernels
 
 aten = torch.ops.aten
 
@@ -113,9 +113,4 @@ def test_a_pool_whose_windows_tile_its_input_is_one_maximum(device):
         expected = model(x)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
     assert out.stride() == expected.stride()
-    (plan,) = rec.plans
-    (region,) = [r for r in plan.regions if "aten.amax.default" in r.compute_ops]
-    assert not any("slice" in op for op in region.ops), region.ops
-    assert "aten.relu.default" in region.compute_ops, region.compute_ops
-    if device == "cuda":
-        assert sum("nvfuser" in n for n in names) == 1 and not any("pool" in n for n in names), names
+    assert_pool_is_one_reduction(rec.plans, "aten.amax.default", "aten.relu.default", names, device == "cuda")
