@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from dynamo_nvf import nvf as nvf_env
 
 from helpers import (assert_as_close_as_eager, assert_same, assert_same_layout, check_inference, check_training,
-                     compile_fn, tolerance)
+                     compile_fn, steady_state_kernels, tolerance)
 
 GRAPHS = {"plan_cpu_as_cuda": True, "cuda_graphs": True}
 
@@ -182,18 +182,11 @@ def test_a_standardized_weight_costs_no_aten_copy_without_graphs():
     copies = {}
     for on in (True, False):
         compiled = compile_fn(std_conv, {"channels_last_conv_weights": on, "strict": True})
-        with torch.no_grad():
-            for _ in range(2):
-                out = compiled(*inputs)
-            torch.cuda.synchronize()
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                out = compiled(*inputs)
-                torch.cuda.synchronize()
+        out, names = steady_state_kernels(compiled, inputs)
         # bf16 sums over 576 taps of a weight rounded once more or less: judged against an f32
         # reference, as eager's own result is
         eager = std_conv(*inputs)
         assert_same_layout(out, eager)
         assert_as_close_as_eager(out, eager, std_conv(*(t.float() for t in inputs)))
-        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
         copies[on] = [n for n in names if "copy" in n.lower() or "nchwToNhwc" in n]
     assert copies[True] == [] and copies[False], copies
