@@ -178,9 +178,9 @@ def partition_regions(gm: GraphModule, settings: Settings) -> GraphModule:
 
 #: Why a gather of rows (an embedding, an index by one tensor) whose rows leave its region runs in ATen.
 GATHER_OUTPUT_REASON = (
-    "embedding or index whose gathered rows are used outside the region (saved for the backward) runs "
-    "in ATen: nvFuser 0.2.36 faulted (illegal memory access) running such a region, a BERT-style "
-    "training step's embeddings at 16 x 256 tokens (H100, 2026-11-23)"
+    "embedding or index whose gathered rows are used outside the region (a region output; in training, "
+    "the rows saved for the backward) runs in ATen: nvFuser 0.2.36 faulted (illegal memory access) "
+    "running such a region, a BERT-style training step's embeddings at 16 x 256 tokens (H100, 2026-11-23)"
 )
 
 
