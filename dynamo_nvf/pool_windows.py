@@ -17,10 +17,9 @@ An average pool is the same taps summed with a pad of zeros (in f32 for half-pre
 ATen accumulates), divided by the window's size, by `divisor_override`, or (without
 `count_include_pad`) by the number of taps inside the input, computed from two aranges; a pool
 whose windows tile the input (stride = kernel, no padding) is one sum over the phase dims (a max
-pool's, one maximum). Its
-gradient runs the taps backwards: each phase plane of the input's gradient sums the output's
-gradient (over that divisor) shifted the other way, and the planes are concatenated back into the
-input's positions.
+pool's, one maximum). Its gradient runs the taps backwards: each phase plane of the input's
+gradient sums the output's gradient (over that divisor) shifted the other way, and the planes are
+concatenated back into the input's positions.
 
 It keeps ATen's memory format (channels-last in, channels-last out), and declines for a dilation,
 a spatial size the stride does not divide, a `ceil_mode` that changes the output size, symbolic
