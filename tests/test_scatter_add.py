@@ -12,7 +12,7 @@ import torch
 from dynamo_nvf import nvf as nvf_env
 from dynamo_nvf.runtime.stats import STATS
 from dynamo_nvf.backend import recording
-from helpers import check_training, compile_fn, tolerance
+from helpers import check_inference, check_training, compile_fn, tolerance
 
 ON = {"plan_cpu_as_cuda": True}
 CUDA = pytest.mark.skipif(not nvf_env.nvfuser_available(), reason="needs CUDA and nvFuser")
@@ -95,7 +95,6 @@ def test_index_put_without_accumulate_or_into_booleans_stays_in_aten():
     def put(table, index, values):
         return torch.ops.aten.index_put.default(table * 2, [index], values, False) + 1
 
-    from helpers import check_inference
     plans = check_inference(put, [torch.randn(6, 3), torch.tensor([0, 2, 5]), torch.randn(3, 3)], ON)
     reasons = [n.reason for p in plans for n in p.nodes if n.op == "aten.index_put.default"]
     assert reasons and "without accumulate" in reasons[0], reasons
