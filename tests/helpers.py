@@ -261,6 +261,9 @@ def steady_state_kernels(compiled: Callable[..., Any], inputs: Sequence[Any], wa
     return out, [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
+_RESHAPES = ("aten.view.default", "aten.reshape.default", "aten._unsafe_view.default")
+
+
 def assert_pool_is_one_reduction(plans: Sequence[Any], reduction: str, joined: str, kernel_names: Sequence[str],
                                  on_gpu: bool) -> None:
     """A tiled pool (stride = kernel, no padding) planned as one `reduction` over its phase dims in the
@@ -269,6 +272,7 @@ def assert_pool_is_one_reduction(plans: Sequence[Any], reduction: str, joined: s
     (plan,) = plans
     (region,) = [r for r in plan.regions if reduction in r.compute_ops]
     assert not any("slice" in op for op in region.ops), region.ops
+    assert not any(op.endswith(_RESHAPES) for op in region.ops), region.ops  # the split: its inputs' views
     assert joined in region.compute_ops, region.compute_ops
     if on_gpu:
         assert sum("nvfuser" in n for n in kernel_names) == 1 and not any("pool" in n for n in kernel_names), \

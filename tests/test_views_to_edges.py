@@ -1,7 +1,8 @@
 """views_to_region_edges: a view moves across the one-operand elementwise ops between it and its
-region's edge (above a cast onto a region input, below a cast that only other code reads), so the
-bookend pass trims it and nvFuser gets the tensor in the shape the region computes in; where the move
-would copy or change what readers see, the view stays. CPU plans as for CUDA (regions run eagerly);
+region's edge (above a cast onto a region input, below a cast that only other code reads), and a
+split the region reads also above ops whose other operands come from outside, so the bookend pass
+trims it and nvFuser gets the tensor in the shape the region computes in; where the move would copy
+or change what readers see, the view stays. CPU plans as for CUDA (regions run eagerly);
 the GPU test runs real nvFuser on GPT-2's cross-entropy, which failed to compile with the view inside."""
 
 from __future__ import annotations
@@ -102,15 +103,48 @@ def test_an_op_read_inside_the_region_keeps_its_view_inside():
     assert not _notes(plans, "moved below"), [p.rewrites for p in plans]
 
 
-def test_an_op_of_two_tensors_is_not_crossed():
-    """x.float() + y, then flattened: the add reads two tensors, so the view is not moved above it
-    (nor below the scaling: the graph returns that)."""
+def test_a_flatten_does_not_cross_an_op_of_two_tensors():
+    """x.float() + y, then flattened: the add reads two tensors and the view merges dims, so it is not
+    moved above the add (y's view could copy), nor below the scaling (the graph returns that)."""
 
     def fn(x, y):
         return (x.float() + y).view(-1) * 3.0
 
     plans = check_inference(fn, [torch.randn(4, 8, dtype=torch.bfloat16), torch.randn(4, 8)], ON)
     assert not _notes(plans, "moved"), [p.rewrites for p in plans]
+
+
+def test_a_split_crosses_ops_of_a_broadcast_operand():
+    """relu(x + b) split [n, h, w, c] -> [n, h/2, 2, w/2, 2, c] and reduced over the phase dims (a
+    tiled pool after a convolution's bias): the split moves onto x and b (b's broadcast dims split
+    into ones), so the region computes in the split shape from views of its inputs; nvFuser failed
+    to run the reshape between the broadcast add and the reduction. Values as eager's."""
+
+    def fn(x, b):
+        return torch.relu(x + b).view(2, 4, 2, 4, 2, 16).amax((2, 4)) * 2.0
+
+    def inputs():
+        return [torch.randn(2, 8, 8, 16, dtype=torch.bfloat16), torch.randn(16, dtype=torch.bfloat16)]
+
+    plans = check_inference(fn, inputs(), ON)
+    notes = _notes(plans, "a split")
+    assert len(notes) == 1 and "add" in notes[0] and "relu" in notes[0], [p.rewrites for p in plans]
+    (region,) = [r for p in plans for r in p.regions]
+    assert not _reshapes(region), region.fx_code
+    assert sorted(len(t.shape) for t in region.inputs) == [6, 6], [t.shape for t in region.inputs]
+    check_fresh_inputs(compile_fn(fn, ON), fn, inputs)
+
+
+def test_a_split_does_not_cross_an_op_of_two_in_region_operands():
+    """y * sigmoid(y), y computed in the region: the chain forks, so the split stays where it is."""
+
+    def fn(x):
+        y = x.float() * 2.0
+        return (y * torch.sigmoid(y)).view(4, 2, 4, 8).sum(2)
+
+    plans = check_inference(fn, [torch.randn(8, 4, 8, dtype=torch.bfloat16)], ON)
+    assert not _notes(plans, "a split"), [p.rewrites for p in plans]
+    check_fresh_inputs(compile_fn(fn, ON), fn, lambda: [torch.randn(8, 4, 8, dtype=torch.bfloat16)])
 
 
 def test_symbolic_sizes_are_left_alone():

@@ -15,6 +15,17 @@ where the pair gives the value its own shape back): a padded LM head's logits ar
 dense, viewed [b, s, vocab], upcast and flattened, all in the loss's region, and nvFuser failed on
 that round trip the same way (GPT-2 training ran the region as six pieces; H100, 2026-11-28).
 
+A view that only splits dims (and adds or drops size-one ones), read by its region, also moves above
+elementwise ops of several tensors, where one operand continues the chain inside the region and the
+others come from outside it: each of those is viewed by the same split, its broadcast dims split into
+ones. Joins go first: a split that a later view undoes becomes none. Why: a tiled
+pool is such a split followed by a reduction over the phase dims, and VGG's 2x2 max pool follows the
+convolution's bias add and ReLU in one region; nvFuser 0.2.36 fails to run a reshape between a
+broadcast add and a reduction ("BFS traversal could not visit some nodes", bfs.h:261) and VGG-11's five
+pool regions ran in eager; handed the inputs already split, the same fusion runs
+(`scripts/nvfuser_repros/tiled_pool_after_pointwise.py`, H200, 2026-11-29). Splitting a dim never
+needs a copy, so the moved views are always aliases.
+
 Exact: an elementwise op of one tensor computes each element from the element at the same index, and
 a view (of a tensor whose layout allows it) only renames indices, so the two commute; dtypes are
 unchanged. Only where it is also free:
@@ -36,6 +47,7 @@ Pure on annotations: GraphModule in (partitioned), GraphModule out.
 from __future__ import annotations
 
 import logging
+import math
 import operator
 from typing import Any, Optional
 
@@ -55,6 +67,7 @@ aten = torch.ops.aten
 NOTE_HOIST = "view {view}: moved above {ops} onto the region input {source}"
 NOTE_JOIN = "view {view}: moved above {ops} and joined with the view {inner} of {source}"
 NOTE_SINK = "view {view}: moved below {ops}, which only other code reads"
+NOTE_HOIST_SPLIT = "view {view}: a split, moved above {ops} onto the region inputs {sources}"
 
 
 def _operand(node: Node, region: Any) -> Optional[Node]:
@@ -224,18 +237,125 @@ def _sink(gm: GraphModule, view: Node, shape: list[int], region: Any, returned_o
     return True
 
 
-def _move_at(gm: GraphModule, node: Node, returned_ok: bool) -> bool:
+def split_groups(src: list[int], dst: list[int]) -> Optional[list[list[int]]]:
+    """Per dim of `src`, the sizes of the dims of `dst` it becomes, where viewing `src` as `dst` only
+    splits dims (size-one dims may be added or dropped); None where the view merges dims."""
+    groups: list[list[int]] = []
+    j = 0
+    for size in src:
+        group, product = [], 1
+        while j < len(dst) and product < size:
+            group.append(dst[j])
+            product *= dst[j]
+            j += 1
+        if product != size:
+            return None
+        while j < len(dst) and dst[j] == 1:
+            group.append(1)
+            j += 1
+        groups.append(group)
+    return groups if j == len(dst) else None
+
+
+def _split_shape(operand: torch.Tensor, groups: list[list[int]]) -> Optional[list[int]]:
+    """The shape `operand`, broadcast against the split tensor's unsplit shape, takes under the split:
+    its full dims split as the tensor's, its broadcast (size-one) dims into ones."""
+    sizes = static_sizes(operand)
+    if sizes is None or len(sizes) > len(groups):
+        return None
+    shape: list[int] = []
+    for size, group in zip([1] * (len(groups) - len(sizes)) + sizes, groups):
+        if size == 1:
+            shape += [1] * len(group)
+        elif size == math.prod(group):
+            shape += group
+        else:
+            return None
+    return shape
+
+
+def _tensor_operands(node: Node) -> list[Node]:
+    return [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, Node)]
+
+
+def _elementwise_of_many(node: Node, region: Any, shape: list[int]) -> bool:
+    """An elementwise op of `region` (no keyword arguments, not random) whose result has `shape`."""
+    if node.op != "call_function" or node.meta.get(REGION_KEY) != region or draws_random_numbers(node):
+        return False
+    val = tensor_val(node)
+    return is_pointwise(node) and not node.kwargs and val is not None and static_sizes(val) == shape
+
+
+def _hoist_split(gm: GraphModule, view: Node, shape: list[int], region: Any) -> bool:
+    """`view(op_k(...op_1(a, b)..., c))` -> `op_k(...op_1(view(a), view'(b))..., view'(c))` where the
+    view only splits dims, each op is elementwise, and all operands but the chain's come from outside
+    the region (module docstring)."""
+    source_val = tensor_val(view.args[0])
+    unsplit = static_sizes(source_val) if source_val is not None else None
+    groups = split_groups(unsplit, shape) if unsplit is not None else None
+    mode = getattr(tensor_val(view), "fake_mode", None)
+    if groups is None or mode is None or _read_only_outside(view, region, returned_ok=True):
+        return False  # read only outside: the bookend pass trims the view where it is
+    chain: list[tuple[Node, Optional[Node]]] = []  # bottom first: (op, the operand the chain goes on to)
+    current = view.args[0]
+    while True:
+        if not isinstance(current, Node) or len(current.users) != 1:
+            return False
+        if _operand(current, region) is None and not _elementwise_of_many(current, region, unsplit):
+            return False
+        inside = [a for a in _tensor_operands(current) if not _from_outside(a, region)]
+        if len(inside) > 1:
+            return False
+        chain.append((current, inside[0] if inside else None))
+        if not inside:
+            break
+        current = inside[0]
+    sources = [a for op, _ in chain for a in _tensor_operands(op) if _from_outside(a, region)]
+    if all(len(_tensor_operands(op)) == 1 for op, _ in chain):
+        return False  # one operand each: `_hoist` moves such a chain where it can
+    if any(tensor_val(a) is None or _split_shape(tensor_val(a), groups) is None for a in sources):
+        return False
+
+    def build() -> Node:
+        value: Optional[Node] = None
+        for op, inner in reversed(chain):
+            def moved(a: Any, op: Node = op, inner: Optional[Node] = inner) -> Any:
+                if not isinstance(a, Node):
+                    return a
+                if a is inner:
+                    return value
+                return call_like(gm, aten.view.default, (a, _split_shape(tensor_val(a), groups)), view, mode)
+            value = call_like(gm, op.target, tuple(moved(a) for a in op.args), op, mode,
+                              {k: moved(v) for k, v in op.kwargs.items()})
+        assert value is not None
+        return value
+
+    value = _insert_or_roll_back(gm, view, build, view)
+    if value is None:
+        return False
+    view.replace_all_uses_with(value)
+    for node in [view, *(op for op, _ in chain)]:  # users first
+        gm.graph.erase_node(node)
+    add_note(gm, NOTE_HOIST_SPLIT.format(view=view.name, ops=", ".join(op.name for op, _ in reversed(chain)),
+                                         sources=", ".join(dict.fromkeys(a.name for a in sources))))
+    return True
+
+
+def _move_at(gm: GraphModule, node: Node, returned_ok: bool, splits: bool) -> bool:
     region = node.meta.get(REGION_KEY)
     shape = _view_shape(node)
     if region is None or shape is None:
         return False
-    return _hoist(gm, node, shape, region) or _sink(gm, node, shape, region, returned_ok)
+    return (_hoist(gm, node, shape, region) or (splits and _hoist_split(gm, node, shape, region))
+            or _sink(gm, node, shape, region, returned_ok))
 
 
 def views_to_region_edges(gm: GraphModule, kind: str) -> GraphModule:
-    """Moves each in-region view across the one-operand elementwise ops between it and its region's
-    edge (module docstring); `kind` is the graph's ("forward", "backward", "inference")."""
-    moved = rewrite_to_fixpoint(gm, lambda g, n: _move_at(g, n, returned_ok=kind == "backward"))
+    """Moves each in-region view across the elementwise ops between it and its region's edge (module
+    docstring); `kind` is the graph's ("forward", "backward", "inference")."""
+    # splits move above ops of several tensors last: a split that a later view undoes is joined with it
+    moved = sum(rewrite_to_fixpoint(gm, lambda g, n: _move_at(g, n, kind == "backward", splits))
+                for splits in (False, True))
     if moved:
         log.debug("dynamo_nvf: moved %d view(s) to their region's edge", moved)
     return gm
