@@ -18,13 +18,13 @@ that round trip the same way (GPT-2 training ran the region as six pieces; H100,
 A view that only splits dims (and adds or drops size-one ones), read by its region, also moves above
 elementwise ops of several tensors, where one operand continues the chain inside the region and the
 others come from outside it: each of those is viewed by the same split, its broadcast dims split into
-ones. Joins go first: a split that a later view undoes becomes none. Why: a tiled
-pool is such a split followed by a reduction over the phase dims, and VGG's 2x2 max pool follows the
-convolution's bias add and ReLU in one region; nvFuser 0.2.36 fails to run a reshape between a
-broadcast add and a reduction ("BFS traversal could not visit some nodes", bfs.h:261) and VGG-11's five
-pool regions ran in eager; handed the inputs already split, the same fusion runs
-(`scripts/nvfuser_repros/tiled_pool_after_pointwise.py`, H200, 2026-11-29). Splitting a dim never
-needs a copy, so the moved views are always aliases.
+ones. Joins go first: a split that a later view undoes becomes none. Why: a tiled pool is such a split
+followed by a reduction over the phase dims, and VGG's 2x2 max pool follows the convolution's bias add
+and ReLU in one region; nvFuser 0.2.36 fails to run a reshape between a broadcast add and a reduction
+("BFS traversal could not visit some nodes", bfs.h:261) and VGG-11's five pool regions ran in eager;
+handed the inputs already split, the same fusion runs
+(`scripts/nvfuser_repros/tiled_pool_after_pointwise.py`, H200, 2026-11-29). Splitting a dim never needs
+a copy, so the moved views are always aliases.
 
 Exact: an elementwise op of one tensor computes each element from the element at the same index, and
 a view (of a tensor whose layout allows it) only renames indices, so the two commute; dtypes are
@@ -237,7 +237,7 @@ def _sink(gm: GraphModule, view: Node, shape: list[int], region: Any, returned_o
     return True
 
 
-def split_groups(src: list[int], dst: list[int]) -> Optional[list[list[int]]]:
+def _split_groups(src: list[int], dst: list[int]) -> Optional[list[list[int]]]:
     """Per dim of `src`, the sizes of the dims of `dst` it becomes, where viewing `src` as `dst` only
     splits dims (size-one dims may be added or dropped); None where the view merges dims."""
     groups: list[list[int]] = []
@@ -292,7 +292,7 @@ def _hoist_split(gm: GraphModule, view: Node, shape: list[int], region: Any) -> 
     the region (module docstring)."""
     source_val = tensor_val(view.args[0])
     unsplit = static_sizes(source_val) if source_val is not None else None
-    groups = split_groups(unsplit, shape) if unsplit is not None else None
+    groups = _split_groups(unsplit, shape) if unsplit is not None else None
     mode = getattr(tensor_val(view), "fake_mode", None)
     if groups is None or mode is None or _read_only_outside(view, region, returned_ok=True):
         return False  # read only outside: the bookend pass trims the view where it is
