@@ -117,21 +117,23 @@ def test_a_flatten_does_not_cross_an_op_of_two_tensors():
 def test_a_split_crosses_ops_of_a_broadcast_operand():
     """relu(x + b) split [n, h, w, c] -> [n, h/2, 2, w/2, 2, c] and reduced over the phase dims (a
     tiled pool after a convolution's bias): the split moves onto x and b (b's broadcast dims split
-    into ones), so the region computes in the split shape from views of its inputs; nvFuser failed
-    to run the reshape between the broadcast add and the reduction. Values as eager's."""
+    into ones; a 0-dim scale stays as it is), so the region computes in the split shape from views of
+    its inputs; nvFuser failed to run the reshape between the broadcast add and the reduction. Values
+    as eager's."""
 
-    def fn(x, b):
-        return torch.relu(x + b).view(2, 4, 2, 4, 2, 16).amax((2, 4)) * 2.0
+    def fn(x, b, s):
+        return (torch.relu(x + b) * s).view(2, 4, 2, 4, 2, 16).amax((2, 4)) * 2.0
 
     def inputs():
-        return [torch.randn(2, 8, 8, 16, dtype=torch.bfloat16), torch.randn(16, dtype=torch.bfloat16)]
+        return [torch.randn(2, 8, 8, 16, dtype=torch.bfloat16), torch.randn(16, dtype=torch.bfloat16),
+                torch.tensor(1.5, dtype=torch.bfloat16)]
 
     plans = check_inference(fn, inputs(), ON)
     notes = _notes(plans, "a split")
-    assert len(notes) == 1 and "add" in notes[0] and "relu" in notes[0], [p.rewrites for p in plans]
+    assert len(notes) == 1 and all(op in notes[0] for op in ("add", "relu", "mul")), [p.rewrites for p in plans]
     (region,) = [r for p in plans for r in p.regions]
     assert not _reshapes(region), region.fx_code
-    assert sorted(len(t.shape) for t in region.inputs) == [6, 6], [t.shape for t in region.inputs]
+    assert sorted(len(t.shape) for t in region.inputs) == [0, 6, 6], [t.shape for t in region.inputs]
     check_fresh_inputs(compile_fn(fn, ON), fn, inputs)
 
 

@@ -319,11 +319,11 @@ def _hoist_split(gm: GraphModule, view: Node, shape: list[int], region: Any) -> 
     def build() -> Node:
         value: Optional[Node] = None
         for op, inner in reversed(chain):
-            def moved(a: Any, op: Node = op, inner: Optional[Node] = inner) -> Any:
-                if not isinstance(a, Node):
-                    return a
-                if a is inner:
+            def moved(a: Any, inner: Optional[Node] = inner) -> Any:
+                if inner is not None and a is inner:
                     return value
+                if not isinstance(a, Node) or tensor_val(a).dim() == 0:
+                    return a  # a 0-dim tensor broadcasts as it is (and may stay a CPU scalar)
                 return call_like(gm, aten.view.default, (a, _split_shape(tensor_val(a), groups)), view, mode)
             value = call_like(gm, op.target, tuple(moved(a) for a in op.args), op, mode,
                               {k: moved(v) for k, v in op.kwargs.items()})
