@@ -12,13 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from dynamo_nvf import recording
-from dynamo_nvf.ops.metadata import RESHAPE_OPS
 from dynamo_nvf.runtime.stats import STATS
-from helpers import (DEVICES, check_fresh_inputs, check_inference, check_training, compile_fn, device_options,
-                     tolerance)
+from helpers import (DEVICES, RESHAPE_NAMES, check_fresh_inputs, check_inference, check_training, compile_fn,
+                     device_options, tolerance)
 
 ON = {"plan_cpu_as_cuda": True}
-_RESHAPE_NAMES = tuple(f"{op.overloadpacket.__name__}.{op._overloadname}" for op in RESHAPE_OPS)
 
 
 def _notes(plans, word):
@@ -26,7 +24,7 @@ def _notes(plans, word):
 
 
 def _reshapes(region) -> list[str]:
-    return [op for op in region.ops if op.endswith(_RESHAPE_NAMES)]
+    return [op for op in region.ops if op.endswith(RESHAPE_NAMES)]
 
 
 def _loss(logits, targets):

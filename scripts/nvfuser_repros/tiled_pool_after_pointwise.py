@@ -3,8 +3,8 @@ is computed in the same fusion.
 
 **What:** VGG's 2x2 max pool after the convolution's bias and ReLU, channels-last: `x + b` (b broadcast
 over [N, H, W]), relu, reshape [N, H, W, C] -> [N, H/2, 2, W/2, 2, C], max over dims 2 and 4. Beside
-it: the same with the reshape applied to the fusion's inputs instead (x and b reshaped, then the add,
-relu and max), with no pointwise op before the reshape, and each with a sum in place of the max.
+it: the same handed x and b already split (views of the same memory), a relu alone before the
+reshape, no pointwise op before it, and each with a sum in place of the max.
 
 **Expected:** each spelling runs and matches eager.
 
@@ -15,8 +15,8 @@ traversal could not visit some nodes", bfs.h:261); handed the inputs split, it r
 
     python scripts/nvfuser_repros/tiled_pool_after_pointwise.py [--shape N H W C]
 
-Prints per spelling: ok and whether it matches eager, or the error's first line. dynamo_nvf reshapes
-the region's inputs (passes/views_to_edges.py hoists the view above elementwise ops).
+Prints per spelling: ok and whether it matches eager, or the error's first line. dynamo_nvf hands
+such a region its inputs split, as views (passes/views_to_edges.py moves the split above the add).
 """
 
 from __future__ import annotations
