@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from dynamo_nvf import recording
+from dynamo_nvf.passes.views_to_edges import _split_groups
 from dynamo_nvf.runtime.stats import STATS
 from helpers import (DEVICES, RESHAPE_NAMES, check_fresh_inputs, check_inference, check_training, compile_fn,
                      device_options, tolerance)
@@ -133,6 +134,19 @@ def test_a_split_crosses_ops_of_a_broadcast_operand():
     assert not _reshapes(region), region.fx_code
     assert sorted(len(t.shape) for t in region.inputs) == [0, 6, 6], [t.shape for t in region.inputs]
     check_fresh_inputs(compile_fn(fn, ON), fn, inputs)
+
+
+@pytest.mark.parametrize("src,dst,groups", [
+    ([64, 224, 224, 8], [64, 112, 2, 112, 2, 8], [[64], [112, 2], [112, 2], [8]]),  # a tiled pool's split
+    ([32, 16], [2, 16, 16], [[2, 16], [16]]),            # rows into [batch, seq]
+    ([4, 1, 6], [4, 6], [[4], [], [6]]),                  # a size-one dim dropped
+    ([4, 6], [1, 4, 6, 1], [[1, 4], [6, 1]]),             # size-one dims added
+    ([4, 6], [24], None),                                 # a merge
+    ([4, 6], [2, 12], None),                              # a split across two dims
+    ([4, 6], [4, 3], None),                               # fewer elements
+])
+def test_split_groups(src, dst, groups):
+    assert _split_groups(src, dst) == groups
 
 
 def test_a_split_does_not_cross_an_op_of_two_in_region_operands():
