@@ -19,7 +19,8 @@ The first call of every fwd/train pair is also the accuracy check (:func:`checke
 output (inference) or the loss and every parameter's gradient (training) against bf16 eager and an
 fp64 eager copy of the same model and inputs, with ``torch._dynamo.utils.same`` and the tolerance
 the runner gives inductor (timm_models.py / huggingface.py ``get_tolerance_and_cosine_flag``:
-1e-3 inference, 1e-2 training).
+1e-3 inference, 1e-2 training). Training-time randomness (dropout, stochastic depth) is off in
+every model, so the check compares the same computation.
 """
 
 from __future__ import annotations
@@ -147,7 +148,22 @@ def build_timm(entry: ZooEntry) -> nn.Module:
     import timm
 
     kwargs, slices = parse_cut(entry.cut)
-    return apply_slices(timm.create_model(entry.model, pretrained=False, **kwargs), slices)
+    return without_randomness(apply_slices(timm.create_model(entry.model, pretrained=False, **kwargs), slices))
+
+
+def without_randomness(model: nn.Module) -> nn.Module:
+    """`model` with its training-time randomness off: stochastic depth (timm's DropPath, DropBlock:
+    a `drop_prob`) and dropout at probability 0, as the transformers configs are built
+    (`_NO_RANDOMNESS`). Why: a random step is compared against eager copies that draw other masks,
+    so its accuracy check says nothing (timm's Swin-T defaults to `drop_path_rate=0.1`: its tiny CPU
+    training step failed the check against eager itself); and the zoo measures the models' compute,
+    the same on every backend."""
+    for module in model.modules():
+        if isinstance(getattr(module, "drop_prob", None), float):
+            module.drop_prob = 0.0
+        if isinstance(module, nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+    return model
 
 
 # --------------------------------------------------------------------------- transformers

@@ -446,6 +446,31 @@ def test_gpu_turn_holds_the_lock_exclusively_and_nests(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- every model, one tiny step
 
 
+class _DropPath(nn.Module):
+    """timm's DropPath in miniature: drops each sample's residual branch with `drop_prob`."""
+
+    def __init__(self, drop_prob: float) -> None:
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or not self.drop_prob:
+            return x
+        keep = torch.rand(x.shape[0], 1, device=x.device) >= self.drop_prob
+        return x * keep / (1 - self.drop_prob)
+
+
+def test_training_randomness_is_off():
+    """Stochastic depth and dropout at probability 0: two training-mode forwards agree (a random step
+    against eager copies that draw other masks would make the accuracy check say nothing)."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), _DropPath(0.5)).train()
+    x = torch.randn(64, 8)
+    assert not torch.equal(model(x), model(x))
+    model = zoo.without_randomness(model)
+    assert torch.equal(model(x), model(x))
+    assert zoo.without_randomness(nn.Sequential(nn.Dropout2d(0.3)))[0].p == 0.0
+
+
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """torchvision stand-in for timm's module-level imports where torchvision is not installed (this
     CPU machine: the PyPI wheel needs a CUDA torch); nothing the zoo's models use comes from it."""
@@ -502,8 +527,11 @@ def test_zoo_model_builds_and_steps_on_cpu(entry, libraries):
 
     step = zoo.training_step(entry, "cpu", torch.float32)
     assert step.module.training
+    inputs = zoo.training_inputs(entry, "cpu", tiny=True, dtype=torch.float32)
+    with torch.no_grad():  # no dropout or stochastic depth: the accuracy check compares one computation
+        assert torch.equal(step.module(*inputs), step.module(*inputs))
     before = [p.detach().clone() for p in step.params]
-    loss = step(*zoo.training_inputs(entry, "cpu", tiny=True, dtype=torch.float32))
+    loss = step(*inputs)
     assert loss.dim() == 0 and torch.isfinite(loss)
     assert all(p.grad is not None for p in step.params)
     assert any(not torch.equal(a, b) for a, b in zip(before, step.params))
