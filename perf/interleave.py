@@ -293,20 +293,10 @@ def read_json(path: str) -> tuple[list[InterleavedResult], dict[str, str]]:
     return results, dict(doc.get("failed", {}))
 
 
-def load_failures(path: str) -> dict[str, str]:
-    """The workloads a ``--json`` file records as failed, each with its error."""
-    return read_json(path)[1]
-
-
 def failure_reason(error: BaseException) -> str:
     """An error's type and first line: what a table row of a failed workload says."""
     lines = str(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
-
-
-def load_results(path: str) -> list[InterleavedResult]:
-    """The InterleavedResults a ``--json`` file holds."""
-    return read_json(path)[0]
 
 
 def table(results: Sequence[InterleavedResult]) -> str:

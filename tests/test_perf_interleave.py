@@ -113,7 +113,7 @@ def test_results_of_two_runs_are_read_back_and_judged_together(tmp_path, capsys)
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     interleave.write_json(str(first), [_result("llama_fwd_bf16_small", rounds)])
     interleave.write_json(str(second), [_result("bert_train_bf16_small", dict(rounds, nvf_cudagraphs=[0.6, 0.6, 0.6]))])
-    loaded = interleave.load_results(str(first)) + interleave.load_results(str(second))
+    loaded = interleave.read_json(str(first))[0] + interleave.read_json(str(second))[0]
     assert [r.workload for r in loaded] == ["llama_fwd_bf16_small", "bert_train_bf16_small"]
     assert loaded[1].step_ms["nvf_cudagraphs"] == [0.6, 0.6, 0.6]
     # bert_train's graphs ratio 1.2x fails the every-workload criterion: the merged verdict exits 1.
@@ -143,8 +143,8 @@ def test_a_failing_workload_is_recorded_and_the_run_goes_on(tmp_path, monkeypatc
     monkeypatch.setattr(interleave, "interleaved_steps", steps)
     path = tmp_path / "x.json"
     assert interleave.main(["a,b,c", "--backends", "eager,nvf_bookend", "--json", str(path)]) == 1
-    assert [r.workload for r in interleave.load_results(str(path))] == ["a", "c"]
-    assert interleave.load_failures(str(path)) == {
+    assert [r.workload for r in interleave.read_json(str(path))[0]] == ["a", "c"]
+    assert interleave.read_json(str(path))[1] == {
         "b": "RuntimeError: accessing tensor output of CUDAGraphs that has been overwritten"}
     capsys.readouterr()
     assert interleave.main(["--from-json", str(path)]) == 1
@@ -195,7 +195,7 @@ def test_gpu_results_round_trip_through_json(tmp_path, capsys, monkeypatch):
     assert interleave.main(["layernorm_fwd_f32", "--gpu", "--backends", "inductor,nvf_bookend,nvf_untrimmed,eager",
                             "--acceptance", "--json", str(path)]) == 0
     assert timed == ["layernorm_fwd_f32"]
-    (loaded,) = interleave.load_results(str(path))
+    (loaded,) = interleave.read_json(str(path))[0]
     assert loaded.metric == "gpu_us" and loaded.gpu_us == rounds and loaded.step_ms == {}
     assert loaded.summary()["nvf_bookend"]["ratio_median"] == 0.925
     out = capsys.readouterr().out
@@ -252,7 +252,7 @@ def test_step_and_gpu_results_print_apart_and_both_acceptances_count(tmp_path, c
     assert "step ms (median of rounds)" in out and "GPU us per call (median of rounds)" in out
     assert "acceptance: PASS" in out and "acceptance: NOT MET" in out
     with pytest.raises(ValueError):
-        interleave.table(interleave.load_results(str(first)) + interleave.load_results(str(second)))
+        interleave.table(interleave.read_json(str(first))[0] + interleave.read_json(str(second))[0])
 
 
 def test_compiles_run_outside_the_gpu_turn_and_warm_ups_timing_and_profiles_inside(monkeypatch):
