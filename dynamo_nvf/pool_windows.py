@@ -58,6 +58,8 @@ class Window:
         self.kernel, self.stride, self.padding, self.out_size = kernel, stride, padding, out_size
         self.in_size = (int(x.shape[2]), int(x.shape[3]))
         self.order = _ORDERS[suggest_memory_format(x)]
+        #: the permute from the memory order's dims back to NCHW's
+        self.to_nchw = [self.order.index(d) for d in range(4)]
         hd, wd = self.order.index(2), self.order.index(3)  # H before W in both memory orders
         #: the split layout's dims of H' and W' (each followed by its phase dim)
         self.dims = (hd, wd + 1)
@@ -82,7 +84,7 @@ class Window:
         shape = list(t.shape)
         for dim in reversed(self.dims):
             shape[dim:dim + 2] = [shape[dim] * shape[dim + 1]]
-        return t.contiguous().view(shape).permute([self.order.index(d) for d in range(4)])
+        return t.contiguous().view(shape).permute(self.to_nchw)
 
     def tiles_input(self) -> bool:
         """Whether the windows tile the input (stride = kernel, no padding: DenseNet's transition
@@ -98,7 +100,7 @@ class Window:
     def phases_reduced(self, t: torch.Tensor) -> torch.Tensor:
         """A split-layout tensor with its phase dims reduced away, back to NCHW dims in the input's
         memory format (a permute; no reshape follows the reduction)."""
-        return t.permute([self.order.index(d) for d in range(4)])
+        return t.permute(self.to_nchw)
 
     def plane(self, t: torch.Tensor, phase: tuple[int, int]) -> torch.Tensor:
         """The positions of one phase of a split-layout tensor: unit-step slices of the phase dims,

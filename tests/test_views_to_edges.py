@@ -25,7 +25,7 @@ def _notes(plans, word):
 
 
 def _reshapes(region) -> list[str]:
-    return [op for op in region.ops if op.endswith(RESHAPE_NAMES)]
+    return [op for op in region.ops if op in RESHAPE_NAMES]
 
 
 def _loss(logits, targets):

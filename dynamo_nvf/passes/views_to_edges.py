@@ -70,12 +70,21 @@ NOTE_SINK = "view {view}: moved below {ops}, which only other code reads"
 NOTE_HOIST_SPLIT = "view {view}: a split, moved above {ops} onto the region inputs {sources}"
 
 
+def _deterministic_op_of(node: Node, region: Any) -> bool:
+    """An op of `region` that draws no random numbers (moving a view across one keeps its values)."""
+    return node.op == "call_function" and node.meta.get(REGION_KEY) == region and not draws_random_numbers(node)
+
+
+def _tensor_operands(node: Node) -> list[Node]:
+    return [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, Node)]
+
+
 def _operand(node: Node, region: Any) -> Optional[Node]:
     """The one tensor operand of an elementwise op of one tensor in `region` whose result has that
     operand's shape (a cast, exp, neg, ...); None for any other node."""
-    if node.op != "call_function" or node.meta.get(REGION_KEY) != region or draws_random_numbers(node):
+    if not _deterministic_op_of(node, region):
         return None
-    operands = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, Node)]
+    operands = _tensor_operands(node)
     if len(operands) != 1:
         return None
     val, src = tensor_val(node), tensor_val(operands[0])
@@ -274,13 +283,9 @@ def _split_shape(operand: torch.Tensor, groups: list[list[int]]) -> Optional[lis
     return shape
 
 
-def _tensor_operands(node: Node) -> list[Node]:
-    return [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, Node)]
-
-
 def _elementwise_of_many(node: Node, region: Any, shape: list[int]) -> bool:
     """An elementwise op of `region` (no keyword arguments, not random) whose result has `shape`."""
-    if node.op != "call_function" or node.meta.get(REGION_KEY) != region or draws_random_numbers(node):
+    if not _deterministic_op_of(node, region):
         return False
     val = tensor_val(node)
     return is_pointwise(node) and not node.kwargs and val is not None and static_sizes(val) == shape
