@@ -59,6 +59,7 @@ from dynamo_nvf.ops.metadata import (METADATA_OPS, MULTI_OUTPUT_METADATA_OPS, RE
                                      static_sizes, tensor_val)
 from dynamo_nvf.passes import add_note, call_like, rewrite_to_fixpoint
 from dynamo_nvf.passes.partition import REGION_KEY
+from dynamo_nvf.passes.unflatten_reductions import merge_groups
 
 log = logging.getLogger("dynamo_nvf")
 aten = torch.ops.aten
@@ -248,22 +249,10 @@ def _sink(gm: GraphModule, view: Node, shape: list[int], region: Any, returned_o
 
 def _split_groups(src: list[int], dst: list[int]) -> Optional[list[list[int]]]:
     """Per dim of `src`, the sizes of the dims of `dst` it becomes, where viewing `src` as `dst` only
-    splits dims (size-one dims may be added or dropped); None where the view merges dims."""
-    groups: list[list[int]] = []
-    j = 0
-    for size in src:
-        group, product = [], 1
-        while j < len(dst) and product < size:
-            group.append(dst[j])
-            product *= dst[j]
-            j += 1
-        if product != size:
-            return None
-        while j < len(dst) and dst[j] == 1:
-            group.append(1)
-            j += 1
-        groups.append(group)
-    return groups if j == len(dst) else None
+    splits dims (size-one dims may be added or dropped); None where the view merges dims. The mirror of
+    a merge: viewing `dst` as `src` merges each run of `dst` dims into one `src` dim."""
+    runs = merge_groups(dst, src)
+    return None if runs is None else [[dst[i] for i in run] for run in runs]
 
 
 def _split_shape(operand: torch.Tensor, groups: list[list[int]]) -> Optional[list[int]]:
